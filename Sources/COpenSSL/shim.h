@@ -1,0 +1,10 @@
+#ifndef AUTH_COPENSSL_SHIM_H
+#define AUTH_COPENSSL_SHIM_H
+
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#endif

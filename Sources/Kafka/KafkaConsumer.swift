@@ -1,0 +1,219 @@
+import CRdKafka
+import ServiceKit
+
+/// A Kafka group consumer whose offsets are stored by the application after processing.
+///
+/// An actor running on its own thread: `rd_kafka_consumer_poll` blocks, and librdkafka calls the
+/// rebalance callback on the thread that polls. Messages are copied out as `Sendable` values.
+/// Offsets are stored only through `storeOffsets(_:)`, and committed in the background and on close,
+/// so a message whose outcome is not durable is redelivered after a crash or rebalance.
+public actor KafkaConsumer {
+    private let executor: ThreadExecutor
+    private let handle: Handle
+    private var pointer: OpaquePointer { handle.pointer }
+    private let context: ConsumerContext
+    private var closed = false
+
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
+    /// Creates the client and subscribes to `topics`.
+    /// - Throws: `KafkaError` `.configuration`, `.clientCreation` or `.subscription`.
+    public init(configuration: KafkaConsumerConfiguration, topics: [String], logger: Logger) throws {
+        try configuration.kafka.validate()
+        guard !topics.isEmpty else {
+            throw KafkaError(.subscription, reason: "no topics to subscribe to", isRetriable: false)
+        }
+        let context = ConsumerContext(logger: logger)
+        let conf = try KafkaClientHandle.makeConf(configuration.librdkafkaProperties)
+        rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(context).toOpaque())
+        rd_kafka_conf_set_rebalance_cb(conf) { client, error, partitions, opaque in
+            guard let client, let opaque else { return }
+            Unmanaged<ConsumerContext>.fromOpaque(opaque).takeUnretainedValue()
+                .rebalance(client: client, error: error, partitions: partitions)
+        }
+        rd_kafka_conf_set_log_cb(conf) { client, level, facility, text in
+            guard let client, let opaque = rd_kafka_opaque(client) else { return }
+            let context = Unmanaged<ConsumerContext>.fromOpaque(opaque).takeUnretainedValue()
+            KafkaLog.forward(context.logger, level: level, facility: facility, text: text)
+        }
+        let pointer = try KafkaClientHandle.makeClient(RD_KAFKA_CONSUMER, conf: conf)
+        // Route the main queue into the consumer queue, so one poll serves both.
+        rd_kafka_poll_set_consumer(pointer)
+        guard let list = rd_kafka_topic_partition_list_new(Int32(topics.count)) else {
+            rd_kafka_destroy(pointer)
+            throw KafkaError(.subscription, reason: "out of memory", isRetriable: false)
+        }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for topic in topics {
+            rd_kafka_topic_partition_list_add(list, topic, rdkafka_shim_partition_unassigned())
+        }
+        let error = rd_kafka_subscribe(pointer, list)
+        guard error == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            rd_kafka_destroy(pointer)
+            throw KafkaError(.subscription, error: error)
+        }
+        self.handle = Handle(pointer)
+        self.context = context
+        self.executor = ThreadExecutor(name: "kafka-consumer")
+    }
+
+    deinit {
+        if handle.beginClosing() {
+            rd_kafka_consumer_close(handle.pointer)
+            rd_kafka_destroy(handle.pointer)
+        }
+        executor.shutdown()
+    }
+
+    /// Waits up to `timeout` for a first message, then takes whatever else is already fetched, up to
+    /// `maxMessages`.
+    /// - Returns: the messages in partition order; empty when none arrived in time.
+    /// - Throws: `KafkaError` `.poll` for fatal consumer errors, `.closed` after `close()`.
+    public func poll(maxMessages: Int, timeout: Duration) throws -> [KafkaMessage] {
+        guard !closed else { throw KafkaError(.closed, reason: "consumer is closed", isRetriable: false) }
+        var batch: [KafkaMessage] = []
+        var wait = Int32(clamping: timeout.milliseconds)
+        while batch.count < maxMessages {
+            guard let message = rd_kafka_consumer_poll(pointer, wait) else { break }
+            defer { rd_kafka_message_destroy(message) }
+            wait = 0
+            let error = message.pointee.err
+            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                try handlePollError(error, message: message)
+                continue
+            }
+            batch.append(copy(message))
+        }
+        return batch
+    }
+
+    private func handlePollError(_ error: rd_kafka_resp_err_t, message: UnsafeMutablePointer<rd_kafka_message_t>) throws {
+        if error == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
+        var reason = String(cString: rd_kafka_err2str(error))
+        if let payload = message.pointee.payload, message.pointee.len > 0 {
+            reason = String(decoding: UnsafeRawBufferPointer(start: payload, count: message.pointee.len), as: UTF8.self)
+        }
+        if error == RD_KAFKA_RESP_ERR__FATAL {
+            throw KafkaError(.poll, reason: reason, librdkafkaError: error.rawValue, isRetriable: false)
+        }
+        // Everything else (broker down, unknown topic) is reported and retried by librdkafka itself.
+        context.logger.warning(
+            "Consumer error", metadata: ["kafka.error": String(cString: rd_kafka_err2name(error)), "kafka.reason": reason])
+    }
+
+    private func copy(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaMessage {
+        let value =
+            message.pointee.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: message.pointee.len)) } ?? []
+        let key = message.pointee.key.map { Array(UnsafeRawBufferPointer(start: $0, count: message.pointee.key_len)) }
+        let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+        var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        let timestamp = rd_kafka_message_timestamp(message, &timestampType)
+        return KafkaMessage(
+            topic: topic, partition: message.pointee.partition, offset: message.pointee.offset, key: key, value: value,
+            headers: KafkaClientHandle.headers(of: message),
+            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
+    }
+
+    /// Marks messages as processed: their offsets (plus one) are committed in the background and on close.
+    ///
+    /// Offsets of partitions this member no longer owns are skipped: the new owner replays them.
+    public func storeOffsets(_ messages: [KafkaMessage]) {
+        guard !closed, !messages.isEmpty else { return }
+        var highest: [String: [Int32: Int64]] = [:]
+        for message in messages {
+            let current = highest[message.topic]?[message.partition] ?? -1
+            highest[message.topic, default: [:]][message.partition] = max(current, message.offset)
+        }
+        guard let list = rd_kafka_topic_partition_list_new(Int32(messages.count)) else { return }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for (topic, partitions) in highest {
+            for (partition, offset) in partitions {
+                rd_kafka_topic_partition_list_add(list, topic, partition)?.pointee.offset = offset + 1
+            }
+        }
+        let error = rd_kafka_offsets_store(pointer, list)
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+            context.logger.info(
+                "Offsets not stored (partition revoked?)",
+                metadata: ["kafka.error": String(cString: rd_kafka_err2name(error))])
+        }
+    }
+
+    /// Commits the stored offsets now and waits for the broker.
+    /// - Throws: `KafkaError` `.commit`; nothing to commit is not an error.
+    public func commit() throws {
+        guard !closed else { return }
+        let error = rd_kafka_commit(pointer, nil, 0)
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR, error != RD_KAFKA_RESP_ERR__NO_OFFSET {
+            throw KafkaError(.commit, error: error)
+        }
+    }
+
+    /// The partitions currently assigned to this member, as `topic/partition`.
+    public func assignment() -> [String] {
+        var list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+        guard rd_kafka_assignment(pointer, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list else { return [] }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        return ConsumerContext.describe(list)
+    }
+
+    /// Commits stored offsets, leaves the group and destroys the client. Idempotent.
+    public func close() {
+        guard !closed, handle.beginClosing() else { return }
+        closed = true
+        let error = rd_kafka_consumer_close(pointer)
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+            context.logger.warning(
+                "Consumer close reported an error", metadata: ["kafka.error": String(cString: rd_kafka_err2name(error))])
+        }
+        rd_kafka_destroy(pointer)
+    }
+}
+
+/// What librdkafka's callbacks need: the logger, and the rebalance handling.
+final class ConsumerContext: Sendable {
+    let logger: Logger
+
+    init(logger: Logger) { self.logger = logger }
+
+    /// Runs on the polling thread. On revocation the stored offsets are committed first, so the next
+    /// owner starts right after the last message whose outcome was durable.
+    func rebalance(
+        client: OpaquePointer, error: rd_kafka_resp_err_t,
+        partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+    ) {
+        let cooperative = String(cString: rd_kafka_rebalance_protocol(client)) == "COOPERATIVE"
+        let described = partitions.map(Self.describe) ?? []
+        switch error {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            logger.info("Partitions assigned", metadata: ["kafka.partitions": described.joined(separator: ",")])
+            if cooperative {
+                if let failure = rd_kafka_incremental_assign(client, partitions) { rd_kafka_error_destroy(failure) }
+            } else {
+                rd_kafka_assign(client, partitions)
+            }
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            logger.info("Partitions revoked", metadata: ["kafka.partitions": described.joined(separator: ",")])
+            let commitError = rd_kafka_commit(client, nil, 0)
+            if commitError != RD_KAFKA_RESP_ERR_NO_ERROR, commitError != RD_KAFKA_RESP_ERR__NO_OFFSET {
+                logger.warning(
+                    "Commit on revocation failed", metadata: ["kafka.error": String(cString: rd_kafka_err2name(commitError))])
+            }
+            if cooperative {
+                if let failure = rd_kafka_incremental_unassign(client, partitions) { rd_kafka_error_destroy(failure) }
+            } else {
+                rd_kafka_assign(client, nil)
+            }
+        default:
+            logger.error("Rebalance failed", metadata: ["kafka.error": String(cString: rd_kafka_err2name(error))])
+            rd_kafka_assign(client, nil)
+        }
+    }
+
+    static func describe(_ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> [String] {
+        (0..<Int(list.pointee.cnt)).map { index in
+            let element = list.pointee.elems[index]
+            return "\(String(cString: element.topic))/\(element.partition)"
+        }
+    }
+}

@@ -1,0 +1,42 @@
+/// The `error.code` values of CONTRACT.md: what clients branch on.
+public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: String
+
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    public static let malformedRequest = ErrorCode(rawValue: "malformed_request")
+    public static let unsupportedMethod = ErrorCode(rawValue: "unsupported_method")
+    public static let unknownProvider = ErrorCode(rawValue: "unknown_provider")
+    public static let invalidToken = ErrorCode(rawValue: "invalid_token")
+    public static let tokenExpired = ErrorCode(rawValue: "token_expired")
+    public static let issuerMismatch = ErrorCode(rawValue: "issuer_mismatch")
+    public static let audienceMismatch = ErrorCode(rawValue: "audience_mismatch")
+    public static let nonceMismatch = ErrorCode(rawValue: "nonce_mismatch")
+    public static let invalidCredentials = ErrorCode(rawValue: "invalid_credentials")
+    public static let emailTaken = ErrorCode(rawValue: "email_taken")
+    public static let weakPassword = ErrorCode(rawValue: "weak_password")
+    public static let tooManyAttempts = ErrorCode(rawValue: "too_many_attempts")
+    public static let invalidRefreshToken = ErrorCode(rawValue: "invalid_refresh_token")
+    public static let refreshTokenReused = ErrorCode(rawValue: "refresh_token_reused")
+    public static let linkConflict = ErrorCode(rawValue: "link_conflict")
+    public static let providerUnavailable = ErrorCode(rawValue: "provider_unavailable")
+    public static let internalError = ErrorCode(rawValue: "internal_error")
+
+    /// Every code the contract defines.
+    public static let all: [ErrorCode] = [
+        .malformedRequest, .unsupportedMethod, .unknownProvider, .invalidToken, .tokenExpired, .issuerMismatch,
+        .audienceMismatch, .nonceMismatch, .invalidCredentials, .emailTaken, .weakPassword, .tooManyAttempts,
+        .invalidRefreshToken, .refreshTokenReused, .linkConflict, .providerUnavailable, .internalError,
+    ]
+
+    public init(from decoder: any Decoder) throws {
+        rawValue = try decoder.singleValueContainer().decode(String.self)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    public var description: String { rawValue }
+}

@@ -1,0 +1,100 @@
+/// The `data` of an `auth.login.request` event.
+///
+/// Holds secrets (passwords, provider and refresh tokens): its descriptions redact them, so an
+/// accidental `print` or log interpolation cannot leak one.
+public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
+    public var method: String
+    public var provider: String?
+    public var identityToken: String?
+    public var nonce: String?
+    public var profile: Profile?
+    public var email: String?
+    public var password: String?
+    public var name: String?
+    public var refreshToken: String?
+    public var accessToken: String?
+    public var scope: String?
+    public var linkTo: String?
+    public var device: Device?
+    public var replyKey: String?
+
+    /// The name Apple sends on first authorization only.
+    public struct Profile: Codable, Sendable, Equatable {
+        public var givenName: String?
+        public var familyName: String?
+
+        public init(givenName: String?, familyName: String?) {
+            self.givenName = givenName
+            self.familyName = familyName
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case givenName = "given_name"
+            case familyName = "family_name"
+        }
+    }
+
+    /// The device a session is issued to; names the token.
+    public struct Device: Codable, Sendable, Equatable {
+        public var name: String?
+        public var platform: String?
+
+        public init(name: String?, platform: String?) {
+            self.name = name
+            self.platform = platform
+        }
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case method, provider, nonce, profile, email, password, name, scope, device
+        case identityToken = "identity_token"
+        case refreshToken = "refresh_token"
+        case accessToken = "access_token"
+        case linkTo = "link_to"
+        case replyKey = "reply_key"
+    }
+
+    public init(method: String) {
+        self.method = method
+    }
+
+    public var description: String {
+        var parts = ["method: \(method)"]
+        if let provider { parts.append("provider: \(provider)") }
+        if let device { parts.append("device: \(device.name ?? "-")/\(device.platform ?? "-")") }
+        let secrets: [(String, String?)] = [
+            ("identity_token", identityToken), ("password", password), ("refresh_token", refreshToken),
+            ("access_token", accessToken), ("link_to", linkTo), ("nonce", nonce),
+        ]
+        for (name, value) in secrets where value != nil { parts.append("\(name): <redacted>") }
+        return "LoginRequestData(\(parts.joined(separator: ", ")))"
+    }
+
+    public var debugDescription: String { description }
+
+    public var customMirror: Mirror { Mirror(self, children: ["description": description]) }
+}
+
+/// The login methods of the contract.
+public enum LoginMethod: String, Sendable, CaseIterable {
+    case apple, google, oidc, password, register, guest, refresh, logout
+}
+
+/// What is wrong with a request, naming the field.
+public struct RequestValidationError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The JSON path of the offending field (`data.method`), or the envelope attribute.
+    public var field: String
+    public var reason: String
+    /// The contract code to answer with: `malformed_request` or `unsupported_method`.
+    public var code: ErrorCode
+
+    public init(field: String, reason: String, code: ErrorCode = .malformedRequest) {
+        self.field = field
+        self.reason = reason
+        self.code = code
+    }
+
+    public var description: String { "\(field): \(reason)" }
+}

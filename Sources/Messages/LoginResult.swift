@@ -1,0 +1,131 @@
+/// The `data` of an `auth.login.result` event.
+public struct LoginResultData: Codable, Sendable, Equatable {
+    public var requestId: String
+    /// `ok` or `error`.
+    public var status: String
+    public var user: UserPayload?
+    public var newUser: Bool?
+    public var session: SessionPayload?
+    /// A compact JWE holding the session, when the request had a `reply_key`.
+    public var sealedSession: String?
+    public var error: ErrorPayload?
+
+    enum CodingKeys: String, CodingKey {
+        case status, user, session, error
+        case requestId = "request_id"
+        case newUser = "new_user"
+        case sealedSession = "sealed_session"
+    }
+
+    /// A success.
+    public static func ok(requestID: String, user: UserPayload, newUser: Bool, session: SessionPayload)
+        -> LoginResultData
+    {
+        LoginResultData(
+            requestId: requestID, status: "ok", user: user, newUser: newUser, session: session, sealedSession: nil,
+            error: nil)
+    }
+
+    /// A failure.
+    public static func failure(requestID: String, error: ErrorPayload) -> LoginResultData {
+        LoginResultData(
+            requestId: requestID, status: "error", user: nil, newUser: nil, session: nil, sealedSession: nil,
+            error: error)
+    }
+
+    /// The CloudEvent type of a result.
+    public static let eventType = "auth.login.result"
+}
+
+/// A user as results show it. Never holds a secret.
+public struct UserPayload: Codable, Sendable, Equatable {
+    public var id: String
+    public var handle: String
+    public var name: String?
+    public var email: String?
+    public var emailVerified: Bool
+    public var isPrivateEmail: Bool
+    public var isGuest: Bool
+    public var providers: [String]
+    public var createdAt: String
+
+    public init(
+        id: String, handle: String, name: String?, email: String?, emailVerified: Bool, isPrivateEmail: Bool,
+        isGuest: Bool, providers: [String], createdAt: String
+    ) {
+        self.id = id
+        self.handle = handle
+        self.name = name
+        self.email = email
+        self.emailVerified = emailVerified
+        self.isPrivateEmail = isPrivateEmail
+        self.isGuest = isGuest
+        self.providers = providers
+        self.createdAt = createdAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, handle, name, email, providers
+        case emailVerified = "email_verified"
+        case isPrivateEmail = "is_private_email"
+        case isGuest = "is_guest"
+        case createdAt = "created_at"
+    }
+}
+
+/// The secrets a successful login hands back: shown once, stored only as hashes.
+public struct SessionPayload: Codable, Sendable, Equatable, CustomStringConvertible {
+    public var tokenType: String
+    public var accessToken: String
+    public var expiresAt: String
+    public var refreshToken: String?
+    public var refreshExpiresAt: String?
+    public var abilities: [String]
+
+    public init(
+        accessToken: String, expiresAt: String, refreshToken: String?, refreshExpiresAt: String?, abilities: [String]
+    ) {
+        self.tokenType = "Bearer"
+        self.accessToken = accessToken
+        self.expiresAt = expiresAt
+        self.refreshToken = refreshToken
+        self.refreshExpiresAt = refreshExpiresAt
+        self.abilities = abilities
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case abilities
+        case tokenType = "token_type"
+        case accessToken = "access_token"
+        case expiresAt = "expires_at"
+        case refreshToken = "refresh_token"
+        case refreshExpiresAt = "refresh_expires_at"
+    }
+
+    public var description: String { "SessionPayload(expires_at: \(expiresAt), tokens: <redacted>)" }
+}
+
+/// Why a request failed. `message` is for logs; clients branch on `code`.
+public struct ErrorPayload: Codable, Sendable, Equatable {
+    public var code: ErrorCode
+    public var message: String
+    public var retriable: Bool
+    /// For `malformed_request`: the offending field's path (an addition to the contract).
+    public var field: String?
+    /// For `too_many_attempts` and other throttling: when to try again (an addition to the contract).
+    public var retryAfter: String?
+
+    public init(code: ErrorCode, message: String, retriable: Bool = false, field: String? = nil, retryAfter: String? = nil)
+    {
+        self.code = code
+        self.message = message
+        self.retriable = retriable
+        self.field = field
+        self.retryAfter = retryAfter
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case code, message, retriable, field
+        case retryAfter = "retry_after"
+    }
+}

@@ -1,0 +1,57 @@
+import ServiceKit
+
+/// A PostgreSQL connection confined to its own thread, usable from async code.
+///
+/// libpq calls block, so they run on the client's dedicated thread rather than on Swift's
+/// cooperative pool. A broken connection is re-established on the next use.
+public actor PGClient {
+    private let executor: ThreadExecutor
+    private let conninfo: String
+    private var connection: PGConnection?
+
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
+    /// Creates the client; the connection is opened on first use.
+    /// - Parameters:
+    ///   - conninfo: a `postgres://` URL or `key=value` string.
+    ///   - name: the name of the client's thread.
+    public init(conninfo: String, name: String = "pg-client") {
+        self.conninfo = conninfo
+        self.executor = ThreadExecutor(name: name)
+    }
+
+    deinit {
+        executor.shutdown()
+    }
+
+    /// Runs `body` with the connection, on the client's thread.
+    /// - Throws: `PGError` `.connection` when no connection can be made, or what `body` throws.
+    public func withConnection<T: Sendable>(_ body: @Sendable (PGConnection) throws -> T) throws -> T {
+        let connection = try connected()
+        do {
+            return try body(connection)
+        } catch let error as PGError where error.code == .connection {
+            // Drop it; the next call reconnects.
+            self.connection = nil
+            throw error
+        }
+    }
+
+    /// Runs `body` in a transaction on the client's thread.
+    public func withTransaction<T: Sendable>(_ body: @Sendable (PGConnection) throws -> T) throws -> T {
+        try withConnection { try $0.withTransaction(body) }
+    }
+
+    /// Closes the connection; the next use opens a new one.
+    public func close() {
+        connection = nil
+    }
+
+    private func connected() throws -> PGConnection {
+        if let connection, connection.isHealthy { return connection }
+        connection = nil
+        let fresh = try PGConnection(conninfo: conninfo)
+        connection = fresh
+        return fresh
+    }
+}

@@ -1,0 +1,237 @@
+import Foundation
+
+/// A Swift value that can be sent as a parameter in PostgreSQL's text format.
+public protocol PGEncodable: Sendable {
+    /// The text PostgreSQL parses for this value.
+    var pgText: String { get }
+}
+
+/// A Swift value that can be read from PostgreSQL's text output.
+public protocol PGDecodable: Sendable {
+    /// Parses the server's text; nil when it does not fit the type.
+    init?(pgText: String)
+}
+
+extension String: PGEncodable, PGDecodable {
+    public var pgText: String { self }
+    public init?(pgText: String) { self = pgText }
+}
+
+extension Int: PGEncodable, PGDecodable {
+    public var pgText: String { String(self) }
+    public init?(pgText: String) { self.init(pgText, radix: 10) }
+}
+
+extension Int64: PGEncodable, PGDecodable {
+    public var pgText: String { String(self) }
+    public init?(pgText: String) { self.init(pgText, radix: 10) }
+}
+
+extension Int32: PGEncodable, PGDecodable {
+    public var pgText: String { String(self) }
+    public init?(pgText: String) { self.init(pgText, radix: 10) }
+}
+
+extension Double: PGEncodable, PGDecodable {
+    public var pgText: String { String(self) }
+    public init?(pgText: String) { self.init(pgText) }
+}
+
+extension Bool: PGEncodable, PGDecodable {
+    public var pgText: String { self ? "t" : "f" }
+    public init?(pgText: String) {
+        switch pgText {
+        case "t", "true": self = true
+        case "f", "false": self = false
+        default: return nil
+        }
+    }
+}
+
+extension UUID: PGEncodable, PGDecodable {
+    public var pgText: String { uuidString.lowercased() }
+    public init?(pgText: String) { self.init(uuidString: pgText) }
+}
+
+/// `bytea`, sent and read in hex format (`\x0a1b…`).
+public struct PGBytes: PGEncodable, PGDecodable, Equatable, Hashable {
+    public var bytes: [UInt8]
+
+    public init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    private static let digits = Array("0123456789abcdef".utf8)
+
+    public var pgText: String {
+        var out: [UInt8] = [UInt8(ascii: "\\"), UInt8(ascii: "x")]
+        out.reserveCapacity(2 + bytes.count * 2)
+        for byte in bytes {
+            out.append(Self.digits[Int(byte >> 4)])
+            out.append(Self.digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public init?(pgText: String) {
+        let utf8 = Array(pgText.utf8)
+        guard utf8.count >= 2, utf8[0] == UInt8(ascii: "\\"), utf8[1] == UInt8(ascii: "x"), utf8.count % 2 == 0 else {
+            return nil
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity((utf8.count - 2) / 2)
+        var index = 2
+        while index < utf8.count {
+            guard let high = Self.nibble(utf8[index]), let low = Self.nibble(utf8[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        self.bytes = bytes
+    }
+
+    private static func nibble(_ character: UInt8) -> UInt8? {
+        switch character {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): character - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): character - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}
+
+/// `timestamptz`, sent as ISO 8601 in UTC and read from the ISO output style with a numeric offset.
+///
+/// Connections set `TimeZone=UTC` and `DateStyle=ISO`, so the server prints
+/// `2026-11-29 12:00:00.123456+00`.
+extension Date: PGEncodable, PGDecodable {
+    public var pgText: String {
+        let totalMicros = Int64((timeIntervalSince1970 * 1_000_000).rounded())
+        let whole = totalMicros >= 0 ? totalMicros / 1_000_000 : (totalMicros - 999_999) / 1_000_000
+        let micros = Int(totalMicros - whole * 1_000_000)
+        let parts = Self.gmtime(Int(whole))
+        return String(
+            format: "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", parts.year, parts.month, parts.day, parts.hour,
+            parts.minute, parts.second, micros)
+    }
+
+    public init?(pgText: String) {
+        // yyyy-mm-dd hh:mm:ss[.ffffff](+|-)hh[:mm]
+        let bytes = Array(pgText.utf8)
+        guard bytes.count >= 22 else { return nil }
+        func number(_ start: Int, _ length: Int) -> Int? {
+            var value = 0
+            for index in start..<(start + length) {
+                guard index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 else { return nil }
+                value = value * 10 + Int(bytes[index] - 48)
+            }
+            return value
+        }
+        guard let year = number(0, 4), let month = number(5, 2), let day = number(8, 2), let hour = number(11, 2),
+            let minute = number(14, 2), let second = number(17, 2)
+        else { return nil }
+        var index = 19
+        var fraction = 0.0
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            var scale = 0.1
+            while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
+                fraction += Double(bytes[index] - 48) * scale
+                scale /= 10
+                index += 1
+            }
+        }
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-"),
+            let offsetHours = number(index + 1, 2)
+        else { return nil }
+        let sign = bytes[index] == UInt8(ascii: "+") ? 1 : -1
+        var offsetMinutes = 0
+        if index + 3 < bytes.count, bytes[index + 3] == UInt8(ascii: ":"), let minutes = number(index + 4, 2) {
+            offsetMinutes = minutes
+        }
+        let days = Self.daysFromCivil(year: year, month: month, day: day)
+        let epoch =
+            Double(days * 86400 + hour * 3600 + minute * 60 + second) + fraction
+            - Double(sign * (offsetHours * 3600 + offsetMinutes * 60))
+        self.init(timeIntervalSince1970: epoch)
+    }
+
+    /// Days since 1970-01-01 in the proleptic Gregorian calendar (Howard Hinnant's algorithm).
+    static func daysFromCivil(year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146097 + dayOfEra - 719468
+    }
+
+    private static func gmtime(_ epoch: Int) -> (year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int)
+    {
+        let days = epoch >= 0 ? epoch / 86400 : (epoch - 86399) / 86400
+        let secondsOfDay = epoch - days * 86400
+        let z = days + 719468
+        let era = (z >= 0 ? z : z - 146096) / 146097
+        let dayOfEra = z - era * 146097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        return (year, month, day, secondsOfDay / 3600, secondsOfDay % 3600 / 60, secondsOfDay % 60)
+    }
+}
+
+/// `text[]`, sent and read as an array literal with every element quoted.
+extension Array: PGEncodable where Element == String {
+    public var pgText: String {
+        var out = "{"
+        for (index, element) in enumerated() {
+            if index > 0 { out += "," }
+            out += "\""
+            for character in element.unicodeScalars {
+                if character == "\"" || character == "\\" { out += "\\" }
+                out.unicodeScalars.append(character)
+            }
+            out += "\""
+        }
+        return out + "}"
+    }
+}
+
+extension Array: PGDecodable where Element == String {
+    public init?(pgText: String) {
+        let scalars = [Unicode.Scalar](pgText.unicodeScalars)
+        guard scalars.first == "{", scalars.last == "}" else { return nil }
+        var result: [String] = []
+        var index = 1
+        let end = scalars.count - 1
+        if index == end {
+            self = []
+            return
+        }
+        while index < end {
+            var element = String.UnicodeScalarView()
+            if scalars[index] == "\"" {
+                index += 1
+                while index < end, scalars[index] != "\"" {
+                    if scalars[index] == "\\" { index += 1 }
+                    guard index < end else { return nil }
+                    element.append(scalars[index])
+                    index += 1
+                }
+                guard index < end else { return nil }
+                index += 1
+            } else {
+                while index < end, scalars[index] != "," {
+                    element.append(scalars[index])
+                    index += 1
+                }
+            }
+            result.append(String(element))
+            if index < end {
+                guard scalars[index] == "," else { return nil }
+                index += 1
+            }
+        }
+        self = result
+    }
+}

@@ -1,0 +1,192 @@
+import CLibPQ
+import Foundation
+
+/// One libpq connection. Not thread-safe: confine it to one thread (`PGClient` does).
+///
+/// Parameters are always sent separately from the statement (`PQexecParams`), in text format.
+public final class PGConnection {
+    private var connection: OpaquePointer?
+    private let conninfo: String
+
+    /// Opens a connection.
+    /// - Parameter conninfo: a `postgres://` URL or a `key=value` string.
+    /// - Throws: `PGError` `.connection` (retriable) when the server cannot be reached.
+    public init(conninfo: String) throws {
+        self.conninfo = conninfo
+        try connect()
+    }
+
+    deinit {
+        if let connection { PQfinish(connection) }
+    }
+
+    private func connect() throws {
+        if let connection { PQfinish(connection) }
+        connection = PQconnectdb(conninfo)
+        guard let connection, PQstatus(connection) == CONNECTION_OK else {
+            let message = connection.map { Self.message(PQerrorMessage($0)) } ?? "out of memory"
+            throw PGError(.connection, serverMessage: message)
+        }
+        // Fixed session settings the text decoders rely on.
+        _ = try execute(unsafeSQL: "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET client_encoding = 'UTF8'")
+    }
+
+    /// True while the connection is usable.
+    public var isHealthy: Bool {
+        guard let connection else { return false }
+        return PQstatus(connection) == CONNECTION_OK
+    }
+
+    /// Reconnects when the previous connection broke.
+    /// - Throws: `PGError` `.connection` when the server is still unreachable.
+    public func reconnectIfNeeded() throws {
+        if !isHealthy { try connect() }
+    }
+
+    // MARK: - Queries
+
+    /// Runs one statement with bound parameters and returns its rows.
+    /// - Throws: `PGError` `.query` with the SQLSTATE, or `.connection` when the connection broke.
+    @discardableResult
+    public func query(_ query: PGQuery) throws -> PGRows {
+        guard let connection else { throw PGError(.connection, serverMessage: "not connected") }
+        let result = withParameters(query.parameters) { values, count in
+            PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
+        }
+        defer { PQclear(result) }
+        return try rows(of: result, step: nil)
+    }
+
+    /// Runs SQL text with no parameters, possibly several statements (migrations).
+    @discardableResult
+    public func execute(unsafeSQL sql: String) throws -> PGRows {
+        guard let connection else { throw PGError(.connection, serverMessage: "not connected") }
+        let result = PQexec(connection, sql)
+        defer { PQclear(result) }
+        return try rows(of: result, step: nil)
+    }
+
+    /// Runs `body` inside BEGIN … COMMIT, rolling back if it throws.
+    /// - Throws: the body's error, or `PGError` `.transaction` naming the step that failed.
+    public func withTransaction<T>(_ body: (PGConnection) throws -> T) throws -> T {
+        try step("BEGIN")
+        let value: T
+        do {
+            value = try body(self)
+        } catch {
+            try? step("ROLLBACK")
+            throw error
+        }
+        try step("COMMIT")
+        return value
+    }
+
+    private func step(_ sql: String) throws {
+        do {
+            try execute(unsafeSQL: sql)
+        } catch var error as PGError {
+            error.step = sql
+            if error.code == .query { error.code = .transaction }
+            throw error
+        }
+    }
+
+    /// Sends all statements in one round trip (pipeline mode) and reads every result.
+    ///
+    /// Everything up to the sync runs as one implicit transaction: if one statement fails, the
+    /// ones after it are skipped and the earlier ones are rolled back.
+    /// - Throws: the first statement's `PGError`, with `step` naming its index.
+    public func pipeline(_ queries: [PGQuery]) throws -> [PGRows] {
+        guard let connection else { throw PGError(.connection, serverMessage: "not connected") }
+        guard !queries.isEmpty else { return [] }
+        guard PQenterPipelineMode(connection) == 1 else {
+            throw PGError(.pipeline, serverMessage: Self.message(PQerrorMessage(connection)))
+        }
+        defer { PQexitPipelineMode(connection) }
+        for query in queries {
+            let sent = withParameters(query.parameters) { values, count in
+                PQsendQueryParams(connection, query.sql, count, nil, values, nil, nil, 0)
+            }
+            guard sent == 1 else { throw brokenPipeline(connection) }
+        }
+        guard PQpipelineSync(connection) == 1 else { throw brokenPipeline(connection) }
+
+        var results: [PGRows] = []
+        var firstError: PGError?
+        for index in queries.indices {
+            guard let result = PQgetResult(connection) else { throw brokenPipeline(connection) }
+            do {
+                results.append(try rows(of: result, step: "statement \(index)"))
+            } catch let error as PGError {
+                if firstError == nil { firstError = error }
+            }
+            PQclear(result)
+            // Each statement's results end with a NULL.
+            while let extra = PQgetResult(connection) { PQclear(extra) }
+        }
+        // Then the sync.
+        if let sync = PQgetResult(connection) {
+            PQclear(sync)
+        }
+        if let firstError { throw firstError }
+        return results
+    }
+
+    private func brokenPipeline(_ connection: OpaquePointer) -> PGError {
+        PGError(.connection, serverMessage: Self.message(PQerrorMessage(connection)))
+    }
+
+    // MARK: - Results
+
+    private func rows(of result: OpaquePointer?, step: String?) throws -> PGRows {
+        guard let result else {
+            throw PGError(.connection, serverMessage: connection.map { Self.message(PQerrorMessage($0)) } ?? "")
+        }
+        switch PQresultStatus(result) {
+        case PGRES_TUPLES_OK, PGRES_COMMAND_OK, PGRES_EMPTY_QUERY, PGRES_PIPELINE_SYNC:
+            break
+        case PGRES_PIPELINE_ABORTED:
+            throw PGError(.pipeline, serverMessage: "skipped after an earlier error in the pipeline", step: step)
+        default:
+            let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let message = Self.message(PQresultErrorMessage(result))
+            let broken = connection.map { PQstatus($0) != CONNECTION_OK } ?? true
+            throw PGError(broken ? .connection : .query, sqlState: sqlState, serverMessage: message, step: step)
+        }
+        let columnCount = Int(PQnfields(result))
+        let rowCount = Int(PQntuples(result))
+        let columns = (0..<columnCount).map { String(cString: PQfname(result, Int32($0))) }
+        var values: [[String?]] = []
+        values.reserveCapacity(rowCount)
+        for row in 0..<rowCount {
+            var rowValues: [String?] = []
+            rowValues.reserveCapacity(columnCount)
+            for column in 0..<columnCount {
+                if PQgetisnull(result, Int32(row), Int32(column)) == 1 {
+                    rowValues.append(nil)
+                } else {
+                    rowValues.append(String(cString: PQgetvalue(result, Int32(row), Int32(column))))
+                }
+            }
+            values.append(rowValues)
+        }
+        let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
+        return PGRows(columns: columns, values: values, affectedRows: affected)
+    }
+
+    private static func message(_ text: UnsafePointer<CChar>?) -> String {
+        guard let text else { return "" }
+        return String(cString: text).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Keeps the parameter C strings alive for the duration of `body`, as libpq requires.
+    private func withParameters<T>(
+        _ parameters: [String?], _ body: (UnsafePointer<UnsafePointer<CChar>?>?, Int32) -> T
+    ) -> T {
+        if parameters.isEmpty { return body(nil, 0) }
+        let storage: [UnsafeMutablePointer<CChar>?] = parameters.map { $0.map { strdup($0) } ?? nil }
+        defer { storage.forEach { free($0) } }
+        let constant = storage.map { UnsafePointer($0) }
+        return constant.withUnsafeBufferPointer { body($0.baseAddress, Int32($0.count)) }
+    }
+}

@@ -1,0 +1,67 @@
+/// An error from PostgreSQL or libpq.
+///
+/// `description` is deliberately generic: server messages can echo parameter values (e-mail
+/// addresses, hashes), so the details are only in `debugDescription`, for the worker's own log.
+public struct PGError: Error, CustomStringConvertible, CustomDebugStringConvertible, Equatable {
+    /// What failed, as a growable set of codes.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Kind: Hashable, Sendable {
+            case connection, query, transaction, decoding, migration, pipeline
+        }
+
+        private let kind: Kind
+        public static let connection = Code(kind: .connection)
+        public static let query = Code(kind: .query)
+        public static let transaction = Code(kind: .transaction)
+        public static let decoding = Code(kind: .decoding)
+        public static let migration = Code(kind: .migration)
+        public static let pipeline = Code(kind: .pipeline)
+
+        public var description: String { "\(kind)" }
+    }
+
+    public var code: Code
+    /// The five-character SQLSTATE, when the server sent one (`23505` is a unique violation).
+    public var sqlState: String?
+    /// The server's or libpq's message; may contain data, so not in `description`.
+    public var serverMessage: String
+    /// Which step failed (`BEGIN`, `COMMIT`, a migration's name, …).
+    public var step: String?
+    public var file: String
+    public var line: Int
+
+    public init(
+        _ code: Code, sqlState: String? = nil, serverMessage: String, step: String? = nil, file: String = #fileID,
+        line: Int = #line
+    ) {
+        self.code = code
+        self.sqlState = sqlState
+        self.serverMessage = serverMessage
+        self.step = step
+        self.file = file
+        self.line = line
+    }
+
+    /// True when the same work may succeed on another try: the connection broke, the server is
+    /// starting or shutting down, or a serialization failure or deadlock aborted the transaction.
+    public var isRetriable: Bool {
+        if code == .connection { return true }
+        guard let sqlState else { return false }
+        return sqlState.hasPrefix("08") || sqlState == "40001" || sqlState == "40P01" || sqlState.hasPrefix("57P")
+            || sqlState == "53300"
+    }
+
+    /// True for a violated unique constraint.
+    public var isUniqueViolation: Bool { sqlState == "23505" }
+
+    public var description: String {
+        var text = "PostgreSQL \(code) error"
+        if let sqlState { text += " (SQLSTATE \(sqlState))" }
+        if let step { text += " at \(step)" }
+        return text
+    }
+
+    public var debugDescription: String { "\(description): \(serverMessage) [\(file):\(line)]" }
+
+    public static func == (lhs: PGError, rhs: PGError) -> Bool { lhs.code == rhs.code && lhs.sqlState == rhs.sqlState }
+}

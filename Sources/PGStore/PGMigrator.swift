@@ -1,0 +1,63 @@
+/// One schema change, applied once and recorded in `schema_migrations`.
+public struct PGMigration: Sendable {
+    /// Applied in increasing order; never reuse or renumber a version once released.
+    public var version: Int
+    public var name: String
+    /// SQL text (may hold several statements); runs in one transaction with its record.
+    public var sql: String
+
+    public init(version: Int, name: String, sql: String) {
+        self.version = version
+        self.name = name
+        self.sql = sql
+    }
+}
+
+/// Applies migrations under an advisory lock, so replicas starting together do not race.
+public enum PGMigrator {
+    /// An arbitrary constant identifying this service's migration lock.
+    static let lockKey: Int64 = 0x6175_7468_776b  // "authwk"
+
+    /// Applies every migration newer than the database's version, each in its own transaction.
+    /// - Returns: the versions applied now (empty when already up to date).
+    /// - Throws: `PGError` `.migration` naming the migration that failed; earlier ones stay applied.
+    @discardableResult
+    public static func migrate(_ connection: PGConnection, migrations: [PGMigration]) throws -> [Int] {
+        try connection.query("SELECT pg_advisory_lock(\(lockKey))")
+        defer { _ = try? connection.query("SELECT pg_advisory_unlock(\(lockKey))") }
+        try connection.execute(
+            unsafeSQL: """
+                CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version integer PRIMARY KEY,
+                    name text NOT NULL,
+                    applied_at timestamptz NOT NULL DEFAULT now()
+                )
+                """)
+        let applied = Set(
+            try connection.query("SELECT version FROM schema_migrations").map { try $0.decode("version", as: Int.self) })
+        var done: [Int] = []
+        for migration in migrations.sorted(by: { $0.version < $1.version }) where !applied.contains(migration.version) {
+            do {
+                try connection.withTransaction { connection in
+                    try connection.execute(unsafeSQL: migration.sql)
+                    try connection.query(
+                        "INSERT INTO schema_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
+                }
+            } catch var error as PGError {
+                error.code = error.code == .connection ? .connection : .migration
+                error.step = "migration \(migration.version) \(migration.name)"
+                throw error
+            }
+            done.append(migration.version)
+        }
+        return done
+    }
+
+    /// The highest applied version, or nil for an empty database.
+    public static func currentVersion(_ connection: PGConnection) throws -> Int? {
+        let exists = try connection.query("SELECT to_regclass('schema_migrations') IS NOT NULL AS present")
+        guard try exists.first?.decode("present", as: Bool.self) == true else { return nil }
+        return try connection.query("SELECT max(version) AS version FROM schema_migrations").first?
+            .decode("version", as: Int?.self)
+    }
+}

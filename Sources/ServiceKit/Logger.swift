@@ -1,0 +1,158 @@
+import Foundation
+import Synchronization
+
+/// A structured logger in swift-log's shape: a label, a level, metadata, and a handler that writes.
+///
+/// Metadata keys are dot-separated (`auth.method`). Never put a secret in a message or in metadata.
+public struct Logger: Sendable {
+    /// Severity, ordered from the most verbose.
+    public enum Level: String, Sendable, Comparable, CaseIterable {
+        case debug, info, warning, error
+
+        private var rank: Int {
+            switch self {
+            case .debug: 0
+            case .info: 1
+            case .warning: 2
+            case .error: 3
+            }
+        }
+
+        public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rank < rhs.rank }
+    }
+
+    /// Structured values attached to a log line.
+    public typealias Metadata = [String: String]
+
+    /// The component that logs (`auth.worker`, `kafka.consumer`, …).
+    public let label: String
+    /// Lines below this level are dropped. Default: `.info`.
+    public var logLevel: Level
+    /// Metadata added to every line of this logger.
+    public var metadata: Metadata = [:]
+    private let handler: any LogHandler
+
+    /// - Parameters:
+    ///   - label: the component name.
+    ///   - level: the minimum level written.
+    ///   - handler: where lines go; default JSON lines on standard output.
+    public init(label: String, level: Level = .info, handler: any LogHandler = JSONLinesLogHandler.standardOutput) {
+        self.label = label
+        self.logLevel = level
+        self.handler = handler
+    }
+
+    /// A copy with a different label and the same handler, level and metadata.
+    public func child(label: String) -> Logger {
+        var copy = Logger(label: label, level: logLevel, handler: handler)
+        copy.metadata = metadata
+        return copy
+    }
+
+    /// Writes a line at `level` when enabled.
+    public func log(_ level: Level, _ message: @autoclosure () -> String, metadata extra: Metadata = [:]) {
+        guard level >= logLevel else { return }
+        var all = metadata
+        for (key, value) in extra { all[key] = value }
+        handler.write(LogRecord(date: Date(), level: level, label: label, message: message(), metadata: all))
+    }
+
+    public func debug(_ message: @autoclosure () -> String, metadata: Metadata = [:]) {
+        log(.debug, message(), metadata: metadata)
+    }
+
+    public func info(_ message: @autoclosure () -> String, metadata: Metadata = [:]) {
+        log(.info, message(), metadata: metadata)
+    }
+
+    public func warning(_ message: @autoclosure () -> String, metadata: Metadata = [:]) {
+        log(.warning, message(), metadata: metadata)
+    }
+
+    public func error(_ message: @autoclosure () -> String, metadata: Metadata = [:]) {
+        log(.error, message(), metadata: metadata)
+    }
+}
+
+/// One log line before formatting.
+public struct LogRecord: Sendable {
+    public var date: Date
+    public var level: Logger.Level
+    public var label: String
+    public var message: String
+    public var metadata: Logger.Metadata
+}
+
+/// Where log records go.
+public protocol LogHandler: Sendable {
+    /// Formats and writes one record; must be safe to call from any thread.
+    func write(_ record: LogRecord)
+}
+
+/// Writes one JSON object per line: `{"ts":…,"level":…,"logger":…,"msg":…,<metadata>}`.
+public final class JSONLinesLogHandler: LogHandler, Sendable {
+    /// The process's standard output.
+    public static let standardOutput = JSONLinesLogHandler(fileDescriptor: STDOUT_FILENO)
+    /// The process's standard error.
+    public static let standardError = JSONLinesLogHandler(fileDescriptor: STDERR_FILENO)
+
+    private let fileDescriptor: Int32
+    private let lock = Mutex(())
+
+    /// - Parameter fileDescriptor: an open descriptor the handler writes to; it is not closed.
+    public init(fileDescriptor: Int32) {
+        self.fileDescriptor = fileDescriptor
+    }
+
+    public func write(_ record: LogRecord) {
+        var line = Self.format(record)
+        line.append(0x0A)
+        lock.withLock { _ in
+            line.withUnsafeBytes { raw in
+                guard let base = raw.baseAddress else { return }
+                var offset = 0
+                while offset < raw.count {
+                    let written = Glibc.write(fileDescriptor, base + offset, raw.count - offset)
+                    if written <= 0 { break }
+                    offset += written
+                }
+            }
+        }
+    }
+
+    /// The JSON bytes of one record, without the newline.
+    public static func format(_ record: LogRecord) -> [UInt8] {
+        var object: [String: String] = record.metadata
+        object["ts"] = timestamp(record.date)
+        object["level"] = record.level.rawValue
+        object["logger"] = record.label
+        object["msg"] = record.message
+        let data =
+            (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
+            ?? Data("{\"msg\":\"unencodable log record\"}".utf8)
+        return Array(data)
+    }
+
+    private static func timestamp(_ date: Date) -> String {
+        date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
+    }
+}
+
+/// Keeps records in memory, for tests that assert on what was logged.
+public final class InMemoryLogHandler: LogHandler, Sendable {
+    private let storage = Mutex<[LogRecord]>([])
+
+    public init() {}
+
+    public func write(_ record: LogRecord) {
+        storage.withLock { $0.append(record) }
+    }
+
+    /// Every record written so far, oldest first.
+    public var records: [LogRecord] { storage.withLock { $0 } }
+
+    /// Every record as its JSON line, for searching the formatted output.
+    public var lines: [String] {
+        records.map { String(decoding: JSONLinesLogHandler.format($0), as: UTF8.self) }
+    }
+}
