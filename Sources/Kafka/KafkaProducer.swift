@@ -52,35 +52,33 @@ public final class KafkaProducer: Sendable {
     /// - Throws: `KafkaError` (`.produce` when the local queue refused it, `.delivery` when the broker did).
     @discardableResult
     public func send(_ record: ProducerRecord) async throws -> DeliveryReport {
+        let reports = try await send([record])
+        guard let report = reports.first else {
+            throw KafkaError(.delivery, reason: "no delivery report", isRetriable: true)
+        }
+        return report
+    }
+
+    /// Produces records in order and waits until the broker acknowledged every one.
+    ///
+    /// Records are handed to librdkafka in array order, so records with the same key keep their
+    /// order in their partition.
+    /// - Returns: the delivery reports, in the records' order.
+    /// - Throws: the first `KafkaError` once every record has settled.
+    @discardableResult
+    public func send(_ records: [ProducerRecord]) async throws -> [DeliveryReport] {
+        guard !records.isEmpty else { return [] }
         guard !handle.isClosing.load(ordering: .acquiring) else {
             throw KafkaError(.closed, reason: "producer is closed", isRetriable: false)
         }
         return try await withCheckedThrowingContinuation { continuation in
-            let id = deliveries.register(continuation)
-            let error = enqueue(record, opaque: UnsafeMutableRawPointer(bitPattern: UInt(id)))
-            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
-                deliveries.fail(id, with: KafkaError(.produce, error: error))
-            }
-        }
-    }
-
-    /// Produces records and waits for all acknowledgements; throws the first failure after all settle.
-    @discardableResult
-    public func send(_ records: [ProducerRecord]) async throws -> [DeliveryReport] {
-        try await withThrowingTaskGroup(of: (Int, DeliveryReport).self) { group in
-            for (index, record) in records.enumerated() {
-                group.addTask { (index, try await self.send(record)) }
-            }
-            var reports = [DeliveryReport?](repeating: nil, count: records.count)
-            var firstError: (any Error)?
-            while let next = await group.nextResult() {
-                switch next {
-                case .success(let (index, report)): reports[index] = report
-                case .failure(let error): if firstError == nil { firstError = error }
+            let ids = deliveries.register(count: records.count, continuation)
+            for (record, id) in zip(records, ids) {
+                let error = enqueue(record, opaque: UnsafeMutableRawPointer(bitPattern: id))
+                if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                    deliveries.settle(id, with: .failure(KafkaError(.produce, error: error)))
                 }
             }
-            if let firstError { throw firstError }
-            return reports.compactMap { $0 }
         }
     }
 
@@ -156,48 +154,80 @@ final class Handle: @unchecked Sendable {
     }
 }
 
-/// Pending sends by id, resumed from librdkafka's delivery callback.
+/// Pending sends, resumed from librdkafka's delivery callback when their whole batch has settled.
 final class DeliveryRegistry: Sendable {
-    private let pending = Mutex<(next: UInt, waiting: [UInt: CheckedContinuation<DeliveryReport, any Error>])>(
-        (1, [:]))
+    // @unchecked: a batch is only read or written under `state`'s lock.
+    private final class Batch: @unchecked Sendable {
+        var reports: [DeliveryReport?]
+        var firstError: KafkaError?
+        var remaining: Int
+        let continuation: CheckedContinuation<[DeliveryReport], any Error>
+
+        init(count: Int, continuation: CheckedContinuation<[DeliveryReport], any Error>) {
+            reports = Array(repeating: nil, count: count)
+            remaining = count
+            self.continuation = continuation
+        }
+    }
+
+    private struct State {
+        var next: UInt = 1
+        var waiting: [UInt: (batch: Batch, index: Int)] = [:]
+    }
+
+    // Batch objects are only touched under this lock.
+    private let state = Mutex(State())
     private let logger: Logger
 
     init(logger: Logger) { self.logger = logger }
 
-    func register(_ continuation: CheckedContinuation<DeliveryReport, any Error>) -> UInt {
-        pending.withLock { state in
-            let id = state.next
-            state.next += 1
-            state.waiting[id] = continuation
-            return id
+    /// Registers a batch of `count` records; returns one id per record, to pass as its opaque.
+    func register(count: Int, _ continuation: CheckedContinuation<[DeliveryReport], any Error>) -> [UInt] {
+        let batch = Batch(count: count, continuation: continuation)
+        return state.withLock { state in
+            (0..<count).map { index in
+                let id = state.next
+                state.next += 1
+                state.waiting[id] = (batch, index)
+                return id
+            }
         }
     }
 
-    func fail(_ id: UInt, with error: KafkaError) {
-        let continuation = pending.withLock { $0.waiting.removeValue(forKey: id) }
-        continuation?.resume(throwing: error)
+    /// Records one record's outcome; resumes its batch when it was the last.
+    func settle(_ id: UInt, with outcome: Result<DeliveryReport, KafkaError>) {
+        let finished = state.withLock { state -> (Batch, Result<[DeliveryReport], any Error>)? in
+            guard let (batch, index) = state.waiting.removeValue(forKey: id) else { return nil }
+            switch outcome {
+            case .success(let report): batch.reports[index] = report
+            case .failure(let error): if batch.firstError == nil { batch.firstError = error }
+            }
+            batch.remaining -= 1
+            guard batch.remaining == 0 else { return nil }
+            if let error = batch.firstError { return (batch, .failure(error)) }
+            return (batch, .success(batch.reports.compactMap { $0 }))
+        }
+        if let (batch, result) = finished { batch.continuation.resume(with: result) }
     }
 
     func failAll(with error: KafkaError) {
-        let all = pending.withLock { state in
-            defer { state.waiting.removeAll() }
-            return Array(state.waiting.values)
-        }
-        all.forEach { $0.resume(throwing: error) }
+        let ids = state.withLock { Array($0.waiting.keys) }
+        for id in ids { settle(id, with: .failure(error)) }
     }
 
     /// Called on the polling thread for every delivered or failed record.
     func complete(_ message: UnsafePointer<rd_kafka_message_t>) {
         let id = UInt(bitPattern: message.pointee._private)
-        guard let continuation = pending.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
         let error = message.pointee.err
         if error != RD_KAFKA_RESP_ERR_NO_ERROR {
-            continuation.resume(throwing: KafkaError(.delivery, error: error))
+            settle(id, with: .failure(KafkaError(.delivery, error: error)))
             return
         }
         let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
-        continuation.resume(
-            returning: DeliveryReport(topic: topic, partition: message.pointee.partition, offset: message.pointee.offset))
+        settle(
+            id,
+            with: .success(
+                DeliveryReport(topic: topic, partition: message.pointee.partition, offset: message.pointee.offset)))
     }
 
     func log(level: Int32, facility: UnsafePointer<CChar>?, text: UnsafePointer<CChar>?) {

@@ -26,6 +26,7 @@ public actor PGClient {
 
     /// Runs `body` with the connection, on the client's thread.
     /// - Throws: `PGError` `.connection` when no connection can be made, or what `body` throws.
+    @discardableResult
     public func withConnection<T: Sendable>(_ body: @Sendable (PGConnection) throws -> T) throws -> T {
         let connection = try connected()
         do {
@@ -38,6 +39,7 @@ public actor PGClient {
     }
 
     /// Runs `body` in a transaction on the client's thread.
+    @discardableResult
     public func withTransaction<T: Sendable>(_ body: @Sendable (PGConnection) throws -> T) throws -> T {
         try withConnection { try $0.withTransaction(body) }
     }

@@ -26,6 +26,7 @@ public final class PGPool: Sendable {
     public var size: Int { clients.count }
 
     /// Runs `body` with a connection of its own.
+    @discardableResult
     public func withConnection<T: Sendable>(_ body: @Sendable (PGConnection) throws -> T) async throws -> T {
         let index = await acquire()
         defer { release(index) }
@@ -33,6 +34,7 @@ public final class PGPool: Sendable {
     }
 
     /// Runs `body` in a transaction on a connection of its own.
+    @discardableResult
     public func withTransaction<T: Sendable>(_ body: @Sendable (PGConnection) throws -> T) async throws -> T {
         let index = await acquire()
         defer { release(index) }

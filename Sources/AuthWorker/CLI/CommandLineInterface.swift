@@ -1,0 +1,209 @@
+import AuthCrypto
+import Foundation
+import Kafka
+import Messages
+import PGStore
+import ServiceKit
+
+/// The `auth-worker` command: parses arguments, runs one command, returns the exit status.
+///
+/// Every command prints a usage line for `--help` and a one-line reason on error, with a non-zero
+/// exit status. Configuration comes from the environment (see the README), never from arguments.
+public struct CommandLineInterface: Sendable {
+    public static let usage = """
+        usage: auth-worker <command> [options]
+
+        commands:
+          run                                   consume and answer login requests until SIGTERM
+          migrate                               bring the database schema up to date, then exit
+          keys generate FILE [--alg EdDSA|ES256]  make a signing key (PEM, mode 0600)
+          keys jwks                             print the public JWK Set of AUTH_SIGNING_KEYS
+          request guest [--device NAME] [--platform P] [--timeout SECONDS]
+                                                publish a guest login and print its result
+          users show ID_OR_EMAIL                print a user, its identities and sessions (no secrets)
+
+        Configuration is read from AUTH_* environment variables; see the README.
+        """
+
+    private let environment: [String: String]
+    private let output: @Sendable (String) -> Void
+    private let errorOutput: @Sendable (String) -> Void
+
+    public init(
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        output: @escaping @Sendable (String) -> Void = { print($0) },
+        errorOutput: @escaping @Sendable (String) -> Void = { message in
+            FileHandle.standardError.write(Data((message + "\n").utf8))
+        }
+    ) {
+        self.environment = environment
+        self.output = output
+        self.errorOutput = errorOutput
+    }
+
+    /// Runs the command named by `arguments` (without the program name).
+    /// - Returns: the exit status: 0 on success, 1 on failure, 2 on a usage error.
+    public func run(_ arguments: [String]) async -> Int32 {
+        if arguments.isEmpty || arguments.contains("--help") || arguments.contains("-h") || arguments.first == "help" {
+            output(Self.usage)
+            return arguments.isEmpty ? 2 : 0
+        }
+        do {
+            switch (arguments[0], arguments.dropFirst().first) {
+            case ("run", _):
+                try await runWorker()
+            case ("migrate", _):
+                try await migrate()
+            case ("keys", "generate"):
+                try generateKey(Array(arguments.dropFirst(2)))
+            case ("keys", "jwks"):
+                try printJWKS()
+            case ("request", "guest"):
+                return try await requestGuest(Array(arguments.dropFirst(2)))
+            case ("users", "show"):
+                return try await showUser(Array(arguments.dropFirst(2)))
+            default:
+                errorOutput("auth-worker: unknown command '\(arguments.joined(separator: " "))'; see auth-worker --help")
+                return 2
+            }
+            return 0
+        } catch let error as UsageError {
+            errorOutput("auth-worker: \(error.message)")
+            return 2
+        } catch let error as PGError {
+            errorOutput("auth-worker: \(error.debugDescription)")
+            return 1
+        } catch {
+            errorOutput("auth-worker: \(error)")
+            return 1
+        }
+    }
+
+    struct UsageError: Error {
+        var message: String
+    }
+
+    private func configuration() throws -> WorkerConfiguration {
+        try WorkerConfiguration.fromEnvironment(environment)
+    }
+
+    private func logger(_ configuration: WorkerConfiguration) -> Logger {
+        Logger(label: "auth-worker", level: configuration.logLevel)
+    }
+
+    // MARK: - run, migrate
+
+    private func runWorker() async throws {
+        let configuration = try configuration()
+        let logger = logger(configuration)
+        logger.info(
+            "Starting",
+            metadata: [
+                "kafka.brokers": configuration.kafkaBrokers.joined(separator: ","),
+                "kafka.group": configuration.kafkaGroup, "auth.token_format": configuration.accessTokenFormat.rawValue,
+            ])
+        let application = try await WorkerApplication.build(configuration: configuration, logger: logger)
+        try await application.run()
+    }
+
+    private func migrate() async throws {
+        let configuration = try configuration()
+        let connection = try PGConnection(conninfo: configuration.databaseURL)
+        let applied = try PGMigrator.migrate(connection, migrations: Migrations.all)
+        let version = try PGMigrator.currentVersion(connection) ?? 0
+        output(
+            applied.isEmpty
+                ? "schema is up to date (version \(version))"
+                : "applied \(applied.map(String.init).joined(separator: ", ")); schema version \(version)")
+    }
+
+    // MARK: - keys
+
+    private func generateKey(_ arguments: [String]) throws {
+        var algorithm = SigningKey.Algorithm.edDSA
+        var path: String?
+        var index = 0
+        while index < arguments.count {
+            switch arguments[index] {
+            case "--alg":
+                guard index + 1 < arguments.count, let parsed = SigningKey.Algorithm(rawValue: arguments[index + 1]) else {
+                    throw UsageError(message: "--alg takes EdDSA or ES256")
+                }
+                algorithm = parsed
+                index += 2
+            default:
+                guard path == nil else { throw UsageError(message: "keys generate takes one FILE") }
+                path = arguments[index]
+                index += 1
+            }
+        }
+        guard let path else { throw UsageError(message: "usage: auth-worker keys generate FILE [--alg EdDSA|ES256]") }
+        guard !FileManager.default.fileExists(atPath: path) else {
+            throw UsageError(message: "\(path) exists; refusing to overwrite a key")
+        }
+        let key = try SigningKey.generate(algorithm)
+        let pem = try key.privateKeyPEM()
+        guard FileManager.default.createFile(atPath: path, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o600])
+        else { throw UsageError(message: "cannot write \(path)") }
+        output("wrote \(algorithm.rawValue) key \(key.keyID) to \(path)")
+    }
+
+    private func printJWKS() throws {
+        var configuration = try configuration()
+        configuration.accessTokenFormat = .jwt
+        let issuer = try JWTAccessTokenIssuer(configuration: configuration)
+        output(try JWTAccessTokenIssuer.jwks(issuer.keys))
+    }
+
+    // MARK: - request guest
+
+    private func requestGuest(_ arguments: [String]) async throws -> Int32 {
+        var device = LoginRequestData.Device(name: "auth-worker CLI", platform: "cli")
+        var timeout = 30
+        var index = 0
+        while index < arguments.count {
+            guard index + 1 < arguments.count else { throw UsageError(message: "\(arguments[index]) needs a value") }
+            let value = arguments[index + 1]
+            switch arguments[index] {
+            case "--device": device.name = value
+            case "--platform": device.platform = value
+            case "--timeout":
+                guard let seconds = Int(value), seconds > 0 else { throw UsageError(message: "--timeout takes seconds") }
+                timeout = seconds
+            default: throw UsageError(message: "unknown option \(arguments[index])")
+            }
+            index += 2
+        }
+        let configuration = try configuration()
+        var quiet = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
+        quiet.logLevel = .error
+        let client = try GatewayClient(configuration: configuration, logger: quiet)
+        defer { client.close() }
+        var data = LoginRequestData(method: "guest")
+        data.device = device
+        let id = UUID().uuidString.lowercased()
+        let started = ContinuousClock.now
+        try await client.publish(requestID: id, data: data)
+        guard let result = try await client.awaitResult(requestID: id, timeout: .seconds(timeout)) else {
+            errorOutput("auth-worker: no result for request \(id) within \(timeout) s (is the worker running?)")
+            return 1
+        }
+        output(String(decoding: result, as: UTF8.self))
+        errorOutput("answered in \(ContinuousClock.now - started)")
+        return 0
+    }
+
+    // MARK: - users show
+
+    private func showUser(_ arguments: [String]) async throws -> Int32 {
+        guard arguments.count == 1 else { throw UsageError(message: "usage: auth-worker users show ID_OR_EMAIL") }
+        let configuration = try configuration()
+        let connection = try PGConnection(conninfo: configuration.databaseURL)
+        guard let report = try UserReport.load(arguments[0], connection: connection) else {
+            errorOutput("auth-worker: no user \(arguments[0])")
+            return 1
+        }
+        output(String(decoding: try MessageCoding.encode(report), as: UTF8.self))
+        return 0
+    }
+}

@@ -1,0 +1,55 @@
+import Foundation
+import Kafka
+import Messages
+import ServiceKit
+
+/// Plays the gateway: publishes login requests and reads their results. Used by the CLI's
+/// `request` command and by tests.
+public final class GatewayClient: Sendable {
+    private let producer: KafkaProducer
+    private let resultsConsumer: KafkaConsumer
+    private let topics: WorkerConfiguration.Topics
+
+    /// - Parameter configuration: brokers and topic names; results are read by a throwaway group.
+    public init(configuration: WorkerConfiguration, logger: Logger) throws {
+        producer = try KafkaProducer(configuration: configuration.producerConfiguration, logger: logger)
+        var consumerConfiguration = configuration.consumerConfiguration
+        consumerConfiguration.groupID = "auth-gateway-\(UUID().uuidString.lowercased())"
+        consumerConfiguration.autoOffsetReset = "earliest"
+        consumerConfiguration.sessionTimeout = .seconds(6)
+        resultsConsumer = try KafkaConsumer(
+            configuration: consumerConfiguration, topics: [configuration.topics.results], logger: logger)
+        topics = configuration.topics
+    }
+
+    /// Publishes a request event with `requestID` as its id and Kafka key.
+    public func publish(requestID: String, data: LoginRequestData, source: String = "/gateway/cli") async throws {
+        let event = CloudEvent(
+            id: requestID, source: source, type: RequestDecoder.requestType, time: Date(), data: data)
+        try await publishRaw(key: Array(requestID.utf8), value: try MessageCoding.encode(event))
+    }
+
+    /// Publishes arbitrary bytes on the requests topic (for malformed-input tests).
+    public func publishRaw(key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = []) async throws {
+        try await producer.send(ProducerRecord(topic: topics.requests, key: key, value: value, headers: headers))
+    }
+
+    /// Waits for the result whose key is `requestID`.
+    /// - Returns: the result's JSON bytes, or nil after `timeout`.
+    public func awaitResult(requestID: String, timeout: Duration) async throws -> [UInt8]? {
+        let deadline = ContinuousClock.now + timeout
+        let key = Array(requestID.utf8)
+        while ContinuousClock.now < deadline {
+            for message in try await resultsConsumer.poll(maxMessages: 500, timeout: .milliseconds(200))
+            where message.key == key {
+                return message.value
+            }
+        }
+        return nil
+    }
+
+    public func close() {
+        producer.close(timeout: .seconds(5))
+        Task { [resultsConsumer] in await resultsConsumer.close() }
+    }
+}

@@ -1,0 +1,82 @@
+import Foundation
+import PGStore
+
+/// What `auth-worker users show` prints: the user, identities and sessions, never a secret.
+struct UserReport: Codable {
+    struct Identity: Codable {
+        var provider: String
+        var subject: String
+        var email: String?
+        var emailVerified: Bool
+        var hasPassword: Bool
+        var lastLoginAt: String
+
+        enum CodingKeys: String, CodingKey {
+            case provider, subject, email
+            case emailVerified = "email_verified"
+            case hasPassword = "has_password"
+            case lastLoginAt = "last_login_at"
+        }
+    }
+
+    struct Session: Codable {
+        var id: String
+        var provider: String
+        var device: String?
+        var createdAt: String
+        var expiresAt: String
+        var revokedAt: String?
+
+        enum CodingKeys: String, CodingKey {
+            case id, provider, device
+            case createdAt = "created_at"
+            case expiresAt = "expires_at"
+            case revokedAt = "revoked_at"
+        }
+    }
+
+    var user: [String: String]
+    var identities: [Identity]
+    var sessions: [Session]
+
+    static func load(_ idOrEmail: String, connection: PGConnection) throws -> UserReport? {
+        let rows: PGRows
+        if let id = UUID(uuidString: idOrEmail) {
+            rows = try connection.query("SELECT * FROM users WHERE id = \(id)")
+        } else {
+            rows = try connection.query(
+                """
+                SELECT * FROM users WHERE lower(email) = lower(\(idOrEmail))
+                   OR id IN (SELECT user_id FROM identities WHERE lower(email) = lower(\(idOrEmail)))
+                ORDER BY created_at LIMIT 1
+                """)
+        }
+        guard let row = rows.first else { return nil }
+        var user: [String: String] = [:]
+        for (column, value) in zip(row.columns, row.values) { user[column] = value }
+        let id: UUID = try row.decode("id")
+        let identities = try connection.query(
+            """
+            SELECT provider, subject, email, email_verified, password_hash IS NOT NULL AS has_password, last_login_at
+            FROM identities WHERE user_id = \(id) ORDER BY created_at
+            """
+        ).map { row in
+            Identity(
+                provider: try row.decode("provider"), subject: try row.decode("subject"),
+                email: try row.decode("email", as: String?.self), emailVerified: try row.decode("email_verified"),
+                hasPassword: try row.decode("has_password"), lastLoginAt: try row.decode("last_login_at"))
+        }
+        let sessions = try connection.query(
+            """
+            SELECT id, provider, device_name, created_at, expires_at, revoked_at
+            FROM sessions WHERE user_id = \(id) ORDER BY created_at DESC LIMIT 50
+            """
+        ).map { row in
+            Session(
+                id: try row.decode("id"), provider: try row.decode("provider"),
+                device: try row.decode("device_name", as: String?.self), createdAt: try row.decode("created_at"),
+                expiresAt: try row.decode("expires_at"), revokedAt: try row.decode("revoked_at", as: String?.self))
+        }
+        return UserReport(user: user, identities: identities, sessions: sessions)
+    }
+}

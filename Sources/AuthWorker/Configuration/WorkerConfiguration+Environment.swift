@@ -1,0 +1,117 @@
+import Foundation
+import ServiceKit
+
+extension WorkerConfiguration {
+    /// Reads the configuration from environment variables (tests pass a dictionary).
+    /// - Throws: `ConfigurationError` naming the first variable that does not parse.
+    public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment) throws
+        -> WorkerConfiguration
+    {
+        var config = WorkerConfiguration()
+        let reader = EnvironmentReader(environment: environment)
+        if let brokers = reader.list("AUTH_KAFKA_BROKERS") { config.kafkaBrokers = brokers }
+        if let group = reader.string("AUTH_KAFKA_GROUP") { config.kafkaGroup = group }
+        if let path = reader.string("AUTH_KAFKA_PROPERTIES_FILE") {
+            config.kafkaProperties = try Self.readProperties(path: path)
+        }
+        if let url = reader.string("AUTH_DATABASE_URL") { config.databaseURL = url }
+        if let value = reader.string("AUTH_TOPIC_REQUESTS") { config.topics.requests = value }
+        if let value = reader.string("AUTH_TOPIC_RESULTS") { config.topics.results = value }
+        if let value = reader.string("AUTH_TOPIC_EVENTS") { config.topics.events = value }
+        if let value = reader.string("AUTH_TOPIC_NOTIFICATIONS") { config.topics.notifications = value }
+        if let value = reader.string("AUTH_TOPIC_DLQ") { config.topics.deadLetters = value }
+        if let value = reader.list("AUTH_APPLE_AUDIENCES") { config.appleAudiences = value }
+        if let value = reader.list("AUTH_GOOGLE_AUDIENCES") { config.googleAudiences = value }
+        if let value = reader.string("AUTH_APPLE_KEYS_URL") { config.appleKeysURL = value }
+        if let value = reader.string("AUTH_GOOGLE_KEYS_URL") { config.googleKeysURL = value }
+        if let value = reader.string("AUTH_OIDC_PROVIDERS") { config.oidcProvidersPath = value }
+        if let value = reader.string("AUTH_ACCESS_TOKEN_FORMAT") {
+            guard let format = AccessTokenFormat(rawValue: value) else {
+                throw ConfigurationError(variable: "AUTH_ACCESS_TOKEN_FORMAT", reason: "must be jwt or opaque")
+            }
+            config.accessTokenFormat = format
+        }
+        if let value = reader.list("AUTH_SIGNING_KEYS") { config.signingKeyPaths = value }
+        if let value = reader.string("AUTH_TOKEN_ISSUER") { config.tokenIssuer = value }
+        if let value = reader.string("AUTH_TOKEN_AUDIENCE") { config.tokenAudience = value }
+        if let value = reader.string("AUTH_LOG_LEVEL") {
+            guard let level = Logger.Level(rawValue: value) else {
+                throw ConfigurationError(variable: "AUTH_LOG_LEVEL", reason: "must be debug, info, warning or error")
+            }
+            config.logLevel = level
+        }
+        if let value = reader.string("AUTH_EVENT_SOURCE") { config.eventSource = value }
+        if let value = try reader.seconds("AUTH_ACCESS_TOKEN_TTL_SECONDS") { config.sessions.accessTokenLifetime = value }
+        if let value = try reader.seconds("AUTH_REFRESH_TOKEN_TTL_SECONDS") {
+            config.sessions.refreshTokenLifetime = value
+        }
+        if let value = try reader.seconds("AUTH_SESSION_TTL_SECONDS") { config.sessions.sessionLifetime = value }
+        if let value = try reader.seconds("AUTH_IDEMPOTENCY_TTL_SECONDS") { config.sessions.idempotencyLifetime = value }
+        if let value = reader.list("AUTH_GUEST_ABILITIES") { config.sessions.guestAbilities = value }
+        if let value = try reader.integer("AUTH_BATCH_SIZE") { config.processing.batchSize = value }
+        if let value = try reader.integer("AUTH_BATCH_WAIT_MS") { config.processing.batchWait = .milliseconds(value) }
+        if let value = try reader.integer("AUTH_DB_POOL_SIZE") { config.processing.databasePoolSize = value }
+        if let value = try reader.integer("AUTH_MAX_RETRY_DELAY_MS") {
+            config.processing.maxRetryDelay = .milliseconds(value)
+        }
+        if let value = try reader.integer("AUTH_KAFKA_SESSION_TIMEOUT_MS") {
+            config.processing.kafkaSessionTimeout = .milliseconds(value)
+        }
+        if let value = try reader.bool("AUTH_MIGRATE_ON_START") { config.migrateOnStart = value }
+        if let value = try reader.integer("AUTH_SHUTDOWN_TIMEOUT_SECONDS") { config.shutdownTimeout = .seconds(value) }
+        return config
+    }
+
+    /// Parses a librdkafka properties file: `key=value` lines, `#` comments.
+    static func readProperties(path: String) throws -> [String: String] {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw ConfigurationError(variable: "AUTH_KAFKA_PROPERTIES_FILE", reason: "cannot read \(path)")
+        }
+        var properties: [String: String] = [:]
+        for line in text.split(whereSeparator: \.isNewline) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
+            guard let equals = trimmed.firstIndex(of: "=") else {
+                throw ConfigurationError(variable: "AUTH_KAFKA_PROPERTIES_FILE", reason: "has a line without '='")
+            }
+            properties[trimmed[..<equals].trimmingCharacters(in: .whitespaces)] =
+                trimmed[trimmed.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+        }
+        return properties
+    }
+}
+
+/// Typed access to environment variables; empty values count as unset.
+struct EnvironmentReader {
+    let environment: [String: String]
+
+    func string(_ name: String) -> String? {
+        guard let value = environment[name]?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        return value
+    }
+
+    func list(_ name: String) -> [String]? {
+        string(name).map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } }
+    }
+
+    func integer(_ name: String) throws -> Int? {
+        guard let text = string(name) else { return nil }
+        guard let value = Int(text), value >= 0 else {
+            throw ConfigurationError(variable: name, reason: "must be a non-negative whole number")
+        }
+        return value
+    }
+
+    func seconds(_ name: String) throws -> TimeInterval? {
+        try integer(name).map(TimeInterval.init)
+    }
+
+    func bool(_ name: String) throws -> Bool? {
+        guard let text = string(name)?.lowercased() else { return nil }
+        switch text {
+        case "true", "1", "yes": return true
+        case "false", "0", "no": return false
+        default: throw ConfigurationError(variable: name, reason: "must be true or false")
+        }
+    }
+}

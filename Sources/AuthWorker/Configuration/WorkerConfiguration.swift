@@ -1,0 +1,162 @@
+import Foundation
+import Kafka
+import ServiceKit
+
+/// Everything the worker needs to run, read from the environment in one place.
+///
+/// Names follow the operator interface of the contract. Secrets come from the environment or
+/// files, never from the command line.
+public struct WorkerConfiguration: Sendable {
+    /// Kafka bootstrap servers. Env: `AUTH_KAFKA_BROKERS`. Default: the local setup's `127.0.0.1:19092`.
+    public var kafkaBrokers: [String]
+    /// Consumer group id. Env: `AUTH_KAFKA_GROUP`. Default: `auth-worker`.
+    public var kafkaGroup = "auth-worker"
+    /// Raw librdkafka properties (SASL, TLS), from the `key=value` file named by `AUTH_KAFKA_PROPERTIES_FILE`.
+    public var kafkaProperties: [String: String] = [:]
+    /// PostgreSQL URL. Env: `AUTH_DATABASE_URL`. Default: the local setup's database.
+    public var databaseURL: String
+    /// Topic names. Env: `AUTH_TOPIC_*`.
+    public var topics = Topics()
+    /// Access token format. Env: `AUTH_ACCESS_TOKEN_FORMAT` (`jwt` or `opaque`). Default: `jwt`.
+    public var accessTokenFormat: AccessTokenFormat = .jwt
+    /// Private key files that sign JWT access tokens, newest first. Env: `AUTH_SIGNING_KEYS`.
+    public var signingKeyPaths: [String] = []
+    /// `iss` of issued JWT access tokens. Env: `AUTH_TOKEN_ISSUER`. Default: `auth-worker`.
+    public var tokenIssuer = "auth-worker"
+    /// `aud` of issued JWT access tokens. Env: `AUTH_TOKEN_AUDIENCE`. Default: `api`.
+    public var tokenAudience = "api"
+    /// Minimum log level. Env: `AUTH_LOG_LEVEL`. Default: `info`.
+    public var logLevel: Logger.Level = .info
+    /// Accepted audiences per built-in provider (parsed now, used once provider sign-in lands).
+    /// Env: `AUTH_APPLE_AUDIENCES`, `AUTH_GOOGLE_AUDIENCES`.
+    public var appleAudiences: [String] = []
+    public var googleAudiences: [String] = []
+    /// Env: `AUTH_APPLE_KEYS_URL`, `AUTH_GOOGLE_KEYS_URL`.
+    public var appleKeysURL = "https://appleid.apple.com/auth/keys"
+    public var googleKeysURL = "https://www.googleapis.com/oauth2/v3/certs"
+    /// Env: `AUTH_OIDC_PROVIDERS`: path of a JSON file describing further providers.
+    public var oidcProvidersPath: String?
+    /// Session and token lifetimes.
+    public var sessions = Sessions()
+    /// Batching and parallelism.
+    public var processing = Processing()
+    /// Apply migrations when `run` starts. Env: `AUTH_MIGRATE_ON_START` (`true`/`false`). Default: true.
+    public var migrateOnStart = true
+    /// How long SIGTERM may take before the worker exits non-zero. Env: `AUTH_SHUTDOWN_TIMEOUT_SECONDS`.
+    /// Default: 30 s.
+    public var shutdownTimeout: Duration = .seconds(30)
+    /// `source` of emitted CloudEvents. Env: `AUTH_EVENT_SOURCE`. Default: `/auth-worker`.
+    public var eventSource = "/auth-worker"
+
+    /// Access token formats.
+    public enum AccessTokenFormat: String, Sendable {
+        case jwt, opaque
+    }
+
+    /// Topic names; defaults are the contract's.
+    public struct Topics: Sendable, Equatable {
+        public var requests = "auth.login.requests"
+        public var results = "auth.login.results"
+        public var events = "auth.user.events"
+        public var notifications = "auth.provider.notifications"
+        public var deadLetters = "auth.login.requests.dlq"
+        public init() {}
+    }
+
+    /// Lifetimes of what a login issues.
+    public struct Sessions: Sendable, Equatable {
+        /// Env: `AUTH_ACCESS_TOKEN_TTL_SECONDS`. Default: 900 (15 minutes).
+        public var accessTokenLifetime: TimeInterval = 900
+        /// Env: `AUTH_REFRESH_TOKEN_TTL_SECONDS`. Default: 30 days.
+        public var refreshTokenLifetime: TimeInterval = 30 * 86400
+        /// Absolute session lifetime. Env: `AUTH_SESSION_TTL_SECONDS`. Default: 90 days.
+        public var sessionLifetime: TimeInterval = 90 * 86400
+        /// Abilities of guest sessions. Env: `AUTH_GUEST_ABILITIES` (comma-separated). Default: `guest`.
+        public var guestAbilities = ["guest"]
+        /// Abilities of member sessions. Default: `*`.
+        public var memberAbilities = ["*"]
+        /// How long a request id is remembered for idempotency. Env: `AUTH_IDEMPOTENCY_TTL_SECONDS`.
+        /// Default: 7 days.
+        public var idempotencyLifetime: TimeInterval = 7 * 86400
+        public init() {}
+    }
+
+    /// How the consume loop batches and parallelises.
+    public struct Processing: Sendable, Equatable {
+        /// Messages per batch at most. Env: `AUTH_BATCH_SIZE`. Default: 256.
+        public var batchSize = 256
+        /// How long a poll waits for the first message. Env: `AUTH_BATCH_WAIT_MS`. Default: 100 ms.
+        public var batchWait: Duration = .milliseconds(100)
+        /// PostgreSQL connections, and so messages processed at once. Env: `AUTH_DB_POOL_SIZE`. Default: 4.
+        public var databasePoolSize = 4
+        /// First delay when retrying a transient failure; doubles up to `maxRetryDelay`. Default: 200 ms.
+        public var initialRetryDelay: Duration = .milliseconds(200)
+        /// Env: `AUTH_MAX_RETRY_DELAY_MS`. Default: 10 s.
+        public var maxRetryDelay: Duration = .seconds(10)
+        /// Consumer session timeout. Env: `AUTH_KAFKA_SESSION_TIMEOUT_MS`. Default: 10 s.
+        public var kafkaSessionTimeout: Duration = .seconds(10)
+        public init() {}
+    }
+
+    /// The local setup's defaults for the two endpoints; everything else has its documented default.
+    public init(
+        kafkaBrokers: [String] = ["127.0.0.1:19092"],
+        databaseURL: String = "postgres://postgres@127.0.0.1:55432/auth"
+    ) {
+        self.kafkaBrokers = kafkaBrokers
+        self.databaseURL = databaseURL
+    }
+
+    /// Throws a `ConfigurationError` naming the setting that cannot work.
+    public func validate() throws {
+        guard !kafkaBrokers.isEmpty, kafkaBrokers.allSatisfy({ $0.contains(":") }) else {
+            throw ConfigurationError(variable: "AUTH_KAFKA_BROKERS", reason: "must list host:port pairs")
+        }
+        guard !kafkaGroup.isEmpty else {
+            throw ConfigurationError(variable: "AUTH_KAFKA_GROUP", reason: "must not be empty")
+        }
+        guard databaseURL.hasPrefix("postgres://") || databaseURL.hasPrefix("postgresql://") else {
+            throw ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "must be a postgres:// URL")
+        }
+        if accessTokenFormat == .jwt, signingKeyPaths.isEmpty {
+            throw ConfigurationError(
+                variable: "AUTH_SIGNING_KEYS",
+                reason: "is required when AUTH_ACCESS_TOKEN_FORMAT is jwt (make one with `auth-worker keys generate FILE`)")
+        }
+        guard processing.batchSize > 0, processing.databasePoolSize > 0 else {
+            throw ConfigurationError(variable: "AUTH_BATCH_SIZE", reason: "batch and pool sizes must be positive")
+        }
+        guard sessions.accessTokenLifetime > 0, sessions.refreshTokenLifetime > 0, sessions.sessionLifetime > 0 else {
+            throw ConfigurationError(variable: "AUTH_ACCESS_TOKEN_TTL_SECONDS", reason: "lifetimes must be positive")
+        }
+    }
+
+    /// Producer settings for librdkafka.
+    public var producerConfiguration: KafkaProducerConfiguration {
+        var kafka = KafkaConfiguration(bootstrapServers: kafkaBrokers)
+        kafka.properties = kafkaProperties
+        return KafkaProducerConfiguration(kafka: kafka)
+    }
+
+    /// Consumer settings for librdkafka.
+    public var consumerConfiguration: KafkaConsumerConfiguration {
+        var kafka = KafkaConfiguration(bootstrapServers: kafkaBrokers)
+        kafka.properties = kafkaProperties
+        var consumer = KafkaConsumerConfiguration(kafka: kafka, groupID: kafkaGroup)
+        consumer.sessionTimeout = processing.kafkaSessionTimeout
+        return consumer
+    }
+}
+
+/// A setting that is missing or cannot work; says which environment variable.
+public struct ConfigurationError: Error, CustomStringConvertible, Equatable {
+    public var variable: String
+    public var reason: String
+
+    public init(variable: String, reason: String) {
+        self.variable = variable
+        self.reason = reason
+    }
+
+    public var description: String { "\(variable) \(reason)" }
+}

@@ -1,0 +1,24 @@
+import Messages
+
+/// A definite answer that is not a success: becomes an error result with the contract's code.
+public struct LoginError: Error, Equatable, CustomStringConvertible {
+    public var code: ErrorCode
+    /// For logs and the result's `message`; never contains a secret.
+    public var message: String
+    public var retriable: Bool
+    public var field: String?
+
+    public init(_ code: ErrorCode, _ message: String, retriable: Bool = false, field: String? = nil) {
+        self.code = code
+        self.message = message
+        self.retriable = retriable
+        self.field = field
+    }
+
+    public var description: String { "\(code): \(message)" }
+
+    /// The result's error object.
+    public var payload: ErrorPayload {
+        ErrorPayload(code: code, message: message, retriable: retriable, field: field)
+    }
+}

@@ -1,0 +1,125 @@
+import PGStore
+
+/// The database schema, as ordered migrations. Released versions are never edited: add a new one.
+public enum Migrations {
+    public static let all: [PGMigration] = [initialSchema]
+
+    /// Users, identities, sessions and tokens for every login method of DESIGN.md, the idempotency
+    /// record, the event outbox, and password-attempt throttling.
+    static let initialSchema = PGMigration(
+        version: 1, name: "initial schema",
+        sql: """
+            CREATE TABLE users (
+                id               uuid PRIMARY KEY,
+                handle           text NOT NULL UNIQUE,
+                name             text,
+                email            text,
+                email_verified   boolean NOT NULL DEFAULT false,
+                is_private_email boolean NOT NULL DEFAULT false,
+                is_guest         boolean NOT NULL,
+                created_at       timestamptz NOT NULL,
+                updated_at       timestamptz NOT NULL,
+                upgraded_at      timestamptz
+            );
+            CREATE INDEX users_email ON users (lower(email)) WHERE email IS NOT NULL;
+            CREATE INDEX users_guest_created ON users (created_at) WHERE is_guest;
+
+            -- One row per way of signing in. (provider, subject) is the key: for apple, google and oidc
+            -- providers the token's `sub`; for `password` the normalised e-mail address.
+            CREATE TABLE identities (
+                provider         text NOT NULL,
+                subject          text NOT NULL,
+                user_id          uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                email            text,
+                email_verified   boolean NOT NULL DEFAULT false,
+                is_private_email boolean NOT NULL DEFAULT false,
+                email_status     text,
+                password_hash    text,
+                created_at       timestamptz NOT NULL,
+                last_login_at    timestamptz NOT NULL,
+                PRIMARY KEY (provider, subject)
+            );
+            CREATE INDEX identities_user ON identities (user_id);
+
+            -- A session is one device's sign-in; its tokens rotate, the session stays.
+            CREATE TABLE sessions (
+                id               uuid PRIMARY KEY,
+                user_id          uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                provider         text NOT NULL,
+                device_name      text,
+                device_platform  text,
+                abilities        text[] NOT NULL,
+                created_at       timestamptz NOT NULL,
+                expires_at       timestamptz NOT NULL,
+                revoked_at       timestamptz,
+                revoked_reason   text
+            );
+            CREATE INDEX sessions_user ON sessions (user_id) WHERE revoked_at IS NULL;
+
+            -- Access tokens: only the SHA-256 of the token is stored (opaque tokens are looked up by
+            -- it; JWT access tokens are recorded by their jti for revocation and audit).
+            CREATE TABLE access_tokens (
+                id               uuid PRIMARY KEY,
+                session_id       uuid NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                token_hash       bytea NOT NULL UNIQUE CHECK (length(token_hash) = 32),
+                name             text,
+                abilities        text[] NOT NULL,
+                created_at       timestamptz NOT NULL,
+                expires_at       timestamptz NOT NULL,
+                last_used_at     timestamptz
+            );
+            CREATE INDEX access_tokens_session ON access_tokens (session_id);
+
+            -- Refresh tokens form one family per session; each use rotates to a successor.
+            CREATE TABLE refresh_tokens (
+                id               uuid PRIMARY KEY,
+                session_id       uuid NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                token_hash       bytea NOT NULL UNIQUE CHECK (length(token_hash) = 32),
+                parent_id        uuid REFERENCES refresh_tokens (id) ON DELETE SET NULL,
+                created_at       timestamptz NOT NULL,
+                expires_at       timestamptz NOT NULL,
+                used_at          timestamptz,
+                replaced_by      uuid
+            );
+            CREATE INDEX refresh_tokens_session ON refresh_tokens (session_id);
+
+            -- Idempotency: one row per request id, written in the transaction of its effect.
+            CREATE TABLE processed_requests (
+                request_id       text PRIMARY KEY,
+                method           text NOT NULL,
+                status           text NOT NULL,
+                user_id          uuid,
+                session_id       uuid,
+                processed_at     timestamptz NOT NULL,
+                expires_at       timestamptz NOT NULL
+            );
+            CREATE INDEX processed_requests_expiry ON processed_requests (expires_at);
+
+            -- Transactional outbox: events are written with their cause and published after commit.
+            CREATE TABLE outbox (
+                seq              bigserial PRIMARY KEY,
+                event_id         uuid NOT NULL UNIQUE,
+                topic            text NOT NULL,
+                message_key      text NOT NULL,
+                payload          bytea NOT NULL,
+                created_at       timestamptz NOT NULL,
+                published_at     timestamptz
+            );
+            CREATE INDEX outbox_unpublished ON outbox (seq) WHERE published_at IS NULL;
+
+            -- Failed password attempts per account, shared by every replica.
+            CREATE TABLE login_throttle (
+                account_key      text PRIMARY KEY,
+                failures         integer NOT NULL,
+                last_failure_at  timestamptz NOT NULL,
+                locked_until     timestamptz
+            );
+
+            -- Rate limit buckets (guest creation per client key).
+            CREATE TABLE rate_limits (
+                bucket           text PRIMARY KEY,
+                window_start     timestamptz NOT NULL,
+                count            integer NOT NULL
+            );
+            """)
+}

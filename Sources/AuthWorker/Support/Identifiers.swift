@@ -1,0 +1,74 @@
+import AuthCrypto
+import Foundation
+
+/// Makes the service's identifiers: UUIDv7 ids, handles and secret tokens.
+public struct Identifiers: Sendable {
+    private let clock: any WorkerClock
+    private let random: any RandomSource
+
+    public init(clock: any WorkerClock, random: any RandomSource = SystemRandom()) {
+        self.clock = clock
+        self.random = random
+    }
+
+    /// A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds then random bits, so ids sort by creation.
+    public func uuid() throws -> UUID {
+        let milliseconds = UInt64(max(clock.now().timeIntervalSince1970, 0) * 1000)
+        var bytes = try random.bytes(16)
+        for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: milliseconds >> (40 - 8 * UInt64(index))) }
+        bytes[6] = 0x70 | (bytes[6] & 0x0F)
+        bytes[8] = 0x80 | (bytes[8] & 0x3F)
+        return UUID(
+            uuid: (
+                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
+                bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+            ))
+    }
+
+    /// A handle: the slug of `name` (or `guest`/`user`) plus `_` and a short random hex suffix.
+    public func handle(name: String?, isGuest: Bool) throws -> String {
+        let slug = name.map(Self.slug) ?? ""
+        let base = slug.isEmpty ? (isGuest ? "guest" : "user") : slug
+        return base + "_" + Hex.encode(try random.bytes(isGuest ? 3 : 2))
+    }
+
+    /// Lower-case ASCII letters and digits joined by `_`, accents folded, at most 24 characters.
+    public static func slug(_ name: String) -> String {
+        let folded = name.folding(options: [.diacriticInsensitive, .caseInsensitive, .widthInsensitive], locale: nil)
+            .lowercased()
+        var words: [String] = []
+        var current = ""
+        for scalar in folded.unicodeScalars {
+            if scalar.isASCII, CharacterSet.alphanumerics.contains(scalar) {
+                current.unicodeScalars.append(scalar)
+            } else if !current.isEmpty {
+                words.append(current)
+                current = ""
+            }
+        }
+        if !current.isEmpty { words.append(current) }
+        var result = ""
+        for word in words {
+            let candidate = result.isEmpty ? word : result + "_" + word
+            if candidate.count > 24 { break }
+            result = candidate
+        }
+        if result.isEmpty, let first = words.first { result = String(first.prefix(24)) }
+        return result
+    }
+
+    private static let tokenAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8)
+
+    /// `count` characters from [A-Za-z0-9], uniformly chosen (rejection sampling, no modulo bias).
+    public func secret(characters count: Int) throws -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(count)
+        while out.count < count {
+            for byte in try random.bytes(count) where byte < 248 {
+                out.append(Self.tokenAlphabet[Int(byte % 62)])
+                if out.count == count { break }
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,70 @@
+import Foundation
+import Kafka
+import ServiceKit
+import Synchronization
+
+/// Publishes outbox events that a crash left unpublished, in the order they were written.
+///
+/// The consume loop publishes its own events right after commit; this relay only picks up rows
+/// older than `grace`, so the two rarely overlap (and a consumer deduplicates by event id if they do).
+public final class OutboxRelay: Service {
+    private let store: any AuthStore
+    private let producer: KafkaProducer
+    private let clock: any WorkerClock
+    private let logger: Logger
+    private let interval: Duration
+    private let grace: TimeInterval
+    private let stopping = Atomic<Bool>(false)
+
+    /// - Parameters:
+    ///   - interval: how often to look. Default: 5 s.
+    ///   - grace: how old an unpublished event must be to be taken. Default: 30 s.
+    public init(
+        store: any AuthStore, producer: KafkaProducer, clock: any WorkerClock, logger: Logger,
+        interval: Duration = .seconds(5), grace: TimeInterval = 30
+    ) {
+        self.store = store
+        self.producer = producer
+        self.clock = clock
+        self.logger = logger
+        self.interval = interval
+        self.grace = grace
+    }
+
+    public func triggerGracefulShutdown() {
+        stopping.store(true, ordering: .releasing)
+    }
+
+    public func run() async throws {
+        while !stopping.load(ordering: .acquiring) {
+            do {
+                let published = try await publishPending()
+                if published > 0 { logger.info("Relayed outbox events", metadata: [LogKey.count: String(published)]) }
+            } catch {
+                logger.warning("Outbox relay failed; will try again", metadata: [LogKey.error: String(describing: error)])
+            }
+            // Sleep in short steps so a shutdown is noticed quickly.
+            var waited = Duration.zero
+            while waited < interval, !stopping.load(ordering: .acquiring) {
+                try? await Task.sleep(for: .milliseconds(100))
+                waited += .milliseconds(100)
+            }
+        }
+    }
+
+    /// Publishes one page of pending events.
+    /// - Returns: how many were published.
+    @discardableResult
+    public func publishPending(limit: Int = 500) async throws -> Int {
+        let events = try await store.unpublishedEvents(olderThan: clock.now() - grace, limit: limit)
+        guard !events.isEmpty else { return 0 }
+        try await producer.send(
+            events.map {
+                ProducerRecord(
+                    topic: $0.topic, key: Array($0.key.utf8), value: $0.payload,
+                    headers: [KafkaHeader(key: "content-type", string: "application/cloudevents+json")])
+            })
+        try await store.markPublished(events.map(\.id), at: clock.now())
+        return events.count
+    }
+}

@@ -1,0 +1,94 @@
+import Foundation
+import Kafka
+import PGStore
+import ServiceKit
+
+/// Composes the running worker from a configuration: the one place that wires the parts.
+///
+/// `auth-worker run` calls `build` with the configuration read from the environment; tests call it
+/// with literal configuration.
+public struct WorkerApplication: Sendable {
+    public let configuration: WorkerConfiguration
+    public let pool: PGPool
+    public let producer: KafkaProducer
+    public let consumer: KafkaConsumer
+    public let worker: LoginWorker
+    public let relay: OutboxRelay
+    public let metrics: WorkerMetrics
+    public let logger: Logger
+
+    /// Validates the configuration, migrates when configured, and creates every part.
+    /// - Throws: `ConfigurationError`, `PGError` (database unreachable or migration failed), `KafkaError`.
+    public static func build(
+        configuration: WorkerConfiguration, logger: Logger, clock: any WorkerClock = SystemClock()
+    ) async throws -> WorkerApplication {
+        try configuration.validate()
+        let pool = PGPool(conninfo: configuration.databaseURL, size: configuration.processing.databasePoolSize)
+        if configuration.migrateOnStart {
+            let applied = try await pool.withConnection { try PGMigrator.migrate($0, migrations: Migrations.all) }
+            if !applied.isEmpty {
+                logger.info("Migrations applied", metadata: ["db.versions": applied.map(String.init).joined(separator: ",")])
+            }
+        }
+        let store = PostgresAuthStore(pool: pool)
+        let identifiers = Identifiers(clock: clock)
+        let accessTokens = try makeAccessTokenIssuer(configuration, identifiers: identifiers)
+        let service = LoginService(
+            configuration: configuration, store: store, accessTokens: accessTokens, clock: clock,
+            identifiers: identifiers, logger: logger.child(label: "auth.flows"))
+        let producer = try KafkaProducer(
+            configuration: configuration.producerConfiguration, logger: logger.child(label: "kafka.producer"))
+        let consumer = try KafkaConsumer(
+            configuration: configuration.consumerConfiguration, topics: [configuration.topics.requests],
+            logger: logger.child(label: "kafka.consumer"))
+        let metrics = WorkerMetrics()
+        let worker = LoginWorker(
+            configuration: configuration, consumer: consumer, producer: producer, service: service, store: store,
+            clock: clock, metrics: metrics, logger: logger.child(label: "auth.worker"))
+        let relay = OutboxRelay(
+            store: store, producer: producer, clock: clock, logger: logger.child(label: "auth.outbox"))
+        return WorkerApplication(
+            configuration: configuration, pool: pool, producer: producer, consumer: consumer, worker: worker,
+            relay: relay, metrics: metrics, logger: logger)
+    }
+
+    static func makeAccessTokenIssuer(_ configuration: WorkerConfiguration, identifiers: Identifiers) throws
+        -> any AccessTokenIssuer
+    {
+        switch configuration.accessTokenFormat {
+        case .opaque:
+            return OpaqueTokenIssuer(identifiers: identifiers)
+        case .jwt:
+            return try JWTAccessTokenIssuer(configuration: configuration)
+        }
+    }
+
+    /// Runs until SIGTERM/SIGINT (or `group.startGracefulShutdown`), then drains: the consumer
+    /// finishes its batch and leaves the group, the producer flushes, the pool closes.
+    /// - Throws: `ServiceGroup.Failure.deadlineExceeded` when draining took too long.
+    public func run(signals: [Int32] = [SIGTERM, SIGINT]) async throws {
+        let group = makeServiceGroup(signals: signals)
+        try await run(group)
+    }
+
+    /// The service group for this application, so a caller can stop it.
+    public func makeServiceGroup(signals: [Int32] = [SIGTERM, SIGINT]) -> ServiceGroup {
+        ServiceGroup(
+            services: [relay, worker], signals: signals, gracefulShutdownTimeout: configuration.shutdownTimeout,
+            logger: logger.child(label: "auth.lifecycle"))
+    }
+
+    /// Runs `group` and releases the shared clients afterwards.
+    public func run(_ group: ServiceGroup) async throws {
+        do {
+            try await group.run()
+        } catch {
+            producer.close(timeout: .seconds(5))
+            await pool.close()
+            throw error
+        }
+        producer.close(timeout: .seconds(10))
+        await pool.close()
+        logger.info("Stopped cleanly")
+    }
+}
