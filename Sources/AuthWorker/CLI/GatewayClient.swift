@@ -2,6 +2,7 @@ import Foundation
 import Kafka
 import Messages
 import ServiceKit
+import Synchronization
 
 /// Plays the gateway: publishes login requests and reads their results. Used by the CLI's
 /// `request` command and by tests.
@@ -9,6 +10,8 @@ public final class GatewayClient: Sendable {
     private let producer: KafkaProducer
     private let resultsConsumer: KafkaConsumer
     private let topics: WorkerConfiguration.Topics
+    /// Results read while waiting for another one, by request id.
+    private let buffered = Mutex<[[UInt8]: [UInt8]]>([:])
 
     /// - Parameter configuration: brokers and topic names; results are read by a throwaway group.
     public init(configuration: WorkerConfiguration, logger: Logger) throws {
@@ -40,12 +43,13 @@ public final class GatewayClient: Sendable {
         let deadline = ContinuousClock.now + timeout
         let key = Array(requestID.utf8)
         while ContinuousClock.now < deadline {
-            for message in try await resultsConsumer.poll(maxMessages: 500, timeout: .milliseconds(200))
-            where message.key == key {
-                return message.value
+            if let value = buffered.withLock({ $0.removeValue(forKey: key) }) { return value }
+            let messages = try await resultsConsumer.poll(maxMessages: 500, timeout: .milliseconds(200))
+            buffered.withLock { buffer in
+                for message in messages { buffer[message.key ?? []] = message.value }
             }
         }
-        return nil
+        return buffered.withLock { $0.removeValue(forKey: key) }
     }
 
     public func close() {

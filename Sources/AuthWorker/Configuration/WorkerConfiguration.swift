@@ -159,4 +159,7 @@ public struct ConfigurationError: Error, CustomStringConvertible, Equatable {
     }
 
     public var description: String { "\(variable) \(reason)" }
+
+    /// Equal by variable: the reason's wording may change.
+    public static func == (lhs: ConfigurationError, rhs: ConfigurationError) -> Bool { lhs.variable == rhs.variable }
 }

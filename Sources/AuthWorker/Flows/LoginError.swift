@@ -17,6 +17,9 @@ public struct LoginError: Error, Equatable, CustomStringConvertible {
 
     public var description: String { "\(code): \(message)" }
 
+    /// Equal by code: what clients branch on.
+    public static func == (lhs: LoginError, rhs: LoginError) -> Bool { lhs.code == rhs.code }
+
     /// The result's error object.
     public var payload: ErrorPayload {
         ErrorPayload(code: code, message: message, retriable: retriable, field: field)

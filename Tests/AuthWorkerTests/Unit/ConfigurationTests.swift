@@ -1,0 +1,103 @@
+import AuthWorker
+import Foundation
+import Kafka
+import Testing
+
+@Suite struct ConfigurationTests {
+    @Test func defaultsAreTheLocalSetupAndTheContract() throws {
+        let config = try WorkerConfiguration.fromEnvironment([:])
+        #expect(config.kafkaBrokers == ["127.0.0.1:19092"])
+        #expect(config.kafkaGroup == "auth-worker")
+        #expect(config.databaseURL == "postgres://postgres@127.0.0.1:55432/auth")
+        #expect(config.topics.requests == "auth.login.requests")
+        #expect(config.topics.results == "auth.login.results")
+        #expect(config.topics.events == "auth.user.events")
+        #expect(config.topics.notifications == "auth.provider.notifications")
+        #expect(config.topics.deadLetters == "auth.login.requests.dlq")
+        #expect(config.accessTokenFormat == .jwt)
+        #expect(config.logLevel == .info)
+        #expect(config.sessions.guestAbilities == ["guest"])
+    }
+
+    @Test func readsTheOperatorInterface() throws {
+        let config = try WorkerConfiguration.fromEnvironment([
+            "AUTH_KAFKA_BROKERS": "k1:9092, k2:9092", "AUTH_KAFKA_GROUP": "g", "AUTH_DATABASE_URL": "postgres://db/x",
+            "AUTH_TOPIC_REQUESTS": "r", "AUTH_TOPIC_RESULTS": "s", "AUTH_TOPIC_EVENTS": "e",
+            "AUTH_TOPIC_NOTIFICATIONS": "n", "AUTH_TOPIC_DLQ": "d", "AUTH_APPLE_AUDIENCES": "com.example.app",
+            "AUTH_GOOGLE_AUDIENCES": "a.apps.googleusercontent.com,b", "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+            "AUTH_SIGNING_KEYS": "/k/new.pem,/k/old.pem", "AUTH_LOG_LEVEL": "debug", "AUTH_BATCH_SIZE": "64",
+            "AUTH_GUEST_ABILITIES": "guest,read", "AUTH_MIGRATE_ON_START": "false",
+        ])
+        #expect(config.kafkaBrokers == ["k1:9092", "k2:9092"])
+        #expect(config.kafkaGroup == "g")
+        #expect(config.databaseURL == "postgres://db/x")
+        #expect(config.topics.requests == "r" && config.topics.results == "s" && config.topics.events == "e")
+        #expect(config.topics.notifications == "n" && config.topics.deadLetters == "d")
+        #expect(config.appleAudiences == ["com.example.app"])
+        #expect(config.googleAudiences == ["a.apps.googleusercontent.com", "b"])
+        #expect(config.accessTokenFormat == .opaque)
+        #expect(config.signingKeyPaths == ["/k/new.pem", "/k/old.pem"])
+        #expect(config.logLevel == .debug)
+        #expect(config.processing.batchSize == 64)
+        #expect(config.sessions.guestAbilities == ["guest", "read"])
+        #expect(!config.migrateOnStart)
+    }
+
+    @Test(arguments: [
+        ("AUTH_ACCESS_TOKEN_FORMAT", "paseto"), ("AUTH_LOG_LEVEL", "loud"), ("AUTH_BATCH_SIZE", "many"),
+        ("AUTH_MIGRATE_ON_START", "maybe"), ("AUTH_KAFKA_PROPERTIES_FILE", "/nonexistent/file"),
+    ])
+    func badValuesNameTheirVariable(variable: String, value: String) {
+        #expect(throws: ConfigurationError.self) { try WorkerConfiguration.fromEnvironment([variable: value]) }
+        do {
+            _ = try WorkerConfiguration.fromEnvironment([variable: value])
+        } catch let error as ConfigurationError {
+            #expect(error.variable == variable)
+        } catch {
+            Issue.record("unexpected \(error)")
+        }
+    }
+
+    @Test func validationRefusesConfigurationsThatCannotWork() throws {
+        var config = WorkerConfiguration()
+        #expect(throws: ConfigurationError(variable: "AUTH_SIGNING_KEYS", reason: "")) { try config.validate() }
+        config.accessTokenFormat = .opaque
+        try config.validate()
+        config.databaseURL = "mysql://db"
+        #expect(throws: ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "")) { try config.validate() }
+    }
+
+    @Test func kafkaPropertiesFileIsPassedThroughAndWins() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("kafka-\(UUID()).properties").path
+        try "# TLS\nsecurity.protocol = SASL_SSL\nsasl.mechanisms=PLAIN\nlinger.ms=50\n".write(
+            toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try WorkerConfiguration.fromEnvironment(["AUTH_KAFKA_PROPERTIES_FILE": path])
+        let producer = config.producerConfiguration.librdkafkaProperties
+        #expect(producer["security.protocol"] == "SASL_SSL")
+        #expect(producer["sasl.mechanisms"] == "PLAIN")
+        #expect(producer["linger.ms"] == "50")
+    }
+
+    /// Pins the mapping onto librdkafka: at-least-once needs exactly these consumer settings.
+    @Test func librdkafkaMapping() {
+        var kafka = KafkaConfiguration(bootstrapServers: ["a:1", "b:2"])
+        kafka.clientID = "worker-1"
+        let producer = KafkaProducerConfiguration(kafka: kafka).librdkafkaProperties
+        #expect(
+            producer == [
+                "bootstrap.servers": "a:1,b:2", "client.id": "worker-1", "enable.idempotence": "true", "acks": "all",
+                "linger.ms": "5", "message.timeout.ms": "30000", "compression.codec": "lz4",
+            ])
+        var consumerConfig = KafkaConsumerConfiguration(kafka: kafka, groupID: "auth-worker")
+        consumerConfig.sessionTimeout = .seconds(6)
+        let consumer = consumerConfig.librdkafkaProperties
+        #expect(
+            consumer == [
+                "bootstrap.servers": "a:1,b:2", "client.id": "worker-1", "group.id": "auth-worker",
+                "session.timeout.ms": "6000", "max.poll.interval.ms": "300000", "auto.offset.reset": "earliest",
+                "enable.auto.commit": "true", "auto.commit.interval.ms": "1000", "enable.auto.offset.store": "false",
+                "enable.partition.eof": "false",
+            ])
+    }
+}

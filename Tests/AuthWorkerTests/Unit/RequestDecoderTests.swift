@@ -1,0 +1,142 @@
+import Foundation
+import Messages
+import Testing
+
+@Suite struct RequestDecoderTests {
+    let decoder = RequestDecoder()
+
+    func request(_ data: String, id: String = "req-1", extra: String = "") -> [UInt8] {
+        Array(
+            """
+            {"specversion":"1.0","id":"\(id)","source":"/gateway/test","type":"auth.login.request",
+             "time":"2026-11-29T12:00:00Z","datacontenttype":"application/json"\(extra),"data":\(data)}
+            """.utf8)
+    }
+
+    @Test func acceptsAGuestRequest() throws {
+        guard case .valid(let request) = decoder.decode(request(#"{"method":"guest","device":{"name":"iPhone 15","platform":"ios"}}"#))
+        else {
+            Issue.record("expected a valid request")
+            return
+        }
+        #expect(request.id == "req-1")
+        #expect(request.method == .guest)
+        #expect(request.data.device?.name == "iPhone 15")
+        #expect(request.time == Date(timeIntervalSince1970: 1_795_953_600))
+    }
+
+    @Test func keepsAValidTraceparentAndDropsAnInvalidOne() {
+        let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        guard case .valid(let kept) = decoder.decode(request(#"{"method":"guest"}"#, extra: #","traceparent":"\#(valid)""#)),
+            case .valid(let dropped) = decoder.decode(request(#"{"method":"guest"}"#, extra: #","traceparent":"nope""#))
+        else {
+            Issue.record("expected valid requests")
+            return
+        }
+        #expect(kept.traceparent == valid)
+        #expect(dropped.traceparent == nil)
+    }
+
+    @Test(arguments: ["not json", "[1,2]", "\"text\"", "{\"specversion\":\"1.0\"}", "{\"id\":42}", "{\"id\":\"\"}", ""])
+    func unanswerableValuesGoToTheDeadLetterTopic(value: String) {
+        guard case .unanswerable = decoder.decode(Array(value.utf8)) else {
+            Issue.record("expected unanswerable for \(value)")
+            return
+        }
+    }
+
+    @Test(arguments: [
+        (#"{}"#, "", "data.method"),
+        (#"{"method":7}"#, "", "data.method"),
+        (#"{"method":"apple"}"#, "", "data.identity_token"),
+        (#"{"method":"oidc","identity_token":"x.y.z"}"#, "", "data.provider"),
+        (#"{"method":"password","email":"a@b.c"}"#, "", "data.password"),
+        (#"{"method":"refresh"}"#, "", "data.refresh_token"),
+        (#"{"method":"logout","access_token":"t","scope":"everything"}"#, "", "data.scope"),
+        (#"{"method":"guest","device":"phone"}"#, "", "data.device"),
+        (#"{"method":"guest","profile":{"given_name":3}}"#, "", "data.profile.given_name"),
+    ])
+    func invalidRequestsNameTheField(data: String, extra: String, field: String) {
+        let value = request(data, extra: extra)
+        guard case .invalid(let id, _, let error) = decoder.decode(value) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(id == "req-1")
+        #expect(error.field == field)
+        #expect(error.code == .malformedRequest)
+    }
+
+    @Test func wrongSpecVersionIsMalformed() {
+        let value = Array(
+            #"{"specversion":"0.3","id":"x","source":"/g","type":"auth.login.request","data":{"method":"guest"}}"#.utf8)
+        guard case .invalid(_, _, let error) = decoder.decode(value) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(error.field == "specversion")
+    }
+
+    @Test func wrongEventTypeIsMalformed() {
+        let value = Array(
+            #"{"specversion":"1.0","id":"x","source":"/g","type":"something.else","data":{"method":"guest"}}"#.utf8)
+        guard case .invalid(_, _, let error) = decoder.decode(value) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(error.field == "type")
+    }
+
+    @Test func unknownMethodIsUnsupported() {
+        guard case .invalid(_, _, let error) = decoder.decode(request(#"{"method":"telepathy"}"#)) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(error.code == .unsupportedMethod)
+        #expect(error.field == "data.method")
+    }
+
+    @Test func oversizedValuesAreRefused() {
+        let padding = String(repeating: "a", count: 70_000)
+        guard case .invalid(_, _, let error) = decoder.decode(request(#"{"method":"guest","name":"\#(padding)"}"#)) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(error.field == "value")
+    }
+
+    @Test func requestDescriptionsNeverShowSecrets() {
+        var data = LoginRequestData(method: "password")
+        data.password = "hunter2-secret"
+        data.identityToken = "eyJsecret"
+        data.refreshToken = "rt_secret"
+        for text in [String(describing: data), String(reflecting: data), "\(data)"] {
+            #expect(!text.contains("hunter2"))
+            #expect(!text.contains("eyJsecret"))
+            #expect(!text.contains("rt_secret"))
+        }
+        var session = SessionPayload(
+            accessToken: "at_secret", expiresAt: "", refreshToken: "rt_secret", refreshExpiresAt: nil, abilities: [])
+        session.abilities = ["*"]
+        #expect(!String(describing: session).contains("secret"))
+    }
+
+    @Test func everyContractErrorCodeIsDefinedOnce() {
+        #expect(Set(ErrorCode.all).count == 17)
+        #expect(ErrorCode.all.map(\.rawValue).contains("provider_unavailable"))
+    }
+
+    @Test func resultsEncodeWithTheContractsFieldNames() throws {
+        let result = LoginResultData.failure(
+            requestID: "r", error: ErrorPayload(code: .malformedRequest, message: "m", field: "data.method"))
+        let json = String(decoding: try MessageCoding.encode(result), as: UTF8.self)
+        #expect(json == #"{"error":{"code":"malformed_request","field":"data.method","message":"m","retriable":false},"request_id":"r","status":"error"}"#)
+    }
+
+    @Test func timestampsAreRFC3339InUTC() {
+        #expect(Timestamp.format(Date(timeIntervalSince1970: 1_795_953_600)) == "2026-11-29T12:00:00Z")
+        #expect(Timestamp.parse("2026-11-29T12:00:00Z") == Date(timeIntervalSince1970: 1_795_953_600))
+        #expect(Timestamp.parse("2026-11-29T12:00:00.5Z") == Date(timeIntervalSince1970: 1_795_953_600.5))
+        #expect(Timestamp.parse("yesterday") == nil)
+    }
+}
