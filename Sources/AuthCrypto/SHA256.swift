@@ -9,7 +9,8 @@ public enum SHA256 {
         bytes.withUnsafeBytes { input in
             digest.withUnsafeMutableBufferPointer { output in
                 // SHA256 cannot fail on a valid buffer; a NULL base with count 0 hashes the empty string.
-                _ = COpenSSL.SHA256(input.baseAddress?.assumingMemoryBound(to: UInt8.self), input.count, output.baseAddress)
+                _ = COpenSSL.SHA256(
+                    input.baseAddress?.assumingMemoryBound(to: UInt8.self), input.count, output.baseAddress)
             }
         }
         return digest

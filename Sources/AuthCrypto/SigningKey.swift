@@ -150,7 +150,8 @@ public final class SigningKey: @unchecked Sendable {
                 length == 65, point[0] == 0x04
             else { throw Failure(description: "cannot read the public key") }
             return [
-                "kty": "EC", "crv": "P-256", "x": Base64URL.encode(point[1..<33]), "y": Base64URL.encode(point[33..<65]),
+                "kty": "EC", "crv": "P-256", "x": Base64URL.encode(point[1..<33]),
+                "y": Base64URL.encode(point[33..<65]),
             ]
         }
     }

@@ -87,7 +87,8 @@ public actor KafkaConsumer {
         return batch
     }
 
-    private func handlePollError(_ error: rd_kafka_resp_err_t, message: UnsafeMutablePointer<rd_kafka_message_t>) throws {
+    private func handlePollError(_ error: rd_kafka_resp_err_t, message: UnsafeMutablePointer<rd_kafka_message_t>) throws
+    {
         if error == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
         var reason = String(cString: rd_kafka_err2str(error))
         if let payload = message.pointee.payload, message.pointee.len > 0 {
@@ -98,7 +99,8 @@ public actor KafkaConsumer {
         }
         // Everything else (broker down, unknown topic) is reported and retried by librdkafka itself.
         context.logger.warning(
-            "Consumer error", metadata: ["kafka.error": String(cString: rd_kafka_err2name(error)), "kafka.reason": reason])
+            "Consumer error",
+            metadata: ["kafka.error": String(cString: rd_kafka_err2name(error)), "kafka.reason": reason])
     }
 
     private func copy(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaMessage {
@@ -164,7 +166,8 @@ public actor KafkaConsumer {
         let error = rd_kafka_consumer_close(pointer)
         if error != RD_KAFKA_RESP_ERR_NO_ERROR {
             context.logger.warning(
-                "Consumer close reported an error", metadata: ["kafka.error": String(cString: rd_kafka_err2name(error))])
+                "Consumer close reported an error", metadata: ["kafka.error": String(cString: rd_kafka_err2name(error))]
+            )
         }
         rd_kafka_destroy(pointer)
     }
@@ -197,7 +200,8 @@ final class ConsumerContext: Sendable {
             let commitError = rd_kafka_commit(client, nil, 0)
             if commitError != RD_KAFKA_RESP_ERR_NO_ERROR, commitError != RD_KAFKA_RESP_ERR__NO_OFFSET {
                 logger.warning(
-                    "Commit on revocation failed", metadata: ["kafka.error": String(cString: rd_kafka_err2name(commitError))])
+                    "Commit on revocation failed",
+                    metadata: ["kafka.error": String(cString: rd_kafka_err2name(commitError))])
             }
             if cooperative {
                 if let failure = rd_kafka_incremental_unassign(client, partitions) { rd_kafka_error_destroy(failure) }

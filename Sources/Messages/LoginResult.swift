@@ -115,8 +115,9 @@ public struct ErrorPayload: Codable, Sendable, Equatable {
     /// For `too_many_attempts` and other throttling: when to try again (an addition to the contract).
     public var retryAfter: String?
 
-    public init(code: ErrorCode, message: String, retriable: Bool = false, field: String? = nil, retryAfter: String? = nil)
-    {
+    public init(
+        code: ErrorCode, message: String, retriable: Bool = false, field: String? = nil, retryAfter: String? = nil
+    ) {
         self.code = code
         self.message = message
         self.retriable = retriable

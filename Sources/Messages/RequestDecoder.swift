@@ -11,8 +11,9 @@ public struct LoginRequest: Sendable {
     public var method: LoginMethod
     public var data: LoginRequestData
 
-    public init(id: String, source: String, time: Date?, traceparent: String?, method: LoginMethod, data: LoginRequestData)
-    {
+    public init(
+        id: String, source: String, time: Date?, traceparent: String?, method: LoginMethod, data: LoginRequestData
+    ) {
         self.id = id
         self.source = source
         self.time = time
@@ -123,7 +124,8 @@ public struct RequestDecoder: Sendable {
     private func validateFields(_ data: LoginRequestData, method: LoginMethod) throws {
         func require(_ value: String?, _ field: String, max: Int) throws {
             guard let value, !value.isEmpty else {
-                throw RequestValidationError(field: "data.\(field)", reason: "is required for method \(method.rawValue)")
+                throw RequestValidationError(
+                    field: "data.\(field)", reason: "is required for method \(method.rawValue)")
             }
             try limit(value, field, max: max)
         }
@@ -185,7 +187,8 @@ public struct RequestDecoder: Sendable {
         case .typeMismatch(let type, let context):
             return RequestValidationError(field: path(context.codingPath), reason: "must be \(describe(type))")
         case .valueNotFound(let type, let context):
-            return RequestValidationError(field: path(context.codingPath), reason: "must be \(describe(type)), not null")
+            return RequestValidationError(
+                field: path(context.codingPath), reason: "must be \(describe(type)), not null")
         case .dataCorrupted(let context):
             return RequestValidationError(field: path(context.codingPath), reason: "is not valid JSON")
         @unknown default:

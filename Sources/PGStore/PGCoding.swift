@@ -163,8 +163,7 @@ extension Date: PGEncodable, PGDecodable {
         return era * 146097 + dayOfEra - 719468
     }
 
-    private static func gmtime(_ epoch: Int) -> (year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int)
-    {
+    private static func gmtime(_ epoch: Int) -> (year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) {
         let days = epoch >= 0 ? epoch / 86400 : (epoch - 86399) / 86400
         let secondsOfDay = epoch - days * 86400
         let z = days + 719468

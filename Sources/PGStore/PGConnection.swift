@@ -68,6 +68,7 @@ public final class PGConnection {
 
     /// Runs `body` inside BEGIN … COMMIT, rolling back if it throws.
     /// - Throws: the body's error, or `PGError` `.transaction` naming the step that failed.
+    @discardableResult
     public func withTransaction<T>(_ body: (PGConnection) throws -> T) throws -> T {
         try step("BEGIN")
         let value: T

@@ -34,14 +34,16 @@ public enum PGMigrator {
                 )
                 """)
         let applied = Set(
-            try connection.query("SELECT version FROM schema_migrations").map { try $0.decode("version", as: Int.self) })
+            try connection.query("SELECT version FROM schema_migrations").map { try $0.decode("version", as: Int.self) }
+        )
         var done: [Int] = []
         for migration in migrations.sorted(by: { $0.version < $1.version }) where !applied.contains(migration.version) {
             do {
                 try connection.withTransaction { connection in
                     try connection.execute(unsafeSQL: migration.sql)
                     try connection.query(
-                        "INSERT INTO schema_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
+                        "INSERT INTO schema_migrations (version, name) VALUES (\(migration.version), \(migration.name))"
+                    )
                 }
             } catch var error as PGError {
                 error.code = error.code == .connection ? .connection : .migration

@@ -134,7 +134,8 @@ public final class JSONLinesLogHandler: LogHandler, Sendable {
     }
 
     private static func timestamp(_ date: Date) -> String {
-        date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
+        date.formatted(
+            .iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
     }
 }
 

@@ -63,7 +63,8 @@ public struct CommandLineInterface: Sendable {
             case ("users", "show"):
                 return try await showUser(Array(arguments.dropFirst(2)))
             default:
-                errorOutput("auth-worker: unknown command '\(arguments.joined(separator: " "))'; see auth-worker --help")
+                errorOutput(
+                    "auth-worker: unknown command '\(arguments.joined(separator: " "))'; see auth-worker --help")
                 return 2
             }
             return 0
@@ -126,7 +127,8 @@ public struct CommandLineInterface: Sendable {
         while index < arguments.count {
             switch arguments[index] {
             case "--alg":
-                guard index + 1 < arguments.count, let parsed = SigningKey.Algorithm(rawValue: arguments[index + 1]) else {
+                guard index + 1 < arguments.count, let parsed = SigningKey.Algorithm(rawValue: arguments[index + 1])
+                else {
                     throw UsageError(message: "--alg takes EdDSA or ES256")
                 }
                 algorithm = parsed
@@ -143,7 +145,9 @@ public struct CommandLineInterface: Sendable {
         }
         let key = try SigningKey.generate(algorithm)
         let pem = try key.privateKeyPEM()
-        guard FileManager.default.createFile(atPath: path, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o600])
+        guard
+            FileManager.default.createFile(
+                atPath: path, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o600])
         else { throw UsageError(message: "cannot write \(path)") }
         output("wrote \(algorithm.rawValue) key \(key.keyID) to \(path)")
     }
@@ -168,7 +172,9 @@ public struct CommandLineInterface: Sendable {
             case "--device": device.name = value
             case "--platform": device.platform = value
             case "--timeout":
-                guard let seconds = Int(value), seconds > 0 else { throw UsageError(message: "--timeout takes seconds") }
+                guard let seconds = Int(value), seconds > 0 else {
+                    throw UsageError(message: "--timeout takes seconds")
+                }
                 timeout = seconds
             default: throw UsageError(message: "unknown option \(arguments[index])")
             }

@@ -41,12 +41,16 @@ extension WorkerConfiguration {
             config.logLevel = level
         }
         if let value = reader.string("AUTH_EVENT_SOURCE") { config.eventSource = value }
-        if let value = try reader.seconds("AUTH_ACCESS_TOKEN_TTL_SECONDS") { config.sessions.accessTokenLifetime = value }
+        if let value = try reader.seconds("AUTH_ACCESS_TOKEN_TTL_SECONDS") {
+            config.sessions.accessTokenLifetime = value
+        }
         if let value = try reader.seconds("AUTH_REFRESH_TOKEN_TTL_SECONDS") {
             config.sessions.refreshTokenLifetime = value
         }
         if let value = try reader.seconds("AUTH_SESSION_TTL_SECONDS") { config.sessions.sessionLifetime = value }
-        if let value = try reader.seconds("AUTH_IDEMPOTENCY_TTL_SECONDS") { config.sessions.idempotencyLifetime = value }
+        if let value = try reader.seconds("AUTH_IDEMPOTENCY_TTL_SECONDS") {
+            config.sessions.idempotencyLifetime = value
+        }
         if let value = reader.list("AUTH_GUEST_ABILITIES") { config.sessions.guestAbilities = value }
         if let value = try reader.integer("AUTH_BATCH_SIZE") { config.processing.batchSize = value }
         if let value = try reader.integer("AUTH_BATCH_WAIT_MS") { config.processing.batchWait = .milliseconds(value) }
@@ -91,7 +95,9 @@ struct EnvironmentReader {
     }
 
     func list(_ name: String) -> [String]? {
-        string(name).map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } }
+        string(name).map {
+            $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        }
     }
 
     func integer(_ name: String) throws -> Int? {

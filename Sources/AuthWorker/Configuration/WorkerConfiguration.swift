@@ -121,7 +121,8 @@ public struct WorkerConfiguration: Sendable {
         if accessTokenFormat == .jwt, signingKeyPaths.isEmpty {
             throw ConfigurationError(
                 variable: "AUTH_SIGNING_KEYS",
-                reason: "is required when AUTH_ACCESS_TOKEN_FORMAT is jwt (make one with `auth-worker keys generate FILE`)")
+                reason:
+                    "is required when AUTH_ACCESS_TOKEN_FORMAT is jwt (make one with `auth-worker keys generate FILE`)")
         }
         guard processing.batchSize > 0, processing.databasePoolSize > 0 else {
             throw ConfigurationError(variable: "AUTH_BATCH_SIZE", reason: "batch and pool sizes must be positive")

@@ -40,7 +40,8 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
             jti: claims.tokenID.lowercasedString, iat: Int64(claims.issuedAt.timeIntervalSince1970),
             exp: Int64(claims.expiresAt.timeIntervalSince1970), abilities: claims.abilities, guest: claims.isGuest)
         let signingInput =
-            Base64URL.encode(try MessageCoding.encode(header)) + "." + Base64URL.encode(try MessageCoding.encode(payload))
+            Base64URL.encode(try MessageCoding.encode(header)) + "."
+            + Base64URL.encode(try MessageCoding.encode(payload))
         let signature = try key.sign(Array(signingInput.utf8))
         return signingInput + "." + Base64URL.encode(signature)
     }

@@ -49,7 +49,8 @@ public struct LoginService: Sendable {
             return try await guest(request)
         case .apple, .google, .oidc, .password, .register, .refresh, .logout:
             throw LoginError(
-                .unsupportedMethod, "method \(request.method.rawValue) is not enabled on this worker", field: "data.method")
+                .unsupportedMethod, "method \(request.method.rawValue) is not enabled on this worker",
+                field: "data.method")
         }
     }
 
@@ -85,7 +86,9 @@ public struct LoginService: Sendable {
         case .created(let stored, let events):
             logger.info(
                 "Guest created",
-                metadata: [LogKey.requestID: request.id, LogKey.userID: stored.id.lowercasedString, LogKey.method: "guest"])
+                metadata: [
+                    LogKey.requestID: request.id, LogKey.userID: stored.id.lowercasedString, LogKey.method: "guest",
+                ])
             return LoginOutcome(
                 result: .ok(
                     requestID: request.id, user: Self.payload(stored), newUser: true, session: issued.payload),

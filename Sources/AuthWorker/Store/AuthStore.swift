@@ -32,7 +32,8 @@ public struct NewAccount: Sendable {
 
     public init(
         requestID: String, method: String, user: NewUser, handleCandidates: [String], identity: NewIdentity?,
-        session: NewSession, idempotencyExpiresAt: Date, events: @escaping @Sendable (StoredUser) throws -> [OutboxEvent]
+        session: NewSession, idempotencyExpiresAt: Date,
+        events: @escaping @Sendable (StoredUser) throws -> [OutboxEvent]
     ) {
         self.requestID = requestID
         self.method = method

@@ -94,7 +94,8 @@ public struct PostgresAuthStore: AuthStore {
         let ids = eventIDs.map(\.pgText)
         try await pool.withConnection { connection in
             try connection.query(
-                "UPDATE outbox SET published_at = \(date) WHERE event_id = ANY(\(ids)::uuid[]) AND published_at IS NULL")
+                "UPDATE outbox SET published_at = \(date) WHERE event_id = ANY(\(ids)::uuid[]) AND published_at IS NULL"
+            )
         }
     }
 

@@ -124,7 +124,9 @@ public final class LoginWorker: Service {
         case .invalid(let id, let traceparent, let error):
             let failure = LoginError(error.code, error.description, field: error.field)
             return MessageOutput(
-                records: [try resultRecord(.failure(requestID: id, error: failure.payload), requestID: id, traceparent)],
+                records: [
+                    try resultRecord(.failure(requestID: id, error: failure.payload), requestID: id, traceparent)
+                ],
                 publishedEventIDs: [])
         case .valid(let request):
             return try await handle(request)
@@ -224,7 +226,8 @@ public final class LoginWorker: Service {
                 logger.warning(
                     "Transient failure; retrying",
                     metadata: [
-                        "retry.operation": what, LogKey.attempt: String(attempt), LogKey.delay: String(jittered.wholeMilliseconds),
+                        "retry.operation": what, LogKey.attempt: String(attempt),
+                        LogKey.delay: String(jittered.wholeMilliseconds),
                         LogKey.error: String(describing: error),
                     ])
                 try await Task.sleep(for: jittered)

@@ -41,7 +41,8 @@ public final class OutboxRelay: Service {
                 let published = try await publishPending()
                 if published > 0 { logger.info("Relayed outbox events", metadata: [LogKey.count: String(published)]) }
             } catch {
-                logger.warning("Outbox relay failed; will try again", metadata: [LogKey.error: String(describing: error)])
+                logger.warning(
+                    "Outbox relay failed; will try again", metadata: [LogKey.error: String(describing: error)])
             }
             // Sleep in short steps so a shutdown is noticed quickly.
             var waited = Duration.zero

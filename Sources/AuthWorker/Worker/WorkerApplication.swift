@@ -27,7 +27,8 @@ public struct WorkerApplication: Sendable {
         if configuration.migrateOnStart {
             let applied = try await pool.withConnection { try PGMigrator.migrate($0, migrations: Migrations.all) }
             if !applied.isEmpty {
-                logger.info("Migrations applied", metadata: ["db.versions": applied.map(String.init).joined(separator: ",")])
+                logger.info(
+                    "Migrations applied", metadata: ["db.versions": applied.map(String.init).joined(separator: ",")])
             }
         }
         let store = PostgresAuthStore(pool: pool)

@@ -18,7 +18,8 @@ import Testing
     }
 
     @Test(arguments: [
-        ("Mario Rossi", "mario_rossi"), ("  José  Álvarez ", "jose_alvarez"), ("李雷", ""), ("O'Brien-Smith", "o_brien_smith"),
+        ("Mario Rossi", "mario_rossi"), ("  José  Álvarez ", "jose_alvarez"), ("李雷", ""),
+        ("O'Brien-Smith", "o_brien_smith"),
         ("A very long name that goes on and on", "a_very_long_name_that"),
     ])
     func slugs(name: String, slug: String) {

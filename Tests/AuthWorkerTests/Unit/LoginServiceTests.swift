@@ -10,7 +10,8 @@ import Testing
     let store = InMemoryAuthStore()
     let logs = InMemoryLogHandler()
 
-    func service(format: WorkerConfiguration.AccessTokenFormat = .opaque, keyPath: String? = nil) throws -> LoginService {
+    func service(format: WorkerConfiguration.AccessTokenFormat = .opaque, keyPath: String? = nil) throws -> LoginService
+    {
         var config = WorkerConfiguration()
         config.accessTokenFormat = format
         if let keyPath { config.signingKeyPaths = [keyPath] }
@@ -91,8 +92,10 @@ import Testing
         let token = try #require(outcome.result.session?.accessToken)
         let parts = token.split(separator: ".").map(String.init)
         #expect(parts.count == 3)
-        let header = try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(parts[0])))) as? [String: Any]
-        let claims = try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(parts[1])))) as? [String: Any]
+        let header =
+            try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(parts[0])))) as? [String: Any]
+        let claims =
+            try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(parts[1])))) as? [String: Any]
         #expect(header?["alg"] as? String == "EdDSA")
         #expect(header?["kid"] as? String == key.keyID)
         #expect(header?["typ"] as? String == "at+jwt")

@@ -13,7 +13,8 @@ import Testing
 
     @Test func optionalsBindNull() {
         let missing: String? = nil
-        let query: PGQuery = "UPDATE users SET name = \(missing) WHERE id = \(UUID(uuidString: "01a22751-bb1f-74b7-b623-f9d339ce44f3")!)"
+        let query: PGQuery =
+            "UPDATE users SET name = \(missing) WHERE id = \(UUID(uuidString: "01a22751-bb1f-74b7-b623-f9d339ce44f3")!)"
         #expect(query.parameters == [nil, "01a22751-bb1f-74b7-b623-f9d339ce44f3"])
     }
 

@@ -14,7 +14,9 @@ import Testing
     }
 
     @Test func acceptsAGuestRequest() throws {
-        guard case .valid(let request) = decoder.decode(request(#"{"method":"guest","device":{"name":"iPhone 15","platform":"ios"}}"#))
+        guard
+            case .valid(let request) = decoder.decode(
+                request(#"{"method":"guest","device":{"name":"iPhone 15","platform":"ios"}}"#))
         else {
             Issue.record("expected a valid request")
             return
@@ -27,7 +29,9 @@ import Testing
 
     @Test func keepsAValidTraceparentAndDropsAnInvalidOne() {
         let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-        guard case .valid(let kept) = decoder.decode(request(#"{"method":"guest"}"#, extra: #","traceparent":"\#(valid)""#)),
+        guard
+            case .valid(let kept) = decoder.decode(
+                request(#"{"method":"guest"}"#, extra: #","traceparent":"\#(valid)""#)),
             case .valid(let dropped) = decoder.decode(request(#"{"method":"guest"}"#, extra: #","traceparent":"nope""#))
         else {
             Issue.record("expected valid requests")
@@ -98,7 +102,8 @@ import Testing
 
     @Test func oversizedValuesAreRefused() {
         let padding = String(repeating: "a", count: 70_000)
-        guard case .invalid(_, _, let error) = decoder.decode(request(#"{"method":"guest","name":"\#(padding)"}"#)) else {
+        guard case .invalid(_, _, let error) = decoder.decode(request(#"{"method":"guest","name":"\#(padding)"}"#))
+        else {
             Issue.record("expected invalid")
             return
         }
@@ -130,7 +135,10 @@ import Testing
         let result = LoginResultData.failure(
             requestID: "r", error: ErrorPayload(code: .malformedRequest, message: "m", field: "data.method"))
         let json = String(decoding: try MessageCoding.encode(result), as: UTF8.self)
-        #expect(json == #"{"error":{"code":"malformed_request","field":"data.method","message":"m","retriable":false},"request_id":"r","status":"error"}"#)
+        #expect(
+            json
+                == #"{"error":{"code":"malformed_request","field":"data.method","message":"m","retriable":false},"request_id":"r","status":"error"}"#
+        )
     }
 
     @Test func timestampsAreRFC3339InUTC() {

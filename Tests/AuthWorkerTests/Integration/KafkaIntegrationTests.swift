@@ -1,0 +1,129 @@
+import Foundation
+import Kafka
+import Testing
+
+@Suite(.requiresServices, .timeLimit(.minutes(2))) struct KafkaIntegrationTests {
+    func producer() throws -> KafkaProducer {
+        try KafkaProducer(
+            configuration: KafkaProducerConfiguration(
+                kafka: KafkaConfiguration(bootstrapServers: [try #require(IntegrationEnvironment.kafkaBrokers)])),
+            logger: IntegrationEnvironment.quietLogger)
+    }
+
+    func consumer(topic: String, group: String) throws -> KafkaConsumer {
+        var config = KafkaConsumerConfiguration(
+            kafka: KafkaConfiguration(bootstrapServers: [try #require(IntegrationEnvironment.kafkaBrokers)]),
+            groupID: group)
+        config.sessionTimeout = .seconds(6)
+        return try KafkaConsumer(configuration: config, topics: [topic], logger: IntegrationEnvironment.quietLogger)
+    }
+
+    func poll(_ consumer: KafkaConsumer, until count: Int, timeout: Duration = .seconds(30)) async throws
+        -> [KafkaMessage]
+    {
+        var messages: [KafkaMessage] = []
+        let deadline = ContinuousClock.now + timeout
+        while messages.count < count, ContinuousClock.now < deadline {
+            messages += try await consumer.poll(maxMessages: 100, timeout: .milliseconds(200))
+        }
+        return messages
+    }
+
+    @Test func producedRecordsArriveWithKeysHeadersAndOrder() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 2)
+        let producer = try producer()
+        let records = (0..<20).map { index in
+            ProducerRecord(
+                topic: topics.requests, key: Array("key-\(index % 3)".utf8), value: Array("value-\(index)".utf8),
+                headers: [KafkaHeader(key: "h", string: "\(index)"), KafkaHeader(key: "empty", value: nil)])
+        }
+        let reports = try await producer.send(records)
+        #expect(reports.count == 20)
+        #expect(reports.allSatisfy { $0.topic == topics.requests && $0.offset >= 0 })
+
+        let consumer = try consumer(topic: topics.requests, group: IntegrationEnvironment.uniqueName("g"))
+        let messages = try await poll(consumer, until: 20)
+        #expect(messages.count == 20)
+        let first = try #require(messages.first { $0.value == Array("value-0".utf8) })
+        #expect(first.keyString == "key-0")
+        #expect(first.headers.string("h") == "0")
+        #expect(first.headers.contains(KafkaHeader(key: "empty", value: nil)))
+        // Per key, values arrive in the order they were produced.
+        for key in ["key-0", "key-1", "key-2"] {
+            let values = messages.filter { $0.keyString == key }.map {
+                Int(String(decoding: $0.value.dropFirst(6), as: UTF8.self)) ?? -1
+            }
+            #expect(values == values.sorted())
+        }
+        await consumer.close()
+        producer.close()
+    }
+
+    @Test func aGroupResumesAfterTheLastStoredOffset() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 2)
+        let group = IntegrationEnvironment.uniqueName("g")
+        let producer = try producer()
+        try await producer.send((0..<10).map { ProducerRecord(topic: topics.requests, key: nil, value: [UInt8($0)]) })
+
+        // The first member stores offsets for only what it "processed": the first 10.
+        let first = try consumer(topic: topics.requests, group: group)
+        let firstBatch = try await poll(first, until: 10)
+        #expect(firstBatch.count == 10)
+        await first.storeOffsets(firstBatch)
+        try await first.commit()
+        await first.close()
+
+        try await producer.send((10..<15).map { ProducerRecord(topic: topics.requests, key: nil, value: [UInt8($0)]) })
+        let second = try consumer(topic: topics.requests, group: group)
+        let secondBatch = try await poll(second, until: 5)
+        let extra = try await second.poll(maxMessages: 100, timeout: .seconds(1))
+        #expect(Set((secondBatch + extra).map { $0.value[0] }) == Set(10..<15))
+        await second.close()
+        producer.close()
+    }
+
+    @Test func unstoredMessagesAreRedelivered() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 1)
+        let group = IntegrationEnvironment.uniqueName("g")
+        let producer = try producer()
+        try await producer.send((0..<5).map { ProducerRecord(topic: topics.requests, key: nil, value: [UInt8($0)]) })
+        let first = try consumer(topic: topics.requests, group: group)
+        let seen = try await poll(first, until: 5)
+        await first.storeOffsets(Array(seen.prefix(2)))
+        await first.close()
+
+        let second = try consumer(topic: topics.requests, group: group)
+        let replayed = try await poll(second, until: 3)
+        #expect(replayed.map { $0.value[0] } == [2, 3, 4])
+        await second.close()
+        producer.close()
+    }
+
+    @Test func badConfigurationIsATypedError() {
+        var kafka = KafkaConfiguration(bootstrapServers: ["127.0.0.1:1"])
+        kafka.properties = ["no.such.property": "1"]
+        #expect(throws: KafkaError.self) {
+            try KafkaProducer(
+                configuration: KafkaProducerConfiguration(kafka: kafka), logger: IntegrationEnvironment.quietLogger)
+        }
+        #expect(throws: KafkaError.self) {
+            try KafkaProducer(
+                configuration: KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: [])),
+                logger: IntegrationEnvironment.quietLogger)
+        }
+    }
+
+    @Test func deliveryToAnUnreachableBrokerFailsRetriably() async throws {
+        var config = KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: ["127.0.0.1:1"]))
+        config.deliveryTimeout = .seconds(1)
+        let producer = try KafkaProducer(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        do {
+            try await producer.send(ProducerRecord(topic: "nowhere", key: nil, value: [1]))
+            Issue.record("expected a delivery failure")
+        } catch let error as KafkaError {
+            #expect(error.code == .delivery)
+            #expect(error.isRetriable)
+        }
+        producer.close(timeout: .seconds(1))
+    }
+}

@@ -1,0 +1,202 @@
+import Foundation
+import PGStore
+import Testing
+
+@testable import AuthWorker
+
+@Suite(.requiresDatabase, .timeLimit(.minutes(2))) struct PGStoreIntegrationTests {
+    @Test func boundParametersRoundTripEveryType() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        let id = UUID()
+        let date = Date(timeIntervalSince1970: 1_795_953_600.25)
+        let hostile = "Robert'); DROP TABLE students;-- \u{1F600}"
+        let row = try #require(
+            try connection.query(
+                """
+                SELECT \(id)::uuid AS id, \(date)::timestamptz AS at, \(hostile)::text AS name,
+                       \(PGBytes([0, 1, 254, 255]))::bytea AS bytes, \(["a,b", "c\"d"])::text[] AS list,
+                       \(true)::boolean AS flag, \(Int64(1) << 40)::bigint AS big, \(nil as String?)::text AS nothing
+                """
+            ).first)
+        #expect(try row.decode("id") == id)
+        #expect(try row.decode("at") == date)
+        #expect(try row.decode("name") == hostile)
+        #expect(try row.decode("bytes", as: PGBytes.self).bytes == [0, 1, 254, 255])
+        #expect(try row.decode("list", as: [String].self) == ["a,b", "c\"d"])
+        #expect(try row.decode("flag") == true)
+        #expect(try row.decode("big", as: Int64.self) == 1 << 40)
+        #expect(try row.decode("nothing", as: String?.self) == nil)
+        #expect(throws: PGError.self) { try row.decode("nothing", as: String.self) }
+        #expect(throws: PGError.self) { try row.decode("missing", as: String.self) }
+    }
+
+    @Test func transactionsRollBackWhenTheBodyThrows() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        try connection.execute(unsafeSQL: "CREATE TABLE t (v integer PRIMARY KEY)")
+        struct Abort: Error {}
+        #expect(throws: Abort.self) {
+            try connection.withTransaction { connection in
+                try connection.query("INSERT INTO t VALUES (\(1))")
+                throw Abort()
+            }
+        }
+        #expect(try connection.query("SELECT count(*) AS n FROM t").first?.decode("n", as: Int.self) == 0)
+        try connection.withTransaction { try $0.query("INSERT INTO t VALUES (\(2))") }
+        #expect(try connection.query("SELECT count(*) AS n FROM t").first?.decode("n", as: Int.self) == 1)
+    }
+
+    @Test func serverErrorsCarryTheirSQLState() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        try connection.execute(unsafeSQL: "CREATE TABLE t (v integer PRIMARY KEY)")
+        try connection.query("INSERT INTO t VALUES (\(1))")
+        do {
+            try connection.query("INSERT INTO t VALUES (\(1))")
+            Issue.record("expected a unique violation")
+        } catch let error as PGError {
+            #expect(error.isUniqueViolation)
+            #expect(!error.isRetriable)
+        }
+        // The connection stays usable after an error.
+        #expect(try connection.query("SELECT 1 AS one").first?.decode("one", as: Int.self) == 1)
+    }
+
+    @Test func pipelinesSendManyStatementsInOneRoundTrip() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        try connection.execute(unsafeSQL: "CREATE TABLE t (v integer PRIMARY KEY)")
+        let inserts = (1...200).map { value -> PGQuery in "INSERT INTO t VALUES (\(value))" }
+        let results = try connection.pipeline(inserts + ["SELECT count(*) AS n FROM t"])
+        #expect(results.count == 201)
+        #expect(try results.last?.first?.decode("n", as: Int.self) == 200)
+
+        // A failure aborts the rest of the pipeline and rolls back its implicit transaction.
+        #expect(throws: PGError.self) {
+            try connection.pipeline(["INSERT INTO t VALUES (\(1000))", "INSERT INTO t VALUES (\(1))"])
+        }
+        #expect(try connection.query("SELECT count(*) AS n FROM t").first?.decode("n", as: Int.self) == 200)
+    }
+
+    @Test func migrationsApplyOnceAndRecordTheirVersion() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        #expect(try PGMigrator.currentVersion(connection) == nil)
+        #expect(try PGMigrator.migrate(connection, migrations: Migrations.all) == [1])
+        #expect(try PGMigrator.migrate(connection, migrations: Migrations.all) == [])
+        #expect(try PGMigrator.currentVersion(connection) == 1)
+        let tables = try connection.query(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1"
+        ).map { try $0.decode("table_name", as: String.self) }
+        #expect(
+            tables == [
+                "access_tokens", "identities", "login_throttle", "outbox", "processed_requests", "rate_limits",
+                "refresh_tokens", "schema_migrations", "sessions", "users",
+            ])
+    }
+
+    @Test func aFailingMigrationNamesItselfAndLeavesNoTrace() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        let broken = PGMigration(
+            version: 99, name: "broken", sql: "CREATE TABLE ok (v int); SELECT nonsense FROM nowhere")
+        do {
+            try PGMigrator.migrate(connection, migrations: [broken])
+            Issue.record("expected failure")
+        } catch let error as PGError {
+            #expect(error.code == .migration)
+            #expect(error.step == "migration 99 broken")
+        }
+        #expect(try connection.query("SELECT to_regclass('ok') IS NULL AS absent").first?.decode("absent") == true)
+    }
+
+    @Test func thePoolBoundsConnectionsAndServesConcurrentCallers() async throws {
+        let pool = PGPool(conninfo: try IntegrationEnvironment.makeDatabase(), size: 3)
+        let pids = try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<30 {
+                group.addTask {
+                    try await pool.withConnection { connection in
+                        try connection.query("SELECT pg_backend_pid() AS pid, pg_sleep(0.01)").first?.decode(
+                            "pid", as: Int.self) ?? 0
+                    }
+                }
+            }
+            var pids = Set<Int>()
+            for try await pid in group { pids.insert(pid) }
+            return pids
+        }
+        #expect(pids.count <= 3)
+        #expect(pids.count >= 1)
+        await pool.close()
+    }
+
+    @Test func anUnreachableServerIsARetriableConnectionError() throws {
+        do {
+            _ = try PGConnection(conninfo: "postgres://postgres@127.0.0.1:1/none?connect_timeout=2")
+            Issue.record("expected a connection error")
+        } catch let error as PGError {
+            #expect(error.code == .connection)
+            #expect(error.isRetriable)
+        }
+    }
+
+    @Test func theStoreWritesAccountsAtomicallyAndOnce() async throws {
+        let pool = PGPool(conninfo: try IntegrationEnvironment.makeMigratedDatabase(), size: 2)
+        let store = PostgresAuthStore(pool: pool)
+        let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
+        let ids = Identifiers(clock: clock)
+        func plan(request: String, handles: [String], failEvents: Bool = false) throws -> NewAccount {
+            let userID = try ids.uuid()
+            let now = clock.now()
+            let session = NewSession(
+                id: try ids.uuid(), provider: "guest", deviceName: nil, devicePlatform: nil, abilities: ["guest"],
+                createdAt: now, expiresAt: now + 60, accessTokenID: try ids.uuid(),
+                accessTokenHash: [UInt8](repeating: 1, count: 32), accessTokenExpiresAt: now + 60,
+                refreshTokenID: try ids.uuid(), refreshTokenHash: [UInt8](repeating: 2, count: 32),
+                refreshTokenExpiresAt: now + 60)
+            // Distinct hashes per plan, as real tokens would be.
+            var distinct = session
+            distinct.accessTokenHash = Array((try ids.uuid()).uuidString.utf8.prefix(32))
+            distinct.refreshTokenHash = Array((try ids.uuid()).uuidString.utf8.prefix(32))
+            return NewAccount(
+                requestID: request, method: "guest",
+                user: NewUser(
+                    id: userID, name: nil, email: nil, emailVerified: false, isPrivateEmail: false, isGuest: true,
+                    createdAt: now),
+                handleCandidates: handles, identity: nil, session: distinct, idempotencyExpiresAt: now + 60
+            ) { _ in
+                struct EventFailure: Error {}
+                if failEvents { throw EventFailure() }
+                return []
+            }
+        }
+        guard case .created(let first, _) = try await store.createAccount(try plan(request: "r1", handles: ["guest_a"]))
+        else {
+            Issue.record("expected created")
+            return
+        }
+        #expect(first.handle == "guest_a")
+        // A taken handle falls through to the next candidate.
+        guard
+            case .created(let second, _) = try await store.createAccount(
+                try plan(request: "r2", handles: ["guest_a", "guest_b"]))
+        else {
+            Issue.record("expected created")
+            return
+        }
+        #expect(second.handle == "guest_b")
+        // The same request id again writes nothing.
+        #expect(try await store.createAccount(try plan(request: "r1", handles: ["guest_c"])) == .duplicate)
+        // A failure mid-transaction leaves no user, session or request record behind.
+        await #expect(throws: (any Error).self) {
+            try await store.createAccount(try plan(request: "r3", handles: ["guest_d"], failEvents: true))
+        }
+        let counts = try await pool.withConnection { connection in
+            try connection.query(
+                """
+                SELECT (SELECT count(*) FROM users) AS users, (SELECT count(*) FROM sessions) AS sessions,
+                       (SELECT count(*) FROM processed_requests) AS requests
+                """
+            ).first.map {
+                [try $0.decode("users", as: Int.self), try $0.decode("sessions"), try $0.decode("requests")]
+            }
+        }
+        #expect(counts == [2, 2, 2])
+        await pool.close()
+    }
+}

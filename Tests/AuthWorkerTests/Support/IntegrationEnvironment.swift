@@ -1,0 +1,149 @@
+import AuthWorker
+import Foundation
+import Kafka
+import PGStore
+import ServiceKit
+import Testing
+
+/// The real PostgreSQL server and broker the integration tests use, from the environment:
+///
+/// - `AUTH_TEST_DATABASE_SERVER`: `postgres://user@host:port` (each test gets a database of its own)
+/// - `AUTH_TEST_KAFKA_BROKERS`: bootstrap servers (each test gets topics of its own)
+///
+/// `scripts/test` sets both. Without them the integration suites are skipped, unless
+/// `AUTH_TEST_REQUIRE_INTEGRATION=1`, which makes their absence a failure.
+enum IntegrationEnvironment {
+    static let environment = ProcessInfo.processInfo.environment
+    static let databaseServer = environment["AUTH_TEST_DATABASE_SERVER"]
+    static let kafkaBrokers = environment["AUTH_TEST_KAFKA_BROKERS"]
+    static let isRequired = environment["AUTH_TEST_REQUIRE_INTEGRATION"] == "1"
+
+    static var isAvailable: Bool { databaseServer != nil && kafkaBrokers != nil }
+    static var hasDatabase: Bool { databaseServer != nil }
+
+    static func uniqueName(_ prefix: String) -> String {
+        "\(prefix)_\(UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(12))"
+    }
+
+    /// Creates an empty database and returns its URL.
+    static func makeDatabase() throws -> String {
+        guard let server = databaseServer else { throw Skip() }
+        let name = uniqueName("auth_test")
+        let admin = try PGConnection(conninfo: "\(server)/postgres")
+        try admin.execute(unsafeSQL: "CREATE DATABASE \(name)")
+        return "\(server)/\(name)"
+    }
+
+    /// A migrated database.
+    static func makeMigratedDatabase() throws -> String {
+        let url = try makeDatabase()
+        let connection = try PGConnection(conninfo: url)
+        try PGMigrator.migrate(connection, migrations: Migrations.all)
+        return url
+    }
+
+    /// Topic names unique to one test, created on the broker.
+    static func makeTopics(partitions: Int32 = 2) async throws -> WorkerConfiguration.Topics {
+        guard let brokers = kafkaBrokers else { throw Skip() }
+        let suffix = uniqueName("t")
+        var topics = WorkerConfiguration.Topics()
+        topics.requests = "requests.\(suffix)"
+        topics.results = "results.\(suffix)"
+        topics.events = "events.\(suffix)"
+        topics.notifications = "notifications.\(suffix)"
+        topics.deadLetters = "dlq.\(suffix)"
+        let producer = try KafkaProducer(
+            configuration: KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: [brokers])),
+            logger: quietLogger)
+        defer { producer.close() }
+        try KafkaAdmin.createTopics(
+            [topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters],
+            partitions: partitions, using: producer)
+        return topics
+    }
+
+    /// A worker configuration pointing at the test services, with fast group joins.
+    static func workerConfiguration(databaseURL: String, topics: WorkerConfiguration.Topics, group: String? = nil)
+        throws -> WorkerConfiguration
+    {
+        guard let brokers = kafkaBrokers else { throw Skip() }
+        var config = WorkerConfiguration(kafkaBrokers: [brokers], databaseURL: databaseURL)
+        config.topics = topics
+        config.kafkaGroup = group ?? uniqueName("group")
+        config.accessTokenFormat = .opaque
+        config.processing.kafkaSessionTimeout = .seconds(6)
+        config.processing.batchWait = .milliseconds(50)
+        config.shutdownTimeout = .seconds(20)
+        return config
+    }
+
+    static let quietLogger = Logger(label: "test", level: .warning, handler: InMemoryLogHandler())
+
+    struct Skip: Error {}
+}
+
+/// A trait that skips a suite when the real services are not configured.
+extension Trait where Self == ConditionTrait {
+    static var requiresServices: Self {
+        .enabled(
+            if: IntegrationEnvironment.isAvailable, "AUTH_TEST_DATABASE_SERVER and AUTH_TEST_KAFKA_BROKERS not set")
+    }
+
+    static var requiresDatabase: Self {
+        .enabled(if: IntegrationEnvironment.hasDatabase, "AUTH_TEST_DATABASE_SERVER not set")
+    }
+}
+
+@Suite struct IntegrationEnvironmentCheck {
+    /// When the test command promises the real services, their absence must fail, not skip.
+    @Test func servicesArePresentWhenRequired() {
+        if IntegrationEnvironment.isRequired {
+            #expect(
+                IntegrationEnvironment.isAvailable, "AUTH_TEST_REQUIRE_INTEGRATION=1 but services are not configured")
+        }
+    }
+}
+
+/// Reads every record of a topic with a throwaway group and keeps them, for assertions.
+actor TopicReader {
+    private let consumer: KafkaConsumer
+    private(set) var messages: [KafkaMessage] = []
+
+    init(topic: String) throws {
+        guard let brokers = IntegrationEnvironment.kafkaBrokers else { throw IntegrationEnvironment.Skip() }
+        var config = KafkaConsumerConfiguration(
+            kafka: KafkaConfiguration(bootstrapServers: [brokers]), groupID: IntegrationEnvironment.uniqueName("reader")
+        )
+        config.sessionTimeout = .seconds(6)
+        consumer = try KafkaConsumer(configuration: config, topics: [topic], logger: IntegrationEnvironment.quietLogger)
+    }
+
+    /// Polls until `predicate` holds over everything read so far, or `timeout` passes.
+    @discardableResult
+    func waitUntil(timeout: Duration = .seconds(30), _ predicate: ([KafkaMessage]) -> Bool) async throws
+        -> [KafkaMessage]
+    {
+        let deadline = ContinuousClock.now + timeout
+        while !predicate(messages), ContinuousClock.now < deadline {
+            messages += try await consumer.poll(maxMessages: 500, timeout: .milliseconds(200))
+        }
+        return messages
+    }
+
+    /// Reads for `duration` more, to see whether anything else arrives.
+    func drain(for duration: Duration) async throws -> [KafkaMessage] {
+        let deadline = ContinuousClock.now + duration
+        while ContinuousClock.now < deadline {
+            messages += try await consumer.poll(maxMessages: 500, timeout: .milliseconds(200))
+        }
+        return messages
+    }
+
+    func close() async { await consumer.close() }
+}
+
+extension KafkaMessage {
+    var keyString: String { String(decoding: key ?? [], as: UTF8.self) }
+    var json: [String: Any] { (try? JSONSerialization.jsonObject(with: Data(value))) as? [String: Any] ?? [:] }
+    var data: [String: Any] { json["data"] as? [String: Any] ?? [:] }
+}
