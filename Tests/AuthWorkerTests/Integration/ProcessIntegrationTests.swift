@@ -1,0 +1,125 @@
+import Foundation
+import Messages
+import Testing
+
+@testable import AuthWorker
+
+/// The built `auth-worker` binary as operators run it: environment in, JSON logs out, SIGTERM to stop.
+@Suite(.requiresServices, .serialized, .timeLimit(.minutes(2))) struct ProcessIntegrationTests {
+    static var binary: URL? {
+        let candidate = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+            .appendingPathComponent("auth-worker")
+        return FileManager.default.isExecutableFile(atPath: candidate.path) ? candidate : nil
+    }
+
+    func launch(_ arguments: [String], environment: [String: String]) throws -> (Process, Pipe, Pipe) {
+        let process = Process()
+        let binary: URL = try #require(Self.binary, "build the auth-worker product first")
+        process.executableURL = binary
+        process.arguments = arguments
+        process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { $1 }
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        return (process, output, errors)
+    }
+
+    @Test func runAnswersAGuestAndDrainsOnSIGTERM() async throws {
+        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        let (keyPath, _) = try TestKeys.temporaryKeyFile()
+        defer { try? FileManager.default.removeItem(atPath: keyPath) }
+        let group = IntegrationEnvironment.uniqueName("group")
+        let environment = [
+            "AUTH_KAFKA_BROKERS": try #require(IntegrationEnvironment.kafkaBrokers), "AUTH_DATABASE_URL": databaseURL,
+            "AUTH_KAFKA_GROUP": group, "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
+            "AUTH_TOPIC_EVENTS": topics.events, "AUTH_TOPIC_DLQ": topics.deadLetters, "AUTH_SIGNING_KEYS": keyPath,
+            "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        ]
+        let (process, output, _) = try launch(["run"], environment: environment)
+
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        config.kafkaGroup = group
+        let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        let id = UUID().uuidString.lowercased()
+        var data = LoginRequestData(method: "guest")
+        data.device = .init(name: "iPad", platform: "ios")
+        try await gateway.publish(requestID: id, data: data)
+        let bytes = try #require(try await gateway.awaitResult(requestID: id, timeout: .seconds(30)))
+        let result = try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes)
+        let token = try #require(result.data.session?.accessToken)
+        #expect(token.split(separator: ".").count == 3, "JWT access tokens by default")
+        gateway.close()
+
+        let started = ContinuousClock.now
+        process.terminate()  // SIGTERM
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(ContinuousClock.now - started < .seconds(15))
+        let logs = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let lines = logs.split(separator: "\n")
+        #expect(lines.allSatisfy { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) != nil }, "JSON lines only")
+        #expect(logs.contains("\"msg\":\"Stopped cleanly\""))
+        #expect(logs.contains(id), "the request id is logged")
+        #expect(!logs.contains(token), "the access token is not")
+        #expect(!logs.contains(result.data.session?.refreshToken ?? "-"), "nor the refresh token")
+    }
+
+    @Test func runRefusesToStartWithoutASigningKey() throws {
+        let (process, _, errors) = try launch(
+            ["run"], environment: ["AUTH_DATABASE_URL": "postgres://postgres@127.0.0.1:1/none"])
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 1)
+        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(message.contains("AUTH_SIGNING_KEYS"))
+        #expect(message.split(separator: "\n").count == 1, "one line")
+    }
+
+    @Test func helpAndUnknownCommands() throws {
+        let (help, helpOutput, _) = try launch(["--help"], environment: [:])
+        help.waitUntilExit()
+        #expect(help.terminationStatus == 0)
+        #expect(
+            String(decoding: helpOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("usage:"))
+        let (unknown, _, _) = try launch(["frobnicate"], environment: [:])
+        unknown.waitUntilExit()
+        #expect(unknown.terminationStatus == 2)
+    }
+
+    @Test func migrateAndKeysCommands() throws {
+        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let (first, firstOutput, _) = try launch(["migrate"], environment: ["AUTH_DATABASE_URL": databaseURL])
+        first.waitUntilExit()
+        #expect(first.terminationStatus == 0)
+        #expect(
+            String(decoding: firstOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
+                "applied 1"))
+        let (again, againOutput, _) = try launch(["migrate"], environment: ["AUTH_DATABASE_URL": databaseURL])
+        again.waitUntilExit()
+        #expect(
+            String(decoding: againOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
+                "up to date"))
+
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("keys-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let keyPath = directory.appendingPathComponent("new.pem").path
+        let (generate, _, _) = try launch(["keys", "generate", keyPath, "--alg", "ES256"], environment: [:])
+        generate.waitUntilExit()
+        #expect(generate.terminationStatus == 0)
+        let permissions = try FileManager.default.attributesOfItem(atPath: keyPath)[.posixPermissions] as? Int
+        #expect(permissions == 0o600)
+        let (overwrite, _, _) = try launch(["keys", "generate", keyPath], environment: [:])
+        overwrite.waitUntilExit()
+        #expect(overwrite.terminationStatus == 2, "never overwrites a key")
+
+        let (jwks, jwksOutput, _) = try launch(["keys", "jwks"], environment: ["AUTH_SIGNING_KEYS": keyPath])
+        jwks.waitUntilExit()
+        let document = try JSONSerialization.jsonObject(with: jwksOutput.fileHandleForReading.readDataToEndOfFile())
+        let keys = try #require((document as? [String: Any])?["keys"] as? [[String: String]])
+        #expect(keys.count == 1)
+        #expect(keys.first?["kty"] == "EC" && keys.first?["alg"] == "ES256" && keys.first?["d"] == nil)
+    }
+}
