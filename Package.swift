@@ -29,16 +29,20 @@ let package = Package(
         // MARK: - Swift modules
         .target(name: "ServiceKit"),
         .target(name: "AuthCrypto", dependencies: ["COpenSSL"]),
+        .target(name: "JOSE", dependencies: ["COpenSSL", "AuthCrypto"]),
         .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceKit"]),
         .target(name: "PGStore", dependencies: ["CLibPQ", "ServiceKit"]),
         .target(name: "Messages"),
-        .target(name: "AuthWorker", dependencies: ["ServiceKit", "AuthCrypto", "Kafka", "PGStore", "Messages"]),
+        .target(
+            name: "AuthWorker", dependencies: ["ServiceKit", "AuthCrypto", "JOSE", "Kafka", "PGStore", "Messages"]),
         .executableTarget(name: "auth-worker", dependencies: ["AuthWorker", "ServiceKit"]),
 
         // MARK: - Tests
         .testTarget(
             name: "AuthWorkerTests",
-            dependencies: ["AuthWorker", "ServiceKit", "AuthCrypto", "Kafka", "PGStore", "Messages"]
+            dependencies: [
+                "AuthWorker", "ServiceKit", "AuthCrypto", "JOSE", "Kafka", "PGStore", "Messages", "COpenSSL",
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]
