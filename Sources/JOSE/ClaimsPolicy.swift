@@ -39,7 +39,9 @@ public struct ClaimsPolicy: Sendable, Equatable {
     public func validate(_ claims: IDTokenClaims, now: Date, nonce: String?) throws {
         let time = now.timeIntervalSince1970
         guard let issuer = claims.issuer else { throw JOSEError(.missingClaim, "iss is missing") }
-        guard issuers.contains(issuer) else { throw JOSEError(.issuerMismatch, "iss is not one of the provider's issuers") }
+        guard issuers.contains(issuer) else {
+            throw JOSEError(.issuerMismatch, "iss is not one of the provider's issuers")
+        }
         guard claims.audience.contains(where: audiences.contains) else {
             throw JOSEError(.audienceMismatch, "aud names none of the configured audiences")
         }
@@ -70,7 +72,9 @@ public struct ClaimsPolicy: Sendable, Equatable {
 
     private func checkNonce(_ tokenNonce: String?, raw: String?) throws {
         guard let raw, !raw.isEmpty else {
-            if requireNonce { throw JOSEError(.nonceMismatch, "the request has no nonce, which this provider requires") }
+            if requireNonce {
+                throw JOSEError(.nonceMismatch, "the request has no nonce, which this provider requires")
+            }
             return
         }
         guard let tokenNonce else { throw JOSEError(.nonceMismatch, "the token has no nonce") }

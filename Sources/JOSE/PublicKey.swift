@@ -217,9 +217,10 @@ public final class PublicKey: @unchecked Sendable {
         guard raw.count == 2 * size, let signature = ECDSA_SIG_new() else { return nil }
         defer { ECDSA_SIG_free(signature) }
         guard let r = BN_bin2bn(raw, Int32(size), nil) else { return nil }
-        guard let s = raw.withUnsafeBufferPointer({ buffer in
-            buffer.baseAddress.flatMap { BN_bin2bn($0 + size, Int32(size), nil) }
-        })
+        guard
+            let s = raw.withUnsafeBufferPointer({ buffer in
+                buffer.baseAddress.flatMap { BN_bin2bn($0 + size, Int32(size), nil) }
+            })
         else {
             BN_free(r)
             return nil

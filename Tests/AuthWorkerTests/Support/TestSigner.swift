@@ -65,7 +65,8 @@ final class TestSigner: @unchecked Sendable {
         case .ec(let curve):
             var point = [UInt8](repeating: 0, count: 1 + 2 * curve.coordinateSize)
             var length = 0
-            precondition(EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_PUB_KEY, &point, point.count, &length) == 1)
+            precondition(
+                EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_PUB_KEY, &point, point.count, &length) == 1)
             result["kty"] = "EC"
             result["crv"] = curve.rawValue
             result["x"] = Base64URL.encode(point[1...curve.coordinateSize])

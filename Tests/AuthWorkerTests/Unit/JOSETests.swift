@@ -26,7 +26,8 @@ enum Signers {
     func everyAlgorithmVerifiesAndRejectsTampering(signer: TestSigner, algorithm: JWSAlgorithm) throws {
         let token = signer.token(["sub": "u"], algorithm: algorithm)
         let keys = Signers.keySet
-        let verified = try JWSVerifier.verifySignature(CompactJWS(token), keys: keys, allowed: Set(JWSAlgorithm.allCases))
+        let verified = try JWSVerifier.verifySignature(
+            CompactJWS(token), keys: keys, allowed: Set(JWSAlgorithm.allCases))
         #expect(verified.keyID == signer.kid)
 
         // One flipped bit in the signature, and a payload from another token, both fail.
@@ -118,7 +119,8 @@ enum Signers {
     }
 
     @Test func declaredJWKAlgorithmIsEnforced() throws {
-        let keys = try JWKSet(json: try JSONSerialization.data(withJSONObject: ["keys": [Signers.rsa2048.jwk(alg: "PS256")]]))
+        let keys = try JWKSet(
+            json: try JSONSerialization.data(withJSONObject: ["keys": [Signers.rsa2048.jwk(alg: "PS256")]]))
         let token = Signers.rsa2048.token(["sub": "u"], algorithm: .rs256)
         #expect(throws: JOSEError(.keyMismatch, "")) {
             try JWSVerifier.verifySignature(CompactJWS(token), keys: keys, allowed: [.rs256, .ps256])
@@ -144,7 +146,9 @@ enum Signers {
         let parts = token.split(separator: ".").map(String.init)
         let padded = parts[0] + "." + parts[1] + "." + parts[2] + "=="
         #expect(throws: JOSEError(.malformed, "")) { try verify(padded) }
-        let standardAlphabet = parts[0] + "." + parts[1] + "." + parts[2].replacingOccurrences(of: "-", with: "+")
+        let standardAlphabet =
+            parts[0] + "." + parts[1] + "."
+            + parts[2].replacingOccurrences(of: "-", with: "+")
             .replacingOccurrences(of: "_", with: "/")
         if standardAlphabet != token {
             #expect(throws: JOSEError(.malformed, "")) { try verify(standardAlphabet) }
@@ -158,7 +162,9 @@ enum Signers {
         let parts = token.split(separator: ".").map(String.init)
         let raw = try #require(Base64URL.decode(parts[2]))
         let der = DERForTests.ecdsa(raw)
-        #expect(throws: JOSEError(.badSignature, "")) { try verify(parts[0] + "." + parts[1] + "." + Base64URL.encode(der)) }
+        #expect(throws: JOSEError(.badSignature, "")) {
+            try verify(parts[0] + "." + parts[1] + "." + Base64URL.encode(der))
+        }
         // r = 0 is never valid.
         let zeroR = [UInt8](repeating: 0, count: 32) + raw[32...]
         #expect(throws: JOSEError(.badSignature, "")) {
