@@ -1,5 +1,6 @@
 import AuthCrypto
 import Foundation
+import JOSE
 import Kafka
 import Messages
 import PGStore
@@ -21,6 +22,9 @@ public struct CommandLineInterface: Sendable {
           request guest [--device NAME] [--platform P] [--timeout SECONDS]
                                                 publish a guest login and print its result
           users show ID_OR_EMAIL                print a user, its identities and sessions (no secrets)
+          token verify --provider NAME [--keys FILE] [--at UNIX_TIME] [--nonce RAW] TOKEN
+                                                verify a provider token as a login would; print its
+                                                header and claims, or the error code and why
 
         Configuration is read from AUTH_* environment variables; see the README.
         """
@@ -62,6 +66,8 @@ public struct CommandLineInterface: Sendable {
                 return try await requestGuest(Array(arguments.dropFirst(2)))
             case ("users", "show"):
                 return try await showUser(Array(arguments.dropFirst(2)))
+            case ("token", "verify"):
+                return try await verifyToken(Array(arguments.dropFirst(2)))
             default:
                 errorOutput(
                     "auth-worker: unknown command '\(arguments.joined(separator: " "))'; see auth-worker --help")
@@ -196,6 +202,87 @@ public struct CommandLineInterface: Sendable {
         }
         output(String(decoding: result, as: UTF8.self))
         errorOutput("answered in \(ContinuousClock.now - started)")
+        return 0
+    }
+
+    // MARK: - token verify
+
+    private func verifyToken(_ arguments: [String]) async throws -> Int32 {
+        let usage = "usage: auth-worker token verify --provider NAME [--keys FILE] [--at UNIX_TIME] [--nonce RAW] TOKEN"
+        var providerName: String?
+        var keysPath: String?
+        var at: Date?
+        var nonce: String?
+        var token: String?
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            if argument.hasPrefix("--") {
+                guard index + 1 < arguments.count else {
+                    throw UsageError(message: "\(argument) needs a value; \(usage)")
+                }
+                let value = arguments[index + 1]
+                switch argument {
+                case "--provider": providerName = value
+                case "--keys": keysPath = value
+                case "--nonce": nonce = value
+                case "--at":
+                    guard let seconds = Double(value) else { throw UsageError(message: "--at takes a Unix time") }
+                    at = Date(timeIntervalSince1970: seconds)
+                default: throw UsageError(message: "unknown option \(argument); \(usage)")
+                }
+                index += 2
+            } else {
+                guard token == nil else { throw UsageError(message: usage) }
+                token = argument
+                index += 1
+            }
+        }
+        guard let providerName, let token else { throw UsageError(message: usage) }
+        let configuration = try configuration()
+        guard
+            let providerConfiguration = try configuration.identityProviders().first(where: { $0.name == providerName })
+        else {
+            errorOutput(
+                "auth-worker: unknown_provider: \(providerName) is not configured (Apple and Google need "
+                    + "AUTH_APPLE_AUDIENCES / AUTH_GOOGLE_AUDIENCES; others AUTH_OIDC_PROVIDERS)")
+            return 1
+        }
+        let clock: any WorkerClock = at.map { ManualClock($0) } ?? SystemClock()
+        let logger = Logger(label: "auth-worker", level: .warning, handler: JSONLinesLogHandler.standardError)
+        let keySet: KeySetCache
+        if let keysPath {
+            guard let data = FileManager.default.contents(atPath: keysPath) else {
+                throw UsageError(message: "cannot read \(keysPath)")
+            }
+            keySet = KeySetCache(fixed: try JWKSet(json: data), clock: clock, logger: logger)
+        } else {
+            let source: KeySetCache.Source =
+                if let url = providerConfiguration.keysURL {
+                    .keysURL(url)
+                } else if let discovery = providerConfiguration.discoveryURL {
+                    .discovery(discovery, issuers: providerConfiguration.issuers)
+                } else { throw UsageError(message: "\(providerName) has no key set URL") }
+            keySet = KeySetCache(
+                source: source, fetcher: HTTPDocumentFetcher(timeout: configuration.keySets.fetchTimeout), clock: clock,
+                settings: configuration.keySets, logger: logger)
+        }
+        let provider = IdentityProvider(configuration: providerConfiguration, keySet: keySet, clock: clock)
+        do {
+            _ = try await provider.verify(token: token, nonce: nonce)
+        } catch let error as JOSEError {
+            let failure = LoginError(error)
+            errorOutput("\(failure.code.rawValue): \(failure.message)")
+            return 1
+        }
+        // Verified: print the header and claims exactly as the token carries them.
+        let jws = try CompactJWS(token)
+        let header = try JSONSerialization.jsonObject(with: Data(jws.headerBytes))
+        let claims = try JSONSerialization.jsonObject(with: Data(jws.payload))
+        let document = try JSONSerialization.data(
+            withJSONObject: ["provider": providerName, "header": header, "claims": claims],
+            options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes])
+        output(String(decoding: document, as: UTF8.self))
         return 0
     }
 

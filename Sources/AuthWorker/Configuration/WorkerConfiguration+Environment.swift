@@ -25,6 +25,13 @@ extension WorkerConfiguration {
         if let value = reader.string("AUTH_APPLE_KEYS_URL") { config.appleKeysURL = value }
         if let value = reader.string("AUTH_GOOGLE_KEYS_URL") { config.googleKeysURL = value }
         if let value = reader.string("AUTH_OIDC_PROVIDERS") { config.oidcProvidersPath = value }
+        if let value = reader.list("AUTH_GOOGLE_HOSTED_DOMAINS") { config.googleHostedDomains = value }
+        if let value = try reader.seconds("AUTH_KEYS_MIN_TTL_SECONDS") { config.keySets.minimumLifetime = value }
+        if let value = try reader.seconds("AUTH_KEYS_MAX_TTL_SECONDS") { config.keySets.maximumLifetime = value }
+        if let value = try reader.seconds("AUTH_KEYS_REFETCH_INTERVAL_SECONDS") {
+            config.keySets.unknownKeyRefetchInterval = value
+        }
+        if let value = try reader.seconds("AUTH_KEYS_FETCH_TIMEOUT_SECONDS") { config.keySets.fetchTimeout = value }
         if let value = reader.string("AUTH_ACCESS_TOKEN_FORMAT") {
             guard let format = AccessTokenFormat(rawValue: value) else {
                 throw ConfigurationError(variable: "AUTH_ACCESS_TOKEN_FORMAT", reason: "must be jwt or opaque")

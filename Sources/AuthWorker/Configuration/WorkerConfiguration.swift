@@ -34,8 +34,31 @@ public struct WorkerConfiguration: Sendable {
     /// Env: `AUTH_APPLE_KEYS_URL`, `AUTH_GOOGLE_KEYS_URL`.
     public var appleKeysURL = "https://appleid.apple.com/auth/keys"
     public var googleKeysURL = "https://www.googleapis.com/oauth2/v3/certs"
+    /// Google Workspace domains accepted in `hd`. Env: `AUTH_GOOGLE_HOSTED_DOMAINS`. Default: any.
+    public var googleHostedDomains: [String] = []
+    /// Provider key sets: cache bounds and refetch limits.
+    public var keySets = KeySetSettings()
     /// Env: `AUTH_OIDC_PROVIDERS`: path of a JSON file describing further providers.
     public var oidcProvidersPath: String?
+    /// How provider key sets are fetched and cached.
+    public struct KeySetSettings: Sendable, Equatable {
+        /// Shortest time a fetched set is trusted, whatever `Cache-Control` says.
+        /// Env: `AUTH_KEYS_MIN_TTL_SECONDS`. Default: 300.
+        public var minimumLifetime: TimeInterval = 300
+        /// Longest time a fetched set is trusted. Env: `AUTH_KEYS_MAX_TTL_SECONDS`. Default: 86400.
+        public var maximumLifetime: TimeInterval = 86400
+        /// Lifetime when the response has no `max-age`. Default: 3600.
+        public var defaultLifetime: TimeInterval = 3600
+        /// A token with an unknown `kid` triggers a refetch at most this often.
+        /// Env: `AUTH_KEYS_REFETCH_INTERVAL_SECONDS`. Default: 60.
+        public var unknownKeyRefetchInterval: TimeInterval = 60
+        /// After a failed fetch, wait this long before trying again. Default: 5.
+        public var failureBackoff: TimeInterval = 5
+        /// Per-request timeout. Env: `AUTH_KEYS_FETCH_TIMEOUT_SECONDS`. Default: 5.
+        public var fetchTimeout: TimeInterval = 5
+        public init() {}
+    }
+
     /// Session and token lifetimes.
     public var sessions = Sessions()
     /// Batching and parallelism.

@@ -1,5 +1,6 @@
 import AuthCrypto
 import Foundation
+import JOSE
 import Messages
 import ServiceKit
 
@@ -24,17 +25,20 @@ public struct LoginService: Sendable {
     private let configuration: WorkerConfiguration
     private let store: any AuthStore
     private let accessTokens: any AccessTokenIssuer
+    private let providers: IdentityProviders
     private let clock: any WorkerClock
     private let identifiers: Identifiers
     private let logger: Logger
 
     public init(
         configuration: WorkerConfiguration, store: any AuthStore, accessTokens: any AccessTokenIssuer,
-        clock: any WorkerClock, identifiers: Identifiers, logger: Logger
+        providers: IdentityProviders = IdentityProviders([]), clock: any WorkerClock, identifiers: Identifiers,
+        logger: Logger
     ) {
         self.configuration = configuration
         self.store = store
         self.accessTokens = accessTokens
+        self.providers = providers
         self.clock = clock
         self.identifiers = identifiers
         self.logger = logger
@@ -47,7 +51,9 @@ public struct LoginService: Sendable {
         switch request.method {
         case .guest:
             return try await guest(request)
-        case .apple, .google, .oidc, .password, .register, .refresh, .logout:
+        case .apple, .google, .oidc:
+            return try await providerSignIn(request)
+        case .password, .register, .refresh, .logout:
             throw LoginError(
                 .unsupportedMethod, "method \(request.method.rawValue) is not enabled on this worker",
                 field: "data.method")
@@ -63,11 +69,13 @@ public struct LoginService: Sendable {
             id: userID, name: nil, email: nil, emailVerified: false, isPrivateEmail: false, isGuest: true,
             createdAt: now)
         let handles = try (0..<3).map { _ in try identifiers.handle(name: nil, isGuest: true) }
-        let issued = try issueSession(
-            userID: userID, provider: "guest", isGuest: true, device: request.data.device, now: now)
+        let pending = try PendingSession(identifiers: identifiers, configuration: configuration, now: now)
+        let accessToken = try pending.accessToken(accessTokens: accessTokens, userID: userID, isGuest: true)
+        var session = pending.session(provider: "guest", device: request.data.device, isGuest: true)
+        session.accessTokenHash = SHA256.hash(accessToken)
         let plan = NewAccount(
             requestID: request.id, method: request.method.rawValue, user: user, handleCandidates: handles,
-            identity: nil, session: issued.session,
+            identity: nil, session: session,
             idempotencyExpiresAt: now + configuration.sessions.idempotencyLifetime
         ) { [identifiers, configuration] stored in
             let data = UserCreatedData(
@@ -91,43 +99,159 @@ public struct LoginService: Sendable {
                 ])
             return LoginOutcome(
                 result: .ok(
-                    requestID: request.id, user: Self.payload(stored), newUser: true, session: issued.payload),
+                    requestID: request.id, user: Self.payload(stored), newUser: true,
+                    session: pending.payload(accessToken: accessToken, isGuest: true)),
                 events: events)
         }
     }
 
-    // MARK: - Sessions
+    // MARK: - Provider sign-in (Apple, Google, OpenID Connect)
 
-    private struct IssuedSession {
-        var session: NewSession
-        var payload: SessionPayload
+    private func providerSignIn(_ request: LoginRequest) async throws -> LoginOutcome? {
+        let data = request.data
+        let name = request.method == .oidc ? (data.provider ?? "") : request.method.rawValue
+        guard let provider = providers[name] else {
+            if request.method == .oidc {
+                throw LoginError(
+                    .unknownProvider, "provider \(name.prefix(64)) is not configured", field: "data.provider")
+            }
+            throw LoginError(.unsupportedMethod, "\(name) sign-in is not enabled (no audiences configured)")
+        }
+        if data.linkTo != nil {
+            throw LoginError(
+                .unsupportedMethod, "linking an identity to a signed-in account is not enabled on this worker",
+                field: "data.link_to")
+        }
+        let verified: VerifiedIdentity
+        do {
+            verified = try await provider.verify(token: data.identityToken ?? "", nonce: data.nonce).identity
+        } catch let error as JOSEError {
+            throw LoginError(error)
+        }
+
+        let now = clock.now()
+        let profileName = Self.profileName(data.profile)
+        let displayName = profileName ?? verified.name ?? Self.fallbackName(verified)
+        let userID = try identifiers.uuid()
+        let user = NewUser(
+            id: userID, name: displayName, email: verified.email, emailVerified: verified.emailVerified,
+            isPrivateEmail: verified.isPrivateEmail, isGuest: false, createdAt: now)
+        let handles = try (0..<3).map { _ in try identifiers.handle(name: displayName, isGuest: false) }
+        let identity = NewIdentity(
+            provider: verified.provider, subject: verified.subject, email: verified.email,
+            emailVerified: verified.emailVerified, isPrivateEmail: verified.isPrivateEmail, passwordHash: nil)
+        // The session's user id is only known after the write; claims name the user id the store settles on.
+        let pending = try PendingSession(identifiers: identifiers, configuration: configuration, now: now)
+        let plan = ProviderSignIn(
+            requestID: request.id, method: request.method.rawValue, identity: identity,
+            name: profileName ?? verified.name, newUser: user, handleCandidates: handles,
+            session: pending.session(provider: verified.provider, device: data.device, isGuest: false), now: now,
+            idempotencyExpiresAt: now + configuration.sessions.idempotencyLifetime,
+            issueAccessToken: { [accessTokens] userID in
+                try pending.accessToken(accessTokens: accessTokens, userID: userID, isGuest: false)
+            }
+        ) { [identifiers, configuration] stored in
+            let created = UserCreatedData(
+                userId: stored.id.lowercasedString, handle: stored.handle, name: stored.name, email: stored.email,
+                emailVerified: stored.emailVerified, isPrivateEmail: stored.isPrivateEmail, isGuest: false,
+                provider: verified.provider, createdAt: Timestamp.format(stored.createdAt))
+            return [
+                try Self.event(
+                    type: UserEventType.created, data: created, key: stored.id.lowercasedString, request: request,
+                    identifiers: identifiers, configuration: configuration, now: now)
+            ]
+        }
+        switch try await store.signIn(plan) {
+        case .duplicate:
+            return nil
+        case .signedIn(let stored, let created, let events, let accessToken):
+            let session = pending.payload(accessToken: accessToken, isGuest: false)
+            logger.info(
+                created ? "User created" : "User signed in",
+                metadata: [
+                    LogKey.requestID: request.id, LogKey.userID: stored.id.lowercasedString,
+                    LogKey.method: request.method.rawValue, "auth.provider": verified.provider,
+                ])
+            return LoginOutcome(
+                result: .ok(requestID: request.id, user: Self.payload(stored), newUser: created, session: session),
+                events: events)
+        }
     }
 
-    private func issueSession(
-        userID: UUID, provider: String, isGuest: Bool, device: LoginRequestData.Device?, now: Date
-    ) throws -> IssuedSession {
-        let lifetimes = configuration.sessions
-        let abilities = isGuest ? lifetimes.guestAbilities : lifetimes.memberAbilities
-        let sessionID = try identifiers.uuid()
-        let accessID = try identifiers.uuid()
-        let sessionExpiry = now + lifetimes.sessionLifetime
-        let accessExpiry = min(now + lifetimes.accessTokenLifetime, sessionExpiry)
-        let refreshExpiry = min(now + lifetimes.refreshTokenLifetime, sessionExpiry)
-        let accessToken = try accessTokens.issue(
-            AccessTokenClaims(
-                tokenID: accessID, userID: userID, sessionID: sessionID, abilities: abilities, isGuest: isGuest,
-                issuedAt: now, expiresAt: accessExpiry))
-        let refreshToken = "rt_" + (try identifiers.secret(characters: 48))
-        let session = NewSession(
-            id: sessionID, provider: provider, deviceName: device?.name, devicePlatform: device?.platform,
-            abilities: abilities, createdAt: now, expiresAt: sessionExpiry, accessTokenID: accessID,
-            accessTokenHash: SHA256.hash(accessToken), accessTokenExpiresAt: accessExpiry,
-            refreshTokenID: try identifiers.uuid(), refreshTokenHash: SHA256.hash(refreshToken),
-            refreshTokenExpiresAt: refreshExpiry)
-        let payload = SessionPayload(
-            accessToken: accessToken, expiresAt: Timestamp.format(accessExpiry), refreshToken: refreshToken,
-            refreshExpiresAt: Timestamp.format(refreshExpiry), abilities: abilities)
-        return IssuedSession(session: session, payload: payload)
+    /// Apple's first-authorization name, as the app received it.
+    static func profileName(_ profile: LoginRequestData.Profile?) -> String? {
+        let parts = [profile?.givenName, profile?.familyName].compactMap {
+            $0?.trimmingCharacters(in: .whitespacesAndNewlines)
+        }.filter { !$0.isEmpty }
+        return parts.isEmpty ? nil : parts.joined(separator: " ")
+    }
+
+    /// A display name for someone the provider gave no name: the e-mail's local part when it is a
+    /// real address, else "<Provider> user".
+    static func fallbackName(_ identity: VerifiedIdentity) -> String {
+        if let email = identity.email, !identity.isPrivateEmail, let local = email.split(separator: "@").first,
+            !local.isEmpty
+        {
+            return String(local)
+        }
+        return identity.provider.prefix(1).uppercased() + identity.provider.dropFirst() + " user"
+    }
+
+    // MARK: - Sessions
+
+    /// A session whose ids and refresh token are decided before the write, and whose access token
+    /// is made during it, once the user id is final (a sign-in may find an existing user, and a JWT
+    /// names its user). The store records the access token's SHA-256 when it makes it.
+    struct PendingSession: Sendable {
+        let sessionID: UUID
+        let accessID: UUID
+        let refreshID: UUID
+        let refreshToken: String
+        let now: Date
+        let accessExpiry: Date
+        let refreshExpiry: Date
+        let sessionExpiry: Date
+        let abilitiesGuest: [String]
+        let abilitiesMember: [String]
+
+        init(identifiers: Identifiers, configuration: WorkerConfiguration, now: Date) throws {
+            let lifetimes = configuration.sessions
+            sessionID = try identifiers.uuid()
+            accessID = try identifiers.uuid()
+            refreshID = try identifiers.uuid()
+            refreshToken = "rt_" + (try identifiers.secret(characters: 48))
+            self.now = now
+            sessionExpiry = now + lifetimes.sessionLifetime
+            accessExpiry = min(now + lifetimes.accessTokenLifetime, sessionExpiry)
+            refreshExpiry = min(now + lifetimes.refreshTokenLifetime, sessionExpiry)
+            abilitiesGuest = lifetimes.guestAbilities
+            abilitiesMember = lifetimes.memberAbilities
+        }
+
+        func session(provider: String, device: LoginRequestData.Device?, isGuest: Bool) -> NewSession {
+            let abilities = isGuest ? abilitiesGuest : abilitiesMember
+            return NewSession(
+                id: sessionID, provider: provider, deviceName: device?.name, devicePlatform: device?.platform,
+                abilities: abilities, createdAt: now, expiresAt: sessionExpiry, accessTokenID: accessID,
+                accessTokenHash: [], accessTokenExpiresAt: accessExpiry,
+                refreshTokenID: refreshID, refreshTokenHash: SHA256.hash(refreshToken),
+                refreshTokenExpiresAt: refreshExpiry)
+        }
+
+        func accessToken(accessTokens: any AccessTokenIssuer, userID: UUID, isGuest: Bool) throws -> String {
+            try accessTokens.issue(
+                AccessTokenClaims(
+                    tokenID: accessID, userID: userID, sessionID: sessionID,
+                    abilities: isGuest ? abilitiesGuest : abilitiesMember, isGuest: isGuest, issuedAt: now,
+                    expiresAt: accessExpiry))
+        }
+
+        func payload(accessToken: String, isGuest: Bool) -> SessionPayload {
+            SessionPayload(
+                accessToken: accessToken, expiresAt: Timestamp.format(accessExpiry), refreshToken: refreshToken,
+                refreshExpiresAt: Timestamp.format(refreshExpiry), abilities: isGuest ? abilitiesGuest : abilitiesMember
+            )
+        }
     }
 
     // MARK: - Payloads

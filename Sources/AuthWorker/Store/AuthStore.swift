@@ -9,6 +9,11 @@ public protocol AuthStore: Sendable {
     /// - Returns: `.duplicate` when the request id was already processed (nothing is written).
     func createAccount(_ plan: NewAccount) async throws -> AccountWrite
 
+    /// Atomically records the request and signs in with a provider identity: finds the identity's
+    /// user (updating what the token says) or creates user and identity, then creates the session.
+    /// - Returns: `.duplicate` when the request id was already processed (nothing is written).
+    func signIn(_ plan: ProviderSignIn) async throws -> SignInWrite
+
     /// Marks outbox events as published.
     func markPublished(_ eventIDs: [UUID], at date: Date) async throws
 
@@ -49,6 +54,53 @@ public struct NewAccount: Sendable {
 /// The outcome of `createAccount`.
 public enum AccountWrite: Sendable, Equatable {
     case created(StoredUser, events: [OutboxEvent])
+    case duplicate
+}
+
+/// A provider sign-in, decided by the flow before the write.
+public struct ProviderSignIn: Sendable {
+    public var requestID: String
+    public var method: String
+    /// The identity as the token describes it now.
+    public var identity: NewIdentity
+    /// A name for the user: set on a new user, and on an existing one that has none.
+    public var name: String?
+    /// The user to create if the identity is new.
+    public var newUser: NewUser
+    public var handleCandidates: [String]
+    public var session: NewSession
+    public var now: Date
+    public var idempotencyExpiresAt: Date
+    /// Events for a newly created user, built once the user is final.
+    public var eventsForNewUser: @Sendable (StoredUser) throws -> [OutboxEvent]
+    /// Makes the access token once the user id is final (a JWT names its user); the store records
+    /// its SHA-256 in `session.accessTokenHash` and returns the token.
+    public var issueAccessToken: @Sendable (UUID) throws -> String
+
+    public init(
+        requestID: String, method: String, identity: NewIdentity, name: String?, newUser: NewUser,
+        handleCandidates: [String], session: NewSession, now: Date, idempotencyExpiresAt: Date,
+        issueAccessToken: @escaping @Sendable (UUID) throws -> String,
+        eventsForNewUser: @escaping @Sendable (StoredUser) throws -> [OutboxEvent]
+    ) {
+        self.issueAccessToken = issueAccessToken
+        self.requestID = requestID
+        self.method = method
+        self.identity = identity
+        self.name = name
+        self.newUser = newUser
+        self.handleCandidates = handleCandidates
+        self.session = session
+        self.now = now
+        self.idempotencyExpiresAt = idempotencyExpiresAt
+        self.eventsForNewUser = eventsForNewUser
+    }
+}
+
+/// The outcome of `signIn`.
+public enum SignInWrite: Sendable, Equatable {
+    /// `accessToken` is the token `issueAccessToken` made: shown once to the client, never stored.
+    case signedIn(StoredUser, created: Bool, events: [OutboxEvent], accessToken: String)
     case duplicate
 }
 

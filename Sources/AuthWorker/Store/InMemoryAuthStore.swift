@@ -1,3 +1,4 @@
+import AuthCrypto
 import Foundation
 import Synchronization
 
@@ -43,6 +44,53 @@ public final class InMemoryAuthStore: AuthStore {
         }
     }
 
+    public func signIn(_ plan: ProviderSignIn) async throws -> SignInWrite {
+        try state.withLock { state in
+            guard !state.requests.contains(plan.requestID) else { return .duplicate }
+            let key = "\(plan.identity.provider)|\(plan.identity.subject)"
+            if let (stored, userID) = state.identities[key], var user = state.users[userID] {
+                var identity = stored
+                if let email = plan.identity.email {
+                    identity.email = email
+                    identity.emailVerified = plan.identity.emailVerified
+                    identity.isPrivateEmail = plan.identity.isPrivateEmail
+                }
+                state.identities[key] = (identity, userID)
+                user.name = user.name ?? plan.name
+                if user.email == nil, let email = plan.identity.email {
+                    user.email = email
+                    user.emailVerified = plan.identity.emailVerified
+                    user.isPrivateEmail = plan.identity.isPrivateEmail
+                }
+                state.users[userID] = user
+                state.requests.insert(plan.requestID)
+                let token = try plan.issueAccessToken(userID)
+                var session = plan.session
+                session.accessTokenHash = SHA256.hash(token)
+                state.sessions[plan.session.id] = session
+                return .signedIn(user, created: false, events: [], accessToken: token)
+            }
+            guard let handle = plan.handleCandidates.first(where: { !state.handles.contains($0) }) else {
+                throw InMemoryStoreError.handlesTaken
+            }
+            let user = StoredUser(
+                id: plan.newUser.id, handle: handle, name: plan.newUser.name, email: plan.newUser.email,
+                emailVerified: plan.newUser.emailVerified, isPrivateEmail: plan.newUser.isPrivateEmail,
+                isGuest: plan.newUser.isGuest, providers: [plan.identity.provider], createdAt: plan.newUser.createdAt)
+            let events = try plan.eventsForNewUser(user)
+            state.requests.insert(plan.requestID)
+            state.handles.insert(handle)
+            state.users[user.id] = user
+            state.identities[key] = (plan.identity, user.id)
+            let token = try plan.issueAccessToken(user.id)
+            var session = plan.session
+            session.accessTokenHash = SHA256.hash(token)
+            state.sessions[plan.session.id] = session
+            state.outbox += events.map { ($0, nil) }
+            return .signedIn(user, created: true, events: events, accessToken: token)
+        }
+    }
+
     public func markPublished(_ eventIDs: [UUID], at date: Date) async throws {
         state.withLock { state in
             for index in state.outbox.indices where eventIDs.contains(state.outbox[index].event.id) {
@@ -54,6 +102,13 @@ public final class InMemoryAuthStore: AuthStore {
     public func unpublishedEvents(olderThan date: Date, limit: Int) async throws -> [OutboxEvent] {
         state.withLock { state in
             Array(state.outbox.filter { $0.published == nil && $0.event.createdAt < date }.prefix(limit).map(\.event))
+        }
+    }
+
+    /// Test inspection: identities as (provider, subject, user id, e-mail).
+    public var identities: [(provider: String, subject: String, userID: UUID, email: String?)] {
+        state.withLock { state in
+            state.identities.values.map { ($0.identity.provider, $0.identity.subject, $0.userID, $0.identity.email) }
         }
     }
 

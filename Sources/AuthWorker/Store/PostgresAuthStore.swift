@@ -1,3 +1,4 @@
+import AuthCrypto
 import Foundation
 import PGStore
 
@@ -11,81 +12,89 @@ public struct PostgresAuthStore: AuthStore {
 
     public func createAccount(_ plan: NewAccount) async throws -> AccountWrite {
         try await pool.withTransaction { connection in
-            let recorded = try connection.query(
-                """
-                INSERT INTO processed_requests (request_id, method, status, user_id, session_id, processed_at, expires_at)
-                VALUES (\(plan.requestID), \(plan.method), 'ok', \(plan.user.id), \(plan.session.id),
-                        \(plan.user.createdAt), \(plan.idempotencyExpiresAt))
-                ON CONFLICT (request_id) DO NOTHING
-                """)
-            guard recorded.affectedRows == 1 else { return .duplicate }
-
-            let user = plan.user
-            var handle: String?
-            for candidate in plan.handleCandidates {
-                let inserted = try connection.query(
-                    """
-                    INSERT INTO users (id, handle, name, email, email_verified, is_private_email, is_guest,
-                                       created_at, updated_at)
-                    VALUES (\(user.id), \(candidate), \(user.name), \(user.email), \(user.emailVerified),
-                            \(user.isPrivateEmail), \(user.isGuest), \(user.createdAt), \(user.createdAt))
-                    ON CONFLICT (handle) DO NOTHING
-                    """)
-                if inserted.affectedRows == 1 {
-                    handle = candidate
-                    break
-                }
-            }
-            guard let handle else {
-                throw PGError(.query, serverMessage: "every handle candidate is taken", step: "INSERT users")
-            }
-
-            var providers: [String] = []
+            guard
+                try Self.recordRequest(
+                    connection, id: plan.requestID, method: plan.method, userID: plan.user.id,
+                    sessionID: plan.session.id, at: plan.user.createdAt, expiresAt: plan.idempotencyExpiresAt)
+            else { return .duplicate }
+            var stored = try Self.insertUser(connection, plan.user, handles: plan.handleCandidates)
             if let identity = plan.identity {
-                try connection.query(
-                    """
-                    INSERT INTO identities (provider, subject, user_id, email, email_verified, is_private_email,
-                                            password_hash, created_at, last_login_at)
-                    VALUES (\(identity.provider), \(identity.subject), \(user.id), \(identity.email),
-                            \(identity.emailVerified), \(identity.isPrivateEmail), \(identity.passwordHash),
-                            \(user.createdAt), \(user.createdAt))
-                    """)
-                providers.append(identity.provider)
+                try Self.insertIdentity(connection, identity, userID: stored.id, at: stored.createdAt)
+                stored.providers = [identity.provider]
             }
-
-            let session = plan.session
-            try connection.query(
-                """
-                INSERT INTO sessions (id, user_id, provider, device_name, device_platform, abilities, created_at, expires_at)
-                VALUES (\(session.id), \(user.id), \(session.provider), \(session.deviceName), \(session.devicePlatform),
-                        \(session.abilities), \(session.createdAt), \(session.expiresAt))
-                """)
-            try connection.query(
-                """
-                INSERT INTO access_tokens (id, session_id, token_hash, name, abilities, created_at, expires_at)
-                VALUES (\(session.accessTokenID), \(session.id), \(PGBytes(session.accessTokenHash)), \(session.deviceName),
-                        \(session.abilities), \(session.createdAt), \(session.accessTokenExpiresAt))
-                """)
-            try connection.query(
-                """
-                INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
-                VALUES (\(session.refreshTokenID), \(session.id), \(PGBytes(session.refreshTokenHash)),
-                        \(session.createdAt), \(session.refreshTokenExpiresAt))
-                """)
-
-            let stored = StoredUser(
-                id: user.id, handle: handle, name: user.name, email: user.email, emailVerified: user.emailVerified,
-                isPrivateEmail: user.isPrivateEmail, isGuest: user.isGuest, providers: providers,
-                createdAt: user.createdAt)
+            try Self.insertSession(connection, plan.session, userID: stored.id)
             let events = try plan.events(stored)
-            for event in events {
+            try Self.insertOutbox(connection, events)
+            return .created(stored, events: events)
+        }
+    }
+
+    public func signIn(_ plan: ProviderSignIn) async throws -> SignInWrite {
+        do {
+            return try await signInOnce(plan)
+        } catch let error as PGError where error.isUniqueViolation {
+            // Two first logins of one identity raced; the loser finds the winner's user now.
+            return try await signInOnce(plan)
+        }
+    }
+
+    private func signInOnce(_ plan: ProviderSignIn) async throws -> SignInWrite {
+        try await pool.withTransaction { connection in
+            let identity = plan.identity
+            let existing = try connection.query(
+                """
+                SELECT user_id FROM identities WHERE provider = \(identity.provider) AND subject = \(identity.subject)
+                FOR UPDATE
+                """
+            ).first.map { try $0.decode("user_id", as: UUID.self) }
+            let userID = existing ?? plan.newUser.id
+            guard
+                try Self.recordRequest(
+                    connection, id: plan.requestID, method: plan.method, userID: userID, sessionID: plan.session.id,
+                    at: plan.now, expiresAt: plan.idempotencyExpiresAt)
+            else { return .duplicate }
+
+            if let existing {
+                // Keep what the user had: a later token without an e-mail or a name never erases one.
                 try connection.query(
                     """
-                    INSERT INTO outbox (event_id, topic, message_key, payload, created_at)
-                    VALUES (\(event.id), \(event.topic), \(event.key), \(PGBytes(event.payload)), \(event.createdAt))
+                    UPDATE identities SET
+                        email = COALESCE(\(identity.email), email),
+                        email_verified = CASE WHEN \(identity.email)::text IS NULL THEN email_verified
+                                              ELSE \(identity.emailVerified) END,
+                        is_private_email = CASE WHEN \(identity.email)::text IS NULL THEN is_private_email
+                                                ELSE \(identity.isPrivateEmail) END,
+                        last_login_at = \(plan.now)
+                    WHERE provider = \(identity.provider) AND subject = \(identity.subject)
                     """)
+                try connection.query(
+                    """
+                    UPDATE users SET
+                        name = COALESCE(users.name, \(plan.name)),
+                        email_verified = CASE
+                            WHEN users.email IS NULL THEN \(identity.email != nil && identity.emailVerified)
+                            WHEN lower(users.email) = lower(\(identity.email)) THEN users.email_verified OR \(identity.emailVerified)
+                            ELSE users.email_verified END,
+                        is_private_email = CASE WHEN users.email IS NULL THEN \(identity.isPrivateEmail)
+                                                ELSE users.is_private_email END,
+                        email = COALESCE(users.email, \(identity.email)),
+                        updated_at = \(plan.now)
+                    WHERE id = \(existing)
+                    """)
+                let user = try Self.loadUser(connection, id: existing)
+                let (session, token) = try Self.finalSession(plan, userID: existing)
+                try Self.insertSession(connection, session, userID: existing)
+                return .signedIn(user, created: false, events: [], accessToken: token)
             }
-            return .created(stored, events: events)
+
+            var stored = try Self.insertUser(connection, plan.newUser, handles: plan.handleCandidates)
+            try Self.insertIdentity(connection, identity, userID: stored.id, at: plan.now)
+            stored.providers = [identity.provider]
+            let (session, token) = try Self.finalSession(plan, userID: stored.id)
+            try Self.insertSession(connection, session, userID: stored.id)
+            let events = try plan.eventsForNewUser(stored)
+            try Self.insertOutbox(connection, events)
+            return .signedIn(stored, created: true, events: events, accessToken: token)
         }
     }
 
@@ -113,5 +122,107 @@ public struct PostgresAuthStore: AuthStore {
                     payload: try row.decode("payload", as: PGBytes.self).bytes, createdAt: try row.decode("created_at"))
             }
         }
+    }
+
+    // MARK: - Statements shared by the writes
+
+    /// The plan's session with the hash of the access token made for `userID`.
+    static func finalSession(_ plan: ProviderSignIn, userID: UUID) throws -> (NewSession, String) {
+        let token = try plan.issueAccessToken(userID)
+        var session = plan.session
+        session.accessTokenHash = SHA256.hash(token)
+        return (session, token)
+    }
+
+    /// Records the request id; false when it was already there.
+    static func recordRequest(
+        _ connection: PGConnection, id: String, method: String, userID: UUID?, sessionID: UUID?, at date: Date,
+        expiresAt: Date
+    ) throws -> Bool {
+        try connection.query(
+            """
+            INSERT INTO processed_requests (request_id, method, status, user_id, session_id, processed_at, expires_at)
+            VALUES (\(id), \(method), 'ok', \(userID), \(sessionID), \(date), \(expiresAt))
+            ON CONFLICT (request_id) DO NOTHING
+            """
+        ).affectedRows == 1
+    }
+
+    /// Inserts the user with the first free handle.
+    static func insertUser(_ connection: PGConnection, _ user: NewUser, handles: [String]) throws -> StoredUser {
+        for candidate in handles {
+            let inserted = try connection.query(
+                """
+                INSERT INTO users (id, handle, name, email, email_verified, is_private_email, is_guest,
+                                   created_at, updated_at)
+                VALUES (\(user.id), \(candidate), \(user.name), \(user.email), \(user.emailVerified),
+                        \(user.isPrivateEmail), \(user.isGuest), \(user.createdAt), \(user.createdAt))
+                ON CONFLICT (handle) DO NOTHING
+                """)
+            if inserted.affectedRows == 1 {
+                return StoredUser(
+                    id: user.id, handle: candidate, name: user.name, email: user.email,
+                    emailVerified: user.emailVerified, isPrivateEmail: user.isPrivateEmail, isGuest: user.isGuest,
+                    providers: [], createdAt: user.createdAt)
+            }
+        }
+        throw PGError(.query, serverMessage: "every handle candidate is taken", step: "INSERT users")
+    }
+
+    static func insertIdentity(_ connection: PGConnection, _ identity: NewIdentity, userID: UUID, at date: Date) throws
+    {
+        try connection.query(
+            """
+            INSERT INTO identities (provider, subject, user_id, email, email_verified, is_private_email,
+                                    password_hash, created_at, last_login_at)
+            VALUES (\(identity.provider), \(identity.subject), \(userID), \(identity.email),
+                    \(identity.emailVerified), \(identity.isPrivateEmail), \(identity.passwordHash), \(date), \(date))
+            """)
+    }
+
+    /// Inserts a session with its first access and refresh tokens (hashes only).
+    static func insertSession(_ connection: PGConnection, _ session: NewSession, userID: UUID) throws {
+        try connection.query(
+            """
+            INSERT INTO sessions (id, user_id, provider, device_name, device_platform, abilities, created_at, expires_at)
+            VALUES (\(session.id), \(userID), \(session.provider), \(session.deviceName), \(session.devicePlatform),
+                    \(session.abilities), \(session.createdAt), \(session.expiresAt))
+            """)
+        try connection.query(
+            """
+            INSERT INTO access_tokens (id, session_id, token_hash, name, abilities, created_at, expires_at)
+            VALUES (\(session.accessTokenID), \(session.id), \(PGBytes(session.accessTokenHash)), \(session.deviceName),
+                    \(session.abilities), \(session.createdAt), \(session.accessTokenExpiresAt))
+            """)
+        try connection.query(
+            """
+            INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
+            VALUES (\(session.refreshTokenID), \(session.id), \(PGBytes(session.refreshTokenHash)),
+                    \(session.createdAt), \(session.refreshTokenExpiresAt))
+            """)
+    }
+
+    static func insertOutbox(_ connection: PGConnection, _ events: [OutboxEvent]) throws {
+        for event in events {
+            try connection.query(
+                """
+                INSERT INTO outbox (event_id, topic, message_key, payload, created_at)
+                VALUES (\(event.id), \(event.topic), \(event.key), \(PGBytes(event.payload)), \(event.createdAt))
+                """)
+        }
+    }
+
+    static func loadUser(_ connection: PGConnection, id: UUID) throws -> StoredUser {
+        guard let row = try connection.query("SELECT * FROM users WHERE id = \(id)").first else {
+            throw PGError(.query, serverMessage: "user \(id) vanished", step: "SELECT users")
+        }
+        let providers = try connection.query(
+            "SELECT provider FROM identities WHERE user_id = \(id) ORDER BY created_at, provider"
+        ).map { try $0.decode("provider", as: String.self) }
+        return StoredUser(
+            id: id, handle: try row.decode("handle"), name: try row.decode("name", as: String?.self),
+            email: try row.decode("email", as: String?.self), emailVerified: try row.decode("email_verified"),
+            isPrivateEmail: try row.decode("is_private_email"), isGuest: try row.decode("is_guest"),
+            providers: providers, createdAt: try row.decode("created_at"))
     }
 }

@@ -23,6 +23,15 @@ public struct WorkerApplication: Sendable {
         configuration: WorkerConfiguration, logger: Logger, clock: any WorkerClock = SystemClock()
     ) async throws -> WorkerApplication {
         try configuration.validate()
+        let identifiers = Identifiers(clock: clock)
+        let accessTokens = try makeAccessTokenIssuer(configuration, identifiers: identifiers)
+        let providers = try IdentityProviders.build(
+            configuration: configuration, fetcher: HTTPDocumentFetcher(timeout: configuration.keySets.fetchTimeout),
+            clock: clock, logger: logger)
+        if !providers.names.isEmpty {
+            logger.info(
+                "Identity providers enabled", metadata: ["auth.providers": providers.names.joined(separator: ",")])
+        }
         let pool = PGPool(conninfo: configuration.databaseURL, size: configuration.processing.databasePoolSize)
         if configuration.migrateOnStart {
             let applied = try await pool.withConnection { try PGMigrator.migrate($0, migrations: Migrations.all) }
@@ -32,10 +41,8 @@ public struct WorkerApplication: Sendable {
             }
         }
         let store = PostgresAuthStore(pool: pool)
-        let identifiers = Identifiers(clock: clock)
-        let accessTokens = try makeAccessTokenIssuer(configuration, identifiers: identifiers)
         let service = LoginService(
-            configuration: configuration, store: store, accessTokens: accessTokens, clock: clock,
+            configuration: configuration, store: store, accessTokens: accessTokens, providers: providers, clock: clock,
             identifiers: identifiers, logger: logger.child(label: "auth.flows"))
         let producer = try KafkaProducer(
             configuration: configuration.producerConfiguration, logger: logger.child(label: "kafka.producer"))

@@ -41,10 +41,19 @@ import Testing
         (#"{"exp":"tomorrow"}"#, .invalidClaim),
         (#"{"aud":7}"#, .invalidClaim),
         (#"{"email_verified":"yes"}"#, .invalidClaim),
+        (#"{"aud":["com.example.app","com.example.app1"]}"#, .audienceMismatch),
+        (#"{"iat":1795348800}"#, .expired),
     ])
     func refusals(overrides: String, code: JOSEError.Code) throws {
         let values = try #require(try JSONSerialization.jsonObject(with: Data(overrides.utf8)) as? [String: Any])
         #expect(throws: JOSEError(code, "")) { try policy.validate(try claims(values), now: now, nonce: "raw-nonce") }
+    }
+
+    @Test func missingAudienceIsRefusedAndASingleElementArrayAccepted() throws {
+        #expect(throws: JOSEError(.audienceMismatch, "")) {
+            try policy.validate(try claims(removing: ["aud"]), now: now, nonce: "raw-nonce")
+        }
+        try policy.validate(try claims(["aud": ["com.example.app"]]), now: now, nonce: "raw-nonce")
     }
 
     @Test(arguments: ["iss", "exp", "iat", "sub"])
@@ -65,7 +74,7 @@ import Testing
 
     @Test func audienceArraysAndStringBooleans() throws {
         let parsed = try claims([
-            "aud": ["other", "com.example.app"], "email_verified": "true", "is_private_email": "false",
+            "aud": ["com.example.app"], "email_verified": "true", "is_private_email": "false",
         ])
         try policy.validate(parsed, now: now, nonce: "raw-nonce")
         #expect(parsed.emailVerified == true)
@@ -103,7 +112,7 @@ import Testing
             try google.validate(
                 try claims(base.merging(["hd": "example.com", "azp": "stranger"]) { $1 }), now: now, nonce: nil)
         }
-        // The OpenID secondary-audience case: several audiences and no azp.
+        // The OpenID secondary-audience case: an extra audience the client does not trust.
         #expect(throws: JOSEError(.audienceMismatch, "")) {
             try google.validate(
                 try claims(base.merging(["hd": "example.com", "aud": ["web-client", "web-client1"]]) { $1 }), now: now,

@@ -1,0 +1,129 @@
+import Foundation
+import JOSE
+import Messages
+import ServiceKit
+
+/// What a verified ID token says about the person signing in.
+public struct VerifiedIdentity: Sendable, Equatable {
+    public var provider: String
+    /// The provider's stable user id (`sub`): the identity's key.
+    public var subject: String
+    /// Lower-cased; nil when the token has none.
+    public var email: String?
+    public var emailVerified: Bool
+    /// Apple's "Hide my e-mail" relay address (real and verified, but useless for matching).
+    public var isPrivateEmail: Bool
+    /// The name in the token (Google); Apple never puts one there.
+    public var name: String?
+
+    public init(
+        provider: String, subject: String, email: String?, emailVerified: Bool, isPrivateEmail: Bool, name: String?
+    ) {
+        self.provider = provider
+        self.subject = subject
+        self.email = email
+        self.emailVerified = emailVerified
+        self.isPrivateEmail = isPrivateEmail
+        self.name = name
+    }
+}
+
+/// One configured provider: its key set and its claims policy.
+public struct IdentityProvider: Sendable {
+    public let configuration: IdentityProviderConfiguration
+    public let keySet: KeySetCache
+    private let clock: any WorkerClock
+
+    public init(configuration: IdentityProviderConfiguration, keySet: KeySetCache, clock: any WorkerClock) {
+        self.configuration = configuration
+        self.keySet = keySet
+        self.clock = clock
+    }
+
+    /// The domain Apple's private relay addresses use.
+    public static let privateRelayDomain = "privaterelay.appleid.com"
+
+    /// Verifies an ID token as a login would: signature with the provider's keys, then claims.
+    /// - Returns: the verified header's `kid`, the claims, and the identity they describe.
+    /// - Throws: `JOSEError` (mapped to contract codes by `LoginError(_:)`).
+    public func verify(token: String, nonce: String?) async throws -> (
+        claims: IDTokenClaims, identity: VerifiedIdentity
+    ) {
+        let jws = try CompactJWS(token)
+        // Refuse disallowed algorithms before touching the network.
+        guard let algorithm = JWSAlgorithm(rawValue: jws.header.alg), configuration.algorithms.contains(algorithm)
+        else {
+            throw JOSEError(
+                .algorithmNotAllowed, "alg \(jws.header.alg.prefix(16)) is not allowed for \(configuration.name)")
+        }
+        let keys = try await keySet.keys(forKeyID: jws.header.kid)
+        let claims = try JWSVerifier.verifyIDToken(
+            jws, keys: keys, allowed: configuration.algorithms, policy: configuration.claimsPolicy, now: clock.now(),
+            nonce: nonce, requireKeyID: configuration.requireKeyID)
+        return (claims, identity(from: claims))
+    }
+
+    func identity(from claims: IDTokenClaims) -> VerifiedIdentity {
+        let email = claims.email?.trimmingCharacters(in: .whitespaces).lowercased()
+        let relay = email?.hasSuffix("@" + Self.privateRelayDomain) ?? false
+        let joined = [claims.givenName, claims.familyName].compactMap { $0?.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty }.joined(separator: " ")
+        let name = claims.name?.trimmingCharacters(in: .whitespaces)
+        return VerifiedIdentity(
+            provider: configuration.name, subject: claims.subject ?? "", email: email?.isEmpty == true ? nil : email,
+            emailVerified: claims.emailVerified ?? false, isPrivateEmail: (claims.isPrivateEmail ?? false) || relay,
+            name: name?.isEmpty == false ? name : (joined.isEmpty ? nil : joined))
+    }
+}
+
+/// The enabled providers by name.
+public struct IdentityProviders: Sendable {
+    private let providers: [String: IdentityProvider]
+
+    public init(_ providers: [IdentityProvider]) {
+        self.providers = Dictionary(
+            providers.map { ($0.configuration.name, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// Builds every provider the configuration enables, fetching keys with `fetcher`.
+    public static func build(
+        configuration: WorkerConfiguration, fetcher: any DocumentFetcher, clock: any WorkerClock, logger: Logger
+    ) throws -> IdentityProviders {
+        IdentityProviders(
+            try configuration.identityProviders().map { provider in
+                let source: KeySetCache.Source =
+                    if let url = provider.keysURL {
+                        .keysURL(url)
+                    } else if let discovery = provider.discoveryURL {
+                        .discovery(discovery, issuers: provider.issuers)
+                    } else {
+                        throw ConfigurationError(
+                            variable: "AUTH_OIDC_PROVIDERS", reason: "\(provider.name) has no keys")
+                    }
+                let cache = KeySetCache(
+                    source: source, fetcher: fetcher, clock: clock, settings: configuration.keySets,
+                    logger: logger.child(label: "auth.keys.\(provider.name)"))
+                return IdentityProvider(configuration: provider, keySet: cache, clock: clock)
+            })
+    }
+
+    public subscript(name: String) -> IdentityProvider? { providers[name] }
+
+    public var names: [String] { providers.keys.sorted() }
+}
+
+extension LoginError {
+    /// The contract's code for a verification failure.
+    public init(_ error: JOSEError) {
+        let code: ErrorCode =
+            switch error.code {
+            case .expired, .notYetValid, .issuedInFuture: .tokenExpired
+            case .issuerMismatch: .issuerMismatch
+            case .audienceMismatch: .audienceMismatch
+            case .nonceMismatch: .nonceMismatch
+            case .keySetUnavailable: .providerUnavailable
+            default: .invalidToken
+            }
+        self.init(code, error.reason, retriable: error.code == .keySetUnavailable)
+    }
+}

@@ -1,0 +1,203 @@
+import Foundation
+import JOSE
+
+/// How one identity provider's ID tokens are verified.
+public struct IdentityProviderConfiguration: Sendable, Equatable {
+    /// The name requests use: `apple`, `google`, or the `provider` of an `oidc` request.
+    public var name: String
+    /// Exact `iss` values accepted.
+    public var issuers: [String]
+    /// Where the key set is fetched; nil when it is found through discovery.
+    public var keysURL: URL?
+    /// `<issuer>/.well-known/openid-configuration`, used when `keysURL` is nil.
+    public var discoveryURL: URL?
+    /// Accepted `aud` values (the app's client ids). Required: a provider without any is refused.
+    public var audiences: [String]
+    /// The algorithm allow-list. Default: RS256.
+    public var algorithms: Set<JWSAlgorithm> = [.rs256]
+    public var nonceMode: ClaimsPolicy.NonceMode = .raw
+    public var requireNonce = false
+    public var hostedDomains: [String]?
+    public var authorizedParties: [String]?
+    /// Default: 60 s.
+    public var clockSkew: TimeInterval = 60
+    /// Refuse tokens without `kid`. Default: true for Apple and Google (which always set one);
+    /// false for OIDC providers, where a token without `kid` is checked against a single-key set.
+    public var requireKeyID = true
+    /// Refuse tokens issued longer ago than this. Default: one day.
+    public var maximumTokenAge: TimeInterval? = 86400
+
+    public init(name: String, issuers: [String], keysURL: URL?, audiences: [String]) {
+        self.name = name
+        self.issuers = issuers
+        self.keysURL = keysURL
+        self.audiences = audiences
+    }
+
+    /// Sign in with Apple: RS256, both issuers Apple uses, and the hashed nonce of its SDKs.
+    public static func apple(audiences: [String], keysURL: URL) -> IdentityProviderConfiguration {
+        var configuration = IdentityProviderConfiguration(
+            name: "apple", issuers: ["https://appleid.apple.com", "https://account.apple.com"], keysURL: keysURL,
+            audiences: audiences)
+        configuration.nonceMode = .sha256Hex
+        return configuration
+    }
+
+    /// Google: RS256, both spellings of its issuer, the raw nonce.
+    public static func google(audiences: [String], keysURL: URL) -> IdentityProviderConfiguration {
+        IdentityProviderConfiguration(
+            name: "google", issuers: ["accounts.google.com", "https://accounts.google.com"], keysURL: keysURL,
+            audiences: audiences)
+    }
+
+    /// The claims policy this configuration implies.
+    public var claimsPolicy: ClaimsPolicy {
+        var policy = ClaimsPolicy(issuers: issuers, audiences: audiences)
+        policy.clockSkew = clockSkew
+        policy.nonceMode = nonceMode
+        policy.requireNonce = requireNonce
+        policy.hostedDomains = hostedDomains
+        policy.authorizedParties = authorizedParties
+        policy.maximumAge = maximumTokenAge
+        return policy
+    }
+
+    /// Throws a `ConfigurationError` when the provider cannot work.
+    public func validate(variable: String) throws {
+        guard !name.isEmpty, name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
+            throw ConfigurationError(variable: variable, reason: "provider names are letters, digits, - and _")
+        }
+        guard !audiences.isEmpty else {
+            throw ConfigurationError(variable: variable, reason: "provider \(name) has no audiences")
+        }
+        guard !issuers.isEmpty else {
+            throw ConfigurationError(variable: variable, reason: "provider \(name) has no issuer")
+        }
+        guard keysURL != nil || discoveryURL != nil else {
+            throw ConfigurationError(variable: variable, reason: "provider \(name) has neither jwks_uri nor discovery")
+        }
+        guard !algorithms.isEmpty else {
+            throw ConfigurationError(variable: variable, reason: "provider \(name) allows no algorithm")
+        }
+    }
+}
+
+/// One entry of the `AUTH_OIDC_PROVIDERS` file.
+struct OIDCProviderEntry: Decodable {
+    var name: String
+    var issuer: String
+    /// Additional accepted issuers (for providers with two spellings).
+    var additionalIssuers: [String]?
+    var jwksURI: String?
+    /// Use `<issuer>/.well-known/openid-configuration` to find the key set.
+    var discovery: Bool?
+    var audiences: [String]
+    var algorithms: [String]?
+    /// `raw` (default) or `sha256`.
+    var nonce: String?
+    var nonceRequired: Bool?
+    var clockSkewSeconds: Double?
+    var hostedDomains: [String]?
+    var authorizedParties: [String]?
+    var requireKeyID: Bool?
+    var maximumTokenAgeSeconds: Double?
+
+    enum CodingKeys: String, CodingKey {
+        case name, issuer, discovery, audiences, algorithms, nonce
+        case additionalIssuers = "additional_issuers"
+        case jwksURI = "jwks_uri"
+        case nonceRequired = "nonce_required"
+        case clockSkewSeconds = "clock_skew_seconds"
+        case hostedDomains = "hosted_domains"
+        case authorizedParties = "authorized_parties"
+        case requireKeyID = "require_kid"
+        case maximumTokenAgeSeconds = "max_token_age_seconds"
+    }
+
+    func configuration() throws -> IdentityProviderConfiguration {
+        let variable = "AUTH_OIDC_PROVIDERS"
+        var keysURL: URL?
+        if let jwksURI {
+            guard let url = URL(string: jwksURI), url.scheme != nil else {
+                throw ConfigurationError(variable: variable, reason: "provider \(name): jwks_uri is not a URL")
+            }
+            keysURL = url
+        }
+        var configuration = IdentityProviderConfiguration(
+            name: name, issuers: [issuer] + (additionalIssuers ?? []), keysURL: keysURL, audiences: audiences)
+        if keysURL == nil, discovery == true {
+            let base = issuer.hasSuffix("/") ? String(issuer.dropLast()) : issuer
+            guard let url = URL(string: base + "/.well-known/openid-configuration") else {
+                throw ConfigurationError(variable: variable, reason: "provider \(name): issuer is not a URL")
+            }
+            configuration.discoveryURL = url
+        }
+        if let algorithms {
+            configuration.algorithms = Set(
+                try algorithms.map { name in
+                    guard let algorithm = JWSAlgorithm(rawValue: name) else {
+                        throw ConfigurationError(
+                            variable: variable, reason: "provider \(self.name): algorithm \(name) is not supported")
+                    }
+                    return algorithm
+                })
+        }
+        if let nonce {
+            guard let mode = ClaimsPolicy.NonceMode(rawValue: nonce) else {
+                throw ConfigurationError(variable: variable, reason: "provider \(name): nonce is raw or sha256")
+            }
+            configuration.nonceMode = mode
+        }
+        configuration.requireNonce = nonceRequired ?? false
+        if let clockSkewSeconds { configuration.clockSkew = clockSkewSeconds }
+        configuration.hostedDomains = hostedDomains
+        configuration.authorizedParties = authorizedParties
+        configuration.requireKeyID = requireKeyID ?? false
+        if let maximumTokenAgeSeconds { configuration.maximumTokenAge = maximumTokenAgeSeconds }
+        try configuration.validate(variable: variable)
+        return configuration
+    }
+}
+
+extension WorkerConfiguration {
+    /// Every enabled provider: Apple and Google when they have audiences, plus the OIDC file's.
+    /// - Throws: `ConfigurationError` for an unreadable file or an unusable provider.
+    public func identityProviders() throws -> [IdentityProviderConfiguration] {
+        var providers: [IdentityProviderConfiguration] = []
+        if !appleAudiences.isEmpty {
+            guard let url = URL(string: appleKeysURL) else {
+                throw ConfigurationError(variable: "AUTH_APPLE_KEYS_URL", reason: "is not a URL")
+            }
+            providers.append(.apple(audiences: appleAudiences, keysURL: url))
+        }
+        if !googleAudiences.isEmpty {
+            guard let url = URL(string: googleKeysURL) else {
+                throw ConfigurationError(variable: "AUTH_GOOGLE_KEYS_URL", reason: "is not a URL")
+            }
+            var google = IdentityProviderConfiguration.google(audiences: googleAudiences, keysURL: url)
+            if !googleHostedDomains.isEmpty { google.hostedDomains = googleHostedDomains }
+            providers.append(google)
+        }
+        if let path = oidcProvidersPath {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ConfigurationError(variable: "AUTH_OIDC_PROVIDERS", reason: "cannot read \(path)")
+            }
+            let entries: [OIDCProviderEntry]
+            do {
+                entries = try JSONDecoder().decode([OIDCProviderEntry].self, from: data)
+            } catch {
+                throw ConfigurationError(
+                    variable: "AUTH_OIDC_PROVIDERS", reason: "\(path) is not a JSON array of providers: \(error)")
+            }
+            for entry in entries {
+                let configuration = try entry.configuration()
+                guard !providers.contains(where: { $0.name == configuration.name }) else {
+                    throw ConfigurationError(
+                        variable: "AUTH_OIDC_PROVIDERS", reason: "provider \(configuration.name) is defined twice")
+                }
+                providers.append(configuration)
+            }
+        }
+        return providers
+    }
+}

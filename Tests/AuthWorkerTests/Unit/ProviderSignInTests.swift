@@ -1,0 +1,244 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import Messages
+import ServiceKit
+import Testing
+
+@testable import AuthWorker
+
+@Suite struct ProviderSignInTests {
+    let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
+    let store = InMemoryAuthStore()
+    let logs = InMemoryLogHandler()
+    let keyPath: String
+
+    init() throws {
+        keyPath = try TestKeys.temporaryKeyFile().path
+    }
+
+    func service(providers extra: [IdentityProvider] = []) throws -> LoginService {
+        var config = WorkerConfiguration()
+        config.signingKeyPaths = [keyPath]
+        let logger = Logger(label: "test", level: .debug, handler: logs)
+        let keys = KeySetCache(
+            fixed: try JWKSet(json: TestSigner.keySet([Signers.rsa2048, Signers.p256])), clock: clock, logger: logger)
+        let apple = IdentityProvider(
+            configuration: .apple(audiences: ["com.example.app"], keysURL: URL(string: "https://unused.example")!),
+            keySet: keys, clock: clock)
+        let google = IdentityProvider(
+            configuration: .google(audiences: ["web-client"], keysURL: URL(string: "https://unused.example")!),
+            keySet: keys, clock: clock)
+        var firebase = IdentityProviderConfiguration(
+            name: "firebase", issuers: ["https://securetoken.google.com/demo"],
+            keysURL: URL(string: "https://unused.example"),
+            audiences: ["demo"])
+        firebase.algorithms = [.es256]
+        let providers = IdentityProviders(
+            [apple, google, IdentityProvider(configuration: firebase, keySet: keys, clock: clock)] + extra)
+        return LoginService(
+            configuration: config, store: store, accessTokens: try JWTAccessTokenIssuer(configuration: config),
+            providers: providers, clock: clock, identifiers: Identifiers(clock: clock), logger: logger)
+    }
+
+    func appleToken(
+        sub: String = "001234.apple", email: String? = "x7@privaterelay.appleid.com", nonce: String? = "n-1",
+        extra: [String: Any] = [:]
+    ) -> String {
+        var claims: [String: Any] = [
+            "iss": "https://appleid.apple.com", "aud": "com.example.app", "sub": sub, "iat": 1_795_953_590,
+            "exp": 1_795_953_600 + 600, "email_verified": "true", "is_private_email": "true",
+        ]
+        if let email { claims["email"] = email }
+        if let nonce { claims["nonce"] = Hex.encode(SHA256.hash(nonce)) }
+        for (key, value) in extra { claims[key] = value }
+        return Signers.rsa2048.token(claims, algorithm: .rs256)
+    }
+
+    func request(
+        _ method: LoginMethod, token: String, id: String = UUID().uuidString, nonce: String? = "n-1",
+        profile: LoginRequestData.Profile? = nil, provider: String? = nil
+    ) -> LoginRequest {
+        var data = LoginRequestData(method: method.rawValue)
+        data.identityToken = token
+        data.nonce = nonce
+        data.profile = profile
+        data.provider = provider
+        return LoginRequest(id: id, source: "/test", time: nil, traceparent: nil, method: method, data: data)
+    }
+
+    @Test func firstAppleLoginCreatesTheUserWithTheProfileName() async throws {
+        let outcome = try #require(
+            try await service().handle(
+                request(.apple, token: appleToken(), profile: .init(givenName: "Mario", familyName: "Rossi"))))
+        let user = try #require(outcome.result.user)
+        #expect(outcome.result.newUser == true)
+        #expect(user.name == "Mario Rossi")
+        #expect(user.handle.wholeMatch(of: /mario_rossi_[0-9a-f]{4}/) != nil)
+        #expect(user.email == "x7@privaterelay.appleid.com")
+        #expect(user.emailVerified)
+        #expect(user.isPrivateEmail)
+        #expect(!user.isGuest)
+        #expect(user.providers == ["apple"])
+        let event = try MessageCoding.decode(
+            CloudEvent<UserCreatedData>.self, from: try #require(outcome.events.first).payload)
+        #expect(event.type == "auth.user.created")
+        #expect(event.data.provider == "apple")
+        #expect(event.data.userId == user.id)
+
+        // The access token is a JWT for this user, and only its hash is stored.
+        let session = try #require(outcome.result.session)
+        let payload = try #require(Base64URL.decode(String(session.accessToken.split(separator: ".")[1])))
+        let claims = try #require(try JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any])
+        #expect(claims["sub"] as? String == user.id)
+        #expect(claims["guest"] as? Bool == false)
+        #expect(store.sessions.first?.accessTokenHash == SHA256.hash(session.accessToken))
+        #expect(session.abilities == ["*"])
+    }
+
+    @Test func laterLoginsFindTheUserAndKeepNameAndEmail() async throws {
+        let service = try service()
+        let first = try #require(
+            try await service.handle(
+                request(.apple, token: appleToken(), profile: .init(givenName: "Mario", familyName: "Rossi"))))
+        // Apple sends no name after the first authorization, and may omit the e-mail.
+        let second = try #require(
+            try await service.handle(
+                request(.apple, token: appleToken(email: nil), profile: .init(givenName: "", familyName: nil))))
+        #expect(second.result.newUser == false)
+        #expect(second.result.user?.id == first.result.user?.id)
+        #expect(second.result.user?.name == "Mario Rossi")
+        #expect(second.result.user?.email == "x7@privaterelay.appleid.com")
+        #expect(second.events.isEmpty, "nothing new to announce")
+        #expect(store.users.count == 1)
+        #expect(store.sessions.count == 2)
+    }
+
+    @Test func usersWithoutANameStillGetOneAndAHandle() async throws {
+        let outcome = try #require(try await service().handle(request(.apple, token: appleToken(), nonce: "n-1")))
+        #expect(outcome.result.user?.name == "Apple user")
+        #expect(outcome.result.user?.handle.hasPrefix("apple_user_") == true)
+        let google = Signers.rsa2048.token(
+            [
+                "iss": "accounts.google.com", "aud": "web-client", "sub": "1083", "iat": 1_795_953_590,
+                "exp": 1_795_953_900,
+                "email": "Ada.Lovelace@Example.com", "email_verified": true,
+            ], algorithm: .rs256)
+        let second = try #require(try await service().handle(request(.google, token: google, nonce: nil)))
+        #expect(second.result.user?.name == "ada.lovelace")
+        #expect(second.result.user?.email == "ada.lovelace@example.com")
+        #expect(second.result.user?.isPrivateEmail == false)
+    }
+
+    @Test func googleNamesComeFromTheToken() async throws {
+        let google = Signers.rsa2048.token(
+            [
+                "iss": "https://accounts.google.com", "aud": "web-client", "sub": "1083", "iat": 1_795_953_590,
+                "exp": 1_795_953_900, "name": "Ada Lovelace", "nonce": "raw",
+            ], algorithm: .rs256)
+        let outcome = try #require(try await service().handle(request(.google, token: google, nonce: "raw")))
+        #expect(outcome.result.user?.name == "Ada Lovelace")
+        #expect(outcome.result.user?.providers == ["google"])
+    }
+
+    @Test func oidcProvidersByName() async throws {
+        let token = Signers.p256.token(
+            [
+                "iss": "https://securetoken.google.com/demo", "aud": "demo", "sub": "fb-1", "iat": 1_795_953_590,
+                "exp": 1_795_953_900,
+            ],
+            algorithm: .es256)
+        let outcome = try #require(
+            try await service().handle(request(.oidc, token: token, nonce: nil, provider: "firebase")))
+        #expect(outcome.result.user?.providers == ["firebase"])
+        await #expect(throws: LoginError(.unknownProvider, "")) {
+            try await service().handle(request(.oidc, token: token, nonce: nil, provider: "myspace"))
+        }
+    }
+
+    /// Every error code of this flow, produced.
+    @Test func errorCodes() async throws {
+        let service = try service()
+        let parts = appleToken().split(separator: ".").map(String.init)
+        let tampered = parts[0] + "." + TokenParts.encode(["sub": "someone-else"]) + "." + parts[2]
+        await #expect(throws: LoginError(.invalidToken, "")) {
+            try await service.handle(request(.apple, token: tampered))
+        }
+        await #expect(throws: LoginError(.invalidToken, "")) {
+            try await service.handle(request(.apple, token: "garbage"))
+        }
+        await #expect(throws: LoginError(.tokenExpired, "")) {
+            try await service.handle(request(.apple, token: appleToken(extra: ["exp": 1_795_953_600 - 3600])))
+        }
+        await #expect(throws: LoginError(.tokenExpired, "")) {
+            try await service.handle(request(.apple, token: appleToken(extra: ["iat": 1_795_953_600 + 3600])))
+        }
+        await #expect(throws: LoginError(.issuerMismatch, "")) {
+            try await service.handle(request(.apple, token: appleToken(extra: ["iss": "https://appleid.apple.com1"])))
+        }
+        await #expect(throws: LoginError(.audienceMismatch, "")) {
+            try await service.handle(request(.apple, token: appleToken(extra: ["aud": "com.example.app1"])))
+        }
+        await #expect(throws: LoginError(.nonceMismatch, "")) {
+            try await service.handle(request(.apple, token: appleToken(), nonce: "n-2"))
+        }
+        // An algorithm off the provider's list: Apple signs RS256 only.
+        let es256 = Signers.p256.token(
+            [
+                "iss": "https://appleid.apple.com", "aud": "com.example.app", "sub": "s", "iat": 1_795_953_590,
+                "exp": 1_795_953_900,
+            ],
+            algorithm: .es256)
+        await #expect(throws: LoginError(.invalidToken, "")) {
+            try await service.handle(request(.apple, token: es256, nonce: nil))
+        }
+        #expect(store.users.isEmpty, "no failed login leaves a user behind")
+    }
+
+    @Test func disabledProvidersAndUnavailableKeys() async throws {
+        var config = WorkerConfiguration()
+        config.accessTokenFormat = .opaque
+        let unreachable = IdentityProvider(
+            configuration: .google(audiences: ["web-client"], keysURL: URL(string: "http://127.0.0.1:1/keys")!),
+            keySet: KeySetCache(
+                source: .keysURL(URL(string: "http://127.0.0.1:1/keys")!), fetcher: HTTPDocumentFetcher(timeout: 2),
+                clock: clock, settings: .init(), logger: Logger(label: "test", handler: logs)),
+            clock: clock)
+        let service = LoginService(
+            configuration: config, store: store,
+            accessTokens: OpaqueTokenIssuer(identifiers: Identifiers(clock: clock)),
+            providers: IdentityProviders([unreachable]), clock: clock, identifiers: Identifiers(clock: clock),
+            logger: Logger(label: "test", handler: logs))
+        await #expect(throws: LoginError(.unsupportedMethod, "")) {
+            try await service.handle(request(.apple, token: appleToken()))
+        }
+        let google = Signers.rsa2048.token(
+            [
+                "iss": "accounts.google.com", "aud": "web-client", "sub": "1", "iat": 1_795_953_590,
+                "exp": 1_795_953_900,
+            ],
+            algorithm: .rs256)
+        do {
+            _ = try await service.handle(request(.google, token: google, nonce: nil))
+            Issue.record("expected provider_unavailable")
+        } catch let error as LoginError {
+            #expect(error.code == .providerUnavailable)
+            #expect(error.retriable)
+        }
+    }
+
+    @Test func linkingIsRefusedUntilItIsEnabled() async throws {
+        var linked = request(.apple, token: appleToken())
+        linked.data.linkTo = "some-guest-token"
+        await #expect(throws: LoginError(.unsupportedMethod, "")) { try await service().handle(linked) }
+    }
+
+    @Test func tokensNeverReachTheLog() async throws {
+        let token = appleToken()
+        _ = try await service().handle(
+            request(.apple, token: token, profile: .init(givenName: "Mario", familyName: nil)))
+        let everything = logs.lines.joined(separator: "\n")
+        #expect(!everything.contains(String(token.split(separator: ".")[2])))
+        #expect(!everything.contains("x7@privaterelay"), "nor e-mail addresses")
+    }
+}
