@@ -36,12 +36,16 @@ let package = Package(
         .target(
             name: "AuthWorker", dependencies: ["ServiceKit", "AuthCrypto", "JOSE", "Kafka", "PGStore", "Messages"]),
         .executableTarget(name: "auth-worker", dependencies: ["AuthWorker", "ServiceKit"]),
+        .target(name: "JOSEFixtures", dependencies: ["COpenSSL", "AuthCrypto", "JOSE"]),
+        .executableTarget(
+            name: "auth-bench", dependencies: ["JOSE", "JOSEFixtures", "AuthCrypto", "AuthWorker", "ServiceKit"]),
 
         // MARK: - Tests
         .testTarget(
             name: "AuthWorkerTests",
             dependencies: [
-                "AuthWorker", "ServiceKit", "AuthCrypto", "JOSE", "Kafka", "PGStore", "Messages", "COpenSSL",
+                "AuthWorker", "ServiceKit", "AuthCrypto", "JOSE", "JOSEFixtures", "Kafka", "PGStore", "Messages",
+                "COpenSSL",
             ]
         ),
     ],

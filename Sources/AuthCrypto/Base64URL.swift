@@ -42,26 +42,41 @@ public enum Base64URL {
     ///
     /// Returns nil for padding, characters outside the alphabet, a length of 1 modulo 4, or
     /// non-zero trailing bits (so every byte string has exactly one accepted encoding).
+    @inlinable
     public static func decode<Text: Collection>(_ text: Text) -> [UInt8]? where Text.Element == UInt8 {
+        if let result = text.withContiguousStorageIfAvailable({ decode(buffer: $0) }) { return result }
+        return Array(text).withUnsafeBufferPointer { decode(buffer: $0) }
+    }
+
+    /// The decoder proper, on contiguous bytes: not generic, so it is fast across modules.
+    public static func decode(buffer text: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         let count = text.count
         if count % 4 == 1 { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(count * 3 / 4)
-        var accumulator: UInt32 = 0
-        var bits = 0
-        for character in text {
-            let value = decodeTable[Int(character)]
-            if value == invalid { return nil }
-            accumulator = accumulator << 6 | UInt32(value)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                out.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
-                accumulator &= (1 << UInt32(bits)) - 1
+        let table = decodeTable
+        var valid = true
+        let output = [UInt8](unsafeUninitializedCapacity: count * 3 / 4 + 1) { output, written in
+            var accumulator: UInt32 = 0
+            var bits: UInt32 = 0
+            var length = 0
+            for character in text {
+                let value = table[Int(character)]
+                guard value != invalid else {
+                    valid = false
+                    break
+                }
+                accumulator = accumulator << 6 | UInt32(value)
+                bits += 6
+                if bits >= 8 {
+                    bits -= 8
+                    output[length] = UInt8(truncatingIfNeeded: accumulator >> bits)
+                    length += 1
+                    accumulator &= (1 << bits) - 1
+                }
             }
+            if accumulator != 0 { valid = false }
+            written = valid ? length : 0
         }
-        if accumulator != 0 { return nil }
-        return out
+        return valid ? output : nil
     }
 
     /// Decodes the UTF-8 bytes of `string`.

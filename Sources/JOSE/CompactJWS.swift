@@ -4,11 +4,35 @@ import Foundation
 /// A compact JWS (RFC 7515 §7.1), split and decoded strictly, signature not yet checked.
 public struct CompactJWS: Sendable {
     /// The protected header's members this verifier reads.
-    public struct Header: Decodable, Sendable {
+    public struct Header: Sendable {
         public var alg: String
         public var kid: String?
         public var typ: String?
-        public var crit: [String]?
+        /// Every member, for parameters this type does not model.
+        public var members: [String: JSONValue]
+
+        init(members: [String: JSONValue]) throws {
+            guard case .string(let alg)? = members["alg"] else {
+                throw JOSEError(.malformed, "the header must have a string alg")
+            }
+            self.alg = alg
+            switch members["kid"] {
+            case nil: kid = nil
+            case .string(let value)?: kid = value
+            default: throw JOSEError(.malformed, "kid must be a string")
+            }
+            switch members["typ"] {
+            case nil: typ = nil
+            case .string(let value)?: typ = value
+            default: throw JOSEError(.malformed, "typ must be a string")
+            }
+            if members["crit"] != nil {
+                // RFC 7515 §4.1.11: a recipient must reject extensions it does not understand; this
+                // verifier understands none.
+                throw JOSEError(.malformed, "unsupported critical header parameters")
+            }
+            self.members = members
+        }
     }
 
     public let header: Header
@@ -45,16 +69,13 @@ public struct CompactJWS: Sendable {
         guard let headerBytes = Base64URL.decode(headerPart), let payload = Base64URL.decode(payloadPart),
             let signature = Base64URL.decode(signaturePart)
         else { throw JOSEError(.malformed, "segments must be unpadded base64url") }
-        let header: Header
+        let members: [String: JSONValue]
         do {
-            header = try JSONDecoder().decode(Header.self, from: Data(headerBytes))
-        } catch {
-            throw JOSEError(.malformed, "the header must be a JSON object with a string alg")
+            members = try JSONReader.object(headerBytes)
+        } catch let error as JSONReader.Failure {
+            throw JOSEError(.malformed, "the header is not a JSON object: \(error)")
         }
-        if let crit = header.crit {
-            throw JOSEError(.malformed, "unsupported critical header parameters: \(crit.joined(separator: ","))")
-        }
-        self.header = header
+        self.header = try Header(members: members)
         self.headerBytes = headerBytes
         self.payload = payload
         self.signature = signature

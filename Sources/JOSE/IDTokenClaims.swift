@@ -3,7 +3,7 @@ import Foundation
 /// The claims of an OpenID Connect ID token (and Apple's additions), decoded leniently where
 /// providers differ: `aud` as a string or an array, booleans as `true` or `"true"`, times as
 /// integers or decimals.
-public struct IDTokenClaims: Decodable, Sendable {
+public struct IDTokenClaims: Sendable {
     public var issuer: String?
     public var subject: String?
     public var audience: [String]
@@ -24,71 +24,73 @@ public struct IDTokenClaims: Decodable, Sendable {
     /// Apple server-to-server notifications: a JSON string.
     public var events: String?
 
-    enum CodingKeys: String, CodingKey {
-        case iss, sub, aud, exp, nbf, iat, nonce, email, name, azp, hd, events
-        case emailVerified = "email_verified"
-        case isPrivateEmail = "is_private_email"
-        case givenName = "given_name"
-        case familyName = "family_name"
-    }
+    /// Every member of the payload, for claims this type does not model.
+    public var members: [String: JSONValue]
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        issuer = try Self.string(container, .iss)
-        subject = try Self.string(container, .sub)
-        if let single = try? container.decodeIfPresent(String.self, forKey: .aud) {
-            audience = [single]
-        } else if let many = try? container.decodeIfPresent([String].self, forKey: .aud) {
-            audience = many
-        } else if container.contains(.aud), try !container.decodeNil(forKey: .aud) {
-            throw JOSEError(.invalidClaim, "aud must be a string or an array of strings")
-        } else {
-            audience = []
+    /// Reads the claims from a decoded payload object.
+    /// - Throws: `JOSEError.invalidClaim` for a claim of the wrong type.
+    public init(members: [String: JSONValue]) throws {
+        self.members = members
+        issuer = try Self.string(members, "iss")
+        subject = try Self.string(members, "sub")
+        switch members["aud"] {
+        case nil, .null?: audience = []
+        case .string(let single)?: audience = [single]
+        case .array(let many)?:
+            audience = try many.map { element in
+                guard case .string(let value) = element else {
+                    throw JOSEError(.invalidClaim, "aud must be a string or an array of strings")
+                }
+                return value
+            }
+        default: throw JOSEError(.invalidClaim, "aud must be a string or an array of strings")
         }
-        expiresAt = try Self.number(container, .exp)
-        notBefore = try Self.number(container, .nbf)
-        issuedAt = try Self.number(container, .iat)
-        nonce = try Self.string(container, .nonce)
-        email = try Self.string(container, .email)
-        emailVerified = try Self.boolean(container, .emailVerified)
-        isPrivateEmail = try Self.boolean(container, .isPrivateEmail)
-        name = try Self.string(container, .name)
-        givenName = try Self.string(container, .givenName)
-        familyName = try Self.string(container, .familyName)
-        authorizedParty = try Self.string(container, .azp)
-        hostedDomain = try Self.string(container, .hd)
-        events = try Self.string(container, .events)
+        expiresAt = try Self.number(members, "exp")
+        notBefore = try Self.number(members, "nbf")
+        issuedAt = try Self.number(members, "iat")
+        nonce = try Self.string(members, "nonce")
+        email = try Self.string(members, "email")
+        emailVerified = try Self.boolean(members, "email_verified")
+        isPrivateEmail = try Self.boolean(members, "is_private_email")
+        name = try Self.string(members, "name")
+        givenName = try Self.string(members, "given_name")
+        familyName = try Self.string(members, "family_name")
+        authorizedParty = try Self.string(members, "azp")
+        hostedDomain = try Self.string(members, "hd")
+        events = try Self.string(members, "events")
     }
 
     public init(issuer: String?, subject: String?, audience: [String]) {
         self.issuer = issuer
         self.subject = subject
         self.audience = audience
+        self.members = [:]
     }
 
-    private static func string(_ container: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) throws -> String? {
-        guard container.contains(key), try !container.decodeNil(forKey: key) else { return nil }
-        guard let value = try? container.decode(String.self, forKey: key) else {
-            throw JOSEError(.invalidClaim, "\(key.stringValue) must be a string")
+    private static func string(_ members: [String: JSONValue], _ name: String) throws -> String? {
+        switch members[name] {
+        case nil, .null?: return nil
+        case .string(let value)?: return value
+        default: throw JOSEError(.invalidClaim, "\(name) must be a string")
         }
-        return value
     }
 
-    private static func number(_ container: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) throws -> Double? {
-        guard container.contains(key), try !container.decodeNil(forKey: key) else { return nil }
-        guard let value = try? container.decode(Double.self, forKey: key), value.isFinite else {
-            throw JOSEError(.invalidClaim, "\(key.stringValue) must be a number")
+    private static func number(_ members: [String: JSONValue], _ name: String) throws -> Double? {
+        switch members[name] {
+        case nil, .null?: return nil
+        case .number(let value)?: return value
+        default: throw JOSEError(.invalidClaim, "\(name) must be a number")
         }
-        return value
     }
 
-    private static func boolean(_ container: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) throws -> Bool? {
-        guard container.contains(key), try !container.decodeNil(forKey: key) else { return nil }
-        if let value = try? container.decode(Bool.self, forKey: key) { return value }
-        switch try? container.decode(String.self, forKey: key) {
-        case "true": return true
-        case "false": return false
-        default: throw JOSEError(.invalidClaim, "\(key.stringValue) must be a boolean")
+    /// Booleans, also as the strings `"true"` and `"false"` (Apple sends them so).
+    private static func boolean(_ members: [String: JSONValue], _ name: String) throws -> Bool? {
+        switch members[name] {
+        case nil, .null?: return nil
+        case .bool(let value)?: return value
+        case .string("true")?: return true
+        case .string("false")?: return false
+        default: throw JOSEError(.invalidClaim, "\(name) must be a boolean")
         }
     }
 }

@@ -57,12 +57,12 @@ public enum JWSVerifier {
     /// Decodes a payload as ID token claims.
     /// - Throws: `JOSEError.malformed` when it is not a JSON object, `.invalidClaim` for a mistyped claim.
     public static func decodeClaims(_ payload: [UInt8]) throws -> IDTokenClaims {
+        let members: [String: JSONValue]
         do {
-            return try JSONDecoder().decode(IDTokenClaims.self, from: Data(payload))
-        } catch let error as JOSEError {
-            throw error
-        } catch {
-            throw JOSEError(.malformed, "the payload must be a JSON object")
+            members = try JSONReader.object(payload)
+        } catch let error as JSONReader.Failure {
+            throw JOSEError(.malformed, "the payload is not a JSON object: \(error)")
         }
+        return try IDTokenClaims(members: members)
     }
 }

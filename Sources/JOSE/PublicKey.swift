@@ -191,21 +191,44 @@ public final class PublicKey: @unchecked Sendable {
             guard let der = Self.rawToDER(signature, size: curve.coordinateSize) else { return false }
             signature = der
         }
-        guard let context = EVP_MD_CTX_new() else { return false }
-        defer { EVP_MD_CTX_free(context) }
-        var keyContext: OpaquePointer?
-        guard EVP_DigestVerifyInit(context, &keyContext, algorithm.digest, nil, pointer) == 1 else {
+        if family == .ed25519 {
+            return verifyEdDSA(signature: signature, message: message)
+        }
+        // RSA and ECDSA: hash here, then verify the digest. This skips the per-call digest
+        // context EVP_DigestVerify would set up, which costs more than the hash itself.
+        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var digestLength: UInt32 = 0
+        guard EVP_Digest(message, message.count, &digest, &digestLength, algorithm.digest, nil) == 1,
+            let context = EVP_PKEY_CTX_new(pointer, nil)
+        else {
+            ERR_clear_error()
+            return false
+        }
+        defer { EVP_PKEY_CTX_free(context) }
+        guard EVP_PKEY_verify_init(context) == 1, EVP_PKEY_CTX_set_signature_md(context, algorithm.digest) == 1 else {
             ERR_clear_error()
             return false
         }
         if algorithm.isPSS {
-            guard EVP_PKEY_CTX_set_rsa_padding(keyContext, RSA_PKCS1_PSS_PADDING) == 1,
-                EVP_PKEY_CTX_set_rsa_pss_saltlen(keyContext, algorithm.digestLength) == 1,
-                EVP_PKEY_CTX_set_rsa_mgf1_md(keyContext, algorithm.digest) == 1
+            guard EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_PSS_PADDING) == 1,
+                EVP_PKEY_CTX_set_rsa_pss_saltlen(context, algorithm.digestLength) == 1,
+                EVP_PKEY_CTX_set_rsa_mgf1_md(context, algorithm.digest) == 1
             else {
                 ERR_clear_error()
                 return false
             }
+        }
+        let result = EVP_PKEY_verify(context, signature, signature.count, digest, Int(digestLength))
+        if result != 1 { ERR_clear_error() }
+        return result == 1
+    }
+
+    private func verifyEdDSA(signature: [UInt8], message: [UInt8]) -> Bool {
+        guard let context = EVP_MD_CTX_new() else { return false }
+        defer { EVP_MD_CTX_free(context) }
+        guard EVP_DigestVerifyInit(context, nil, nil, nil, pointer) == 1 else {
+            ERR_clear_error()
+            return false
         }
         let result = EVP_DigestVerify(context, signature, signature.count, message, message.count)
         if result != 1 { ERR_clear_error() }

@@ -122,4 +122,41 @@ import Testing
         #expect(keys.count == 1)
         #expect(keys.first?["kty"] == "EC" && keys.first?["alg"] == "ES256" && keys.first?["d"] == nil)
     }
+
+    /// The operator's debugging tool on the real tokens: verified with the clock pinned, expired now.
+    @Test(.requiresSharedTestData) func tokenVerifyOnRealTokens() throws {
+        let samples = try RealTokenTests.samples("apple") + RealTokenTests.samples("google")
+        let directory = try #require(SharedTestData.directory)
+        for sample in samples where sample.claims["sub"] is String {
+            let iss = try #require(sample.claims["iss"] as? String)
+            guard iss != "https://cloud.google.com/iap" else { continue }
+            let provider = iss.contains("apple") ? "apple" : "google"
+            let audience = try #require(sample.claims["aud"] as? String)
+            let iat = try #require(sample.claims["iat"] as? Double)
+            let environment = ["AUTH_\(provider.uppercased())_AUDIENCES": audience]
+            let keys = directory.appendingPathComponent("real/\(sample.jwksFile)").path
+            var arguments = ["token", "verify", "--provider", provider, "--keys", keys, "--at", String(Int(iat) + 60)]
+            if provider == "google", let nonce = sample.claims["nonce"] as? String { arguments += ["--nonce", nonce] }
+            let (ok, okOutput, _) = try launch(arguments + [sample.token], environment: environment)
+            ok.waitUntilExit()
+            #expect(ok.terminationStatus == 0)
+            let document = try JSONSerialization.jsonObject(with: okOutput.fileHandleForReading.readDataToEndOfFile())
+            let claims = (document as? [String: Any])?["claims"] as? [String: Any]
+            #expect(claims?["sub"] as? String == sample.claims["sub"] as? String)
+
+            let (expired, _, expiredErrors) = try launch(
+                ["token", "verify", "--provider", provider, "--keys", keys, sample.token], environment: environment)
+            expired.waitUntilExit()
+            #expect(expired.terminationStatus == 1)
+            let message = String(decoding: expiredErrors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            #expect(message.hasPrefix("token_expired"))
+        }
+        let (unknown, _, unknownErrors) = try launch(
+            ["token", "verify", "--provider", "myspace", "x.y.z"], environment: [:])
+        unknown.waitUntilExit()
+        #expect(unknown.terminationStatus == 1)
+        #expect(
+            String(decoding: unknownErrors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
+                "unknown_provider"))
+    }
 }

@@ -62,7 +62,9 @@ final class KeyServer: Sendable {
 
     struct ServerError: Error {}
 
-    func url(_ path: String) -> URL { URL(string: "http://127.0.0.1:\(port)\(path)")! }
+    func url(_ path: String) -> URL {
+        URL(string: "http://127.0.0.1:\(port)\(path)") ?? URL(fileURLWithPath: "/invalid-test-path")
+    }
 
     func serve(_ path: String, _ route: Route) { state.withLock { $0.routes[path] = route } }
 

@@ -100,4 +100,54 @@ import Testing
                 "enable.partition.eof": "false",
             ])
     }
+
+    func providersFile(_ json: String) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("oidc-\(UUID()).json").path
+        try json.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test func identityProvidersFromTheEnvironmentAndTheOIDCFile() throws {
+        let path = try providersFile(
+            """
+            [{"name": "facebook", "issuer": "https://www.facebook.com",
+              "jwks_uri": "https://limited.facebook.com/.well-known/oauth/openid/jwks/", "audiences": ["1234567890"]},
+             {"name": "firebase", "issuer": "https://securetoken.google.com/my-project", "discovery": true,
+              "audiences": ["my-project"], "algorithms": ["RS256"], "nonce": "sha256", "nonce_required": true}]
+            """)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try WorkerConfiguration.fromEnvironment([
+            "AUTH_APPLE_AUDIENCES": "com.example.app", "AUTH_OIDC_PROVIDERS": path,
+        ])
+        let providers = try config.identityProviders()
+        #expect(providers.map(\.name) == ["apple", "facebook", "firebase"], "Google has no audiences: disabled")
+        #expect(providers[0].keysURL?.absoluteString == "https://appleid.apple.com/auth/keys")
+        #expect(providers[1].keysURL?.absoluteString == "https://limited.facebook.com/.well-known/oauth/openid/jwks/")
+        #expect(providers[1].requireKeyID == false)
+        #expect(
+            providers[2].discoveryURL?.absoluteString
+                == "https://securetoken.google.com/my-project/.well-known/openid-configuration")
+        #expect(providers[2].nonceMode == .sha256Hex)
+        #expect(providers[2].requireNonce)
+    }
+
+    @Test(arguments: [
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": []}]"#,
+        #"[{"name": "x", "issuer": "https://x", "audiences": ["a"]}]"#,
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"], "algorithms": ["HS256"]}]"#,
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"], "nonce": "md5"}]"#,
+        #"[{"name": "apple", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"]}]"#,
+        #"[{"name": "bad name!", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"]}]"#,
+        #"{"name": "x"}"#,
+    ])
+    func unusableProvidersAreRefusedAtStart(json: String) throws {
+        let path = try providersFile(json)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try WorkerConfiguration.fromEnvironment([
+            "AUTH_APPLE_AUDIENCES": "com.example.app", "AUTH_OIDC_PROVIDERS": path,
+        ])
+        #expect(throws: ConfigurationError(variable: "AUTH_OIDC_PROVIDERS", reason: "")) {
+            try config.identityProviders()
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import JOSE
+import JOSEFixtures
 import ServiceKit
 import Testing
 

@@ -1,6 +1,7 @@
 import AuthCrypto
 import Foundation
 import JOSE
+import JOSEFixtures
 import Messages
 import ServiceKit
 import Testing
@@ -24,10 +25,10 @@ import Testing
         let keys = KeySetCache(
             fixed: try JWKSet(json: TestSigner.keySet([Signers.rsa2048, Signers.p256])), clock: clock, logger: logger)
         let apple = IdentityProvider(
-            configuration: .apple(audiences: ["com.example.app"], keysURL: URL(string: "https://unused.example")!),
+            configuration: .apple(audiences: ["com.example.app"], keysURL: URL(fileURLWithPath: "/unused")),
             keySet: keys, clock: clock)
         let google = IdentityProvider(
-            configuration: .google(audiences: ["web-client"], keysURL: URL(string: "https://unused.example")!),
+            configuration: .google(audiences: ["web-client"], keysURL: URL(fileURLWithPath: "/unused")),
             keySet: keys, clock: clock)
         var firebase = IdentityProviderConfiguration(
             name: "firebase", issuers: ["https://securetoken.google.com/demo"],

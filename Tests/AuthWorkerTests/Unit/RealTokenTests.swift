@@ -35,7 +35,7 @@ import Testing
             clock: clock)
     }
 
-    static let unusedURL = URL(string: "https://unused.example")!
+    static let unusedURL = URL(fileURLWithPath: "/unused")
 
     @Test func googleTokensVerifyWithinTheirLifetimeAndExpireAfter() async throws {
         let samples = try Self.samples("google")

@@ -3,14 +3,17 @@ import COpenSSL
 import Foundation
 import JOSE
 
-/// Test-only keys of every type the verifier accepts, with their public JWK and a signer.
-final class TestSigner: @unchecked Sendable {
-    enum Kind: Sendable, CustomStringConvertible {
+/// Keys of every type the verifier accepts, with their public JWK and a JWS signer: fixtures for
+/// tests and benchmarks, never linked into the worker.
+///
+/// `@unchecked Sendable`: the key is immutable after generation.
+public final class TestSigner: @unchecked Sendable {
+    public enum Kind: Sendable, CustomStringConvertible {
         case rsa(Int32)
         case ec(JWSAlgorithm.Curve)
         case ed25519
 
-        var description: String {
+        public var description: String {
             switch self {
             case .rsa(let bits): "RSA-\(bits)"
             case .ec(let curve): curve.rawValue
@@ -19,11 +22,12 @@ final class TestSigner: @unchecked Sendable {
         }
     }
 
-    let kind: Kind
-    let kid: String
+    public let kind: Kind
+    public let kid: String
     private let key: OpaquePointer
 
-    init(_ kind: Kind, kid: String = UUID().uuidString) {
+    /// Generates a key; crashes only if OpenSSL cannot (fixtures are not for untrusted input).
+    public init(_ kind: Kind, kid: String = UUID().uuidString) {
         self.kind = kind
         self.kid = kid
         let context: OpaquePointer?
@@ -48,13 +52,14 @@ final class TestSigner: @unchecked Sendable {
         var key: OpaquePointer?
         precondition(EVP_PKEY_keygen(context, &key) == 1)
         EVP_PKEY_CTX_free(context)
-        self.key = key!
+        guard let key else { preconditionFailure("OpenSSL could not generate a \(kind) key") }
+        self.key = key
     }
 
     deinit { EVP_PKEY_free(key) }
 
     /// The public JWK as a dictionary (`kid` and, if given, `alg` included).
-    func jwk(alg: String? = nil) -> [String: String] {
+    public func jwk(alg: String? = nil) -> [String: String] {
         var result: [String: String] = ["kid": kid]
         if let alg { result["alg"] = alg }
         switch kind {
@@ -83,7 +88,7 @@ final class TestSigner: @unchecked Sendable {
     }
 
     /// The public key as a PEM SubjectPublicKeyInfo.
-    var publicPEM: String {
+    public var publicPEM: String {
         let bio = BIO_new(BIO_s_mem())
         defer { BIO_free(bio) }
         precondition(PEM_write_bio_PUBKEY(bio, key) == 1)
@@ -102,7 +107,7 @@ final class TestSigner: @unchecked Sendable {
     }
 
     /// A JWS signature over `message` with `algorithm` (raw `r || s` for ECDSA).
-    func sign(_ message: [UInt8], _ algorithm: JWSAlgorithm) -> [UInt8] {
+    public func sign(_ message: [UInt8], _ algorithm: JWSAlgorithm) -> [UInt8] {
         let context = EVP_MD_CTX_new()
         defer { EVP_MD_CTX_free(context) }
         var keyContext: OpaquePointer?
@@ -131,9 +136,10 @@ final class TestSigner: @unchecked Sendable {
                 defer { ECDSA_SIG_free(parsed) }
                 var raw = [UInt8](repeating: 0, count: 2 * curve.coordinateSize)
                 BN_bn2binpad(ECDSA_SIG_get0_r(parsed), &raw, Int32(curve.coordinateSize))
-                raw.withUnsafeMutableBufferPointer {
-                    _ = BN_bn2binpad(
-                        ECDSA_SIG_get0_s(parsed), $0.baseAddress! + curve.coordinateSize, Int32(curve.coordinateSize))
+                raw.withUnsafeMutableBufferPointer { buffer in
+                    if let base = buffer.baseAddress {
+                        BN_bn2binpad(ECDSA_SIG_get0_s(parsed), base + curve.coordinateSize, Int32(curve.coordinateSize))
+                    }
                 }
                 return raw
             }
@@ -142,27 +148,32 @@ final class TestSigner: @unchecked Sendable {
     }
 
     /// A compact JWS of `claims` with `header` (alg and kid filled in unless given).
-    func token(
+    public func token(
         _ claims: [String: Any], algorithm: JWSAlgorithm, header extra: [String: Any] = [:], includeKid: Bool = true
     ) -> String {
         var header: [String: Any] = ["alg": algorithm.rawValue, "typ": "JWT"]
         if includeKid { header["kid"] = kid }
         for (key, value) in extra { header[key] = value }
-        let headerPart = Base64URL.encode(try! JSONSerialization.data(withJSONObject: header, options: [.sortedKeys]))
-        let payloadPart = Base64URL.encode(try! JSONSerialization.data(withJSONObject: claims, options: [.sortedKeys]))
+        let headerPart = TokenParts.encode(header)
+        let payloadPart = TokenParts.encode(claims)
         let input = headerPart + "." + payloadPart
         return input + "." + Base64URL.encode(sign(Array(input.utf8), algorithm))
     }
 
     /// A key set document holding `signers`' public keys.
-    static func keySet(_ signers: [TestSigner]) -> Data {
-        try! JSONSerialization.data(withJSONObject: ["keys": signers.map { $0.jwk() }])
+    public static func keySet(_ signers: [TestSigner]) -> Data {
+        TokenParts.json(["keys": signers.map { $0.jwk() }])
     }
 }
 
 /// Raw material for hand-built tokens.
-enum TokenParts {
-    static func encode(_ object: [String: Any]) -> String {
-        Base64URL.encode(try! JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+public enum TokenParts {
+    public static func encode(_ object: [String: Any]) -> String {
+        Base64URL.encode(json(object))
+    }
+
+    /// JSON bytes of a fixture object (sorted keys); `{}` if it is not JSON-serialisable.
+    public static func json(_ object: Any) -> Data {
+        (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
     }
 }

@@ -1,0 +1,255 @@
+/// A JSON value as the token reader sees it.
+public enum JSONValue: Sendable, Equatable {
+    case string(String)
+    case number(Double)
+    case bool(Bool)
+    case null
+    case array([JSONValue])
+    case object([String: JSONValue])
+}
+
+/// A small strict JSON reader for JOSE headers and claims (RFC 8259).
+///
+/// Tokens arrive by the thousand per second and are tiny; Foundation's decoders cost more than
+/// the signature check around them. This reader works on the bytes directly, and is stricter than
+/// most: duplicate member names are refused (RFC 7515 §5.2 lets a verifier do so, and it removes
+/// the "which `sub` wins" ambiguity), as are invalid UTF-8, unescaped control characters,
+/// trailing data, and nesting deeper than `maximumDepth`.
+public enum JSONReader {
+    /// Why the bytes are not acceptable JSON; the offset helps debugging, the content is never echoed.
+    public struct Failure: Error, Equatable, CustomStringConvertible {
+        public var reason: String
+        public var offset: Int
+        public var description: String { "\(reason) at byte \(offset)" }
+    }
+
+    public static let maximumDepth = 16
+
+    /// Parses bytes that must hold exactly one JSON object.
+    public static func object(_ bytes: [UInt8]) throws -> [String: JSONValue] {
+        try bytes.withUnsafeBufferPointer { buffer in
+            var parser = Parser(bytes: buffer)
+            parser.skipWhitespace()
+            guard parser.peek == UInt8(ascii: "{") else { throw parser.failure("expected an object") }
+            guard case .object(let members) = try parser.value(depth: 0) else {
+                throw parser.failure("expected an object")
+            }
+            parser.skipWhitespace()
+            guard parser.index == buffer.count else { throw parser.failure("trailing data") }
+            return members
+        }
+    }
+
+    struct Parser {
+        let bytes: UnsafeBufferPointer<UInt8>
+        var index = 0
+
+        init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+        var peek: UInt8? { index < bytes.count ? bytes[index] : nil }
+
+        func failure(_ reason: String) -> Failure { Failure(reason: reason, offset: index) }
+
+        mutating func skipWhitespace() {
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                default: return
+                }
+            }
+        }
+
+        mutating func expect(_ byte: UInt8) throws {
+            guard peek == byte else { throw failure("expected '\(Character(Unicode.Scalar(byte)))'") }
+            index += 1
+        }
+
+        mutating func value(depth: Int) throws -> JSONValue {
+            guard depth <= JSONReader.maximumDepth else { throw failure("nested too deeply") }
+            skipWhitespace()
+            guard let byte = peek else { throw failure("unexpected end") }
+            switch byte {
+            case UInt8(ascii: "{"): return .object(try object(depth: depth))
+            case UInt8(ascii: "["): return .array(try array(depth: depth))
+            case UInt8(ascii: "\""): return .string(try string())
+            case UInt8(ascii: "t"): return try literal("true", .bool(true))
+            case UInt8(ascii: "f"): return try literal("false", .bool(false))
+            case UInt8(ascii: "n"): return try literal("null", .null)
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try number())
+            default: throw failure("unexpected character")
+            }
+        }
+
+        mutating func literal(_ text: StaticString, _ result: JSONValue) throws -> JSONValue {
+            let count = text.utf8CodeUnitCount
+            guard index + count <= bytes.count else { throw failure("unexpected end") }
+            for offset in 0..<count where bytes[index + offset] != text.utf8Start[offset] {
+                throw failure("bad literal")
+            }
+            index += count
+            return result
+        }
+
+        mutating func object(depth: Int) throws -> [String: JSONValue] {
+            try expect(UInt8(ascii: "{"))
+            var members: [String: JSONValue] = [:]
+            skipWhitespace()
+            if peek == UInt8(ascii: "}") {
+                index += 1
+                return members
+            }
+            while true {
+                skipWhitespace()
+                guard peek == UInt8(ascii: "\"") else { throw failure("expected a member name") }
+                let name = try string()
+                skipWhitespace()
+                try expect(UInt8(ascii: ":"))
+                let member = try value(depth: depth + 1)
+                guard members.updateValue(member, forKey: name) == nil else {
+                    throw failure("duplicate member name")
+                }
+                skipWhitespace()
+                if peek == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                try expect(UInt8(ascii: "}"))
+                return members
+            }
+        }
+
+        mutating func array(depth: Int) throws -> [JSONValue] {
+            try expect(UInt8(ascii: "["))
+            var elements: [JSONValue] = []
+            skipWhitespace()
+            if peek == UInt8(ascii: "]") {
+                index += 1
+                return elements
+            }
+            while true {
+                elements.append(try value(depth: depth + 1))
+                skipWhitespace()
+                if peek == UInt8(ascii: ",") {
+                    index += 1
+                    continue
+                }
+                try expect(UInt8(ascii: "]"))
+                return elements
+            }
+        }
+
+        mutating func string() throws -> String {
+            try expect(UInt8(ascii: "\""))
+            let start = index
+            // Fast path: no escapes.
+            while index < bytes.count {
+                let byte = bytes[index]
+                if byte == UInt8(ascii: "\"") {
+                    let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
+                    guard let text = String(validating: slice, as: UTF8.self) else {
+                        throw failure("invalid UTF-8")
+                    }
+                    index += 1
+                    return text
+                }
+                if byte == UInt8(ascii: "\\") { break }
+                if byte < 0x20 { throw failure("control character in a string") }
+                index += 1
+            }
+            // Slow path: escapes.
+            var scalars = [UInt8](UnsafeBufferPointer(rebasing: bytes[start..<index]))
+            while index < bytes.count {
+                let byte = bytes[index]
+                index += 1
+                switch byte {
+                case UInt8(ascii: "\""):
+                    guard let text = String(validating: scalars, as: UTF8.self) else { throw failure("invalid UTF-8") }
+                    return text
+                case UInt8(ascii: "\\"):
+                    guard let escape = peek else { throw failure("unexpected end") }
+                    index += 1
+                    switch escape {
+                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): scalars.append(escape)
+                    case UInt8(ascii: "b"): scalars.append(0x08)
+                    case UInt8(ascii: "f"): scalars.append(0x0C)
+                    case UInt8(ascii: "n"): scalars.append(0x0A)
+                    case UInt8(ascii: "r"): scalars.append(0x0D)
+                    case UInt8(ascii: "t"): scalars.append(0x09)
+                    case UInt8(ascii: "u"):
+                        var code = try hex4()
+                        if (0xD800...0xDBFF).contains(code) {
+                            guard peek == UInt8(ascii: "\\"), index + 1 < bytes.count,
+                                bytes[index + 1] == UInt8(ascii: "u")
+                            else { throw failure("unpaired surrogate") }
+                            index += 2
+                            let low = try hex4()
+                            guard (0xDC00...0xDFFF).contains(low) else { throw failure("unpaired surrogate") }
+                            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                        } else if (0xDC00...0xDFFF).contains(code) {
+                            throw failure("unpaired surrogate")
+                        }
+                        guard let scalar = Unicode.Scalar(code) else { throw failure("bad escape") }
+                        scalars.append(contentsOf: String(Character(scalar)).utf8)
+                    default:
+                        throw failure("bad escape")
+                    }
+                default:
+                    if byte < 0x20 { throw failure("control character in a string") }
+                    scalars.append(byte)
+                }
+            }
+            throw failure("unterminated string")
+        }
+
+        mutating func hex4() throws -> UInt32 {
+            guard index + 4 <= bytes.count else { throw failure("unexpected end") }
+            var value: UInt32 = 0
+            for _ in 0..<4 {
+                let byte = bytes[index]
+                let digit: UInt32
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
+                default: throw failure("bad \\u escape")
+                }
+                value = value << 4 | digit
+                index += 1
+            }
+            return value
+        }
+
+        /// RFC 8259 number grammar, checked here; the value converted by the standard library.
+        mutating func number() throws -> Double {
+            let start = index
+            if peek == UInt8(ascii: "-") { index += 1 }
+            guard let first = peek, first >= UInt8(ascii: "0"), first <= UInt8(ascii: "9") else {
+                throw failure("bad number")
+            }
+            if first == UInt8(ascii: "0") {
+                index += 1
+            } else {
+                skipDigits()
+            }
+            if peek == UInt8(ascii: ".") {
+                index += 1
+                guard skipDigits() > 0 else { throw failure("bad number") }
+            }
+            if peek == UInt8(ascii: "e") || peek == UInt8(ascii: "E") {
+                index += 1
+                if peek == UInt8(ascii: "+") || peek == UInt8(ascii: "-") { index += 1 }
+                guard skipDigits() > 0 else { throw failure("bad number") }
+            }
+            let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+            guard let value = Double(text), value.isFinite else { throw failure("bad number") }
+            return value
+        }
+
+        @discardableResult
+        mutating func skipDigits() -> Int {
+            let start = index
+            while let byte = peek, byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") { index += 1 }
+            return index - start
+        }
+    }
+}

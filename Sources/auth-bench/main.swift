@@ -1,0 +1,145 @@
+import AuthCrypto
+import AuthWorker
+import Foundation
+import JOSE
+import JOSEFixtures
+
+// Benchmarks reported as ratios against what this machine's OpenSSL does on its own
+// (`openssl speed`), so numbers from different machines compare. One core: the worker scales
+// across cores by handling messages in parallel.
+//
+// usage: auth-bench [jose] [--seconds S]
+
+struct Measurement {
+    var name: String
+    var perSecond: Double
+}
+
+func measure(_ name: String, seconds: Double, _ body: () throws -> Void) rethrows -> Measurement {
+    // Warm up, then run for `seconds`, checking the clock every 64 iterations.
+    for _ in 0..<200 { try body() }
+    let start = ContinuousClock.now
+    let limit = Duration.milliseconds(Int64(seconds * 1000))
+    var iterations = 0
+    while ContinuousClock.now - start < limit {
+        for _ in 0..<64 { try body() }
+        iterations += 64
+    }
+    let elapsed = ContinuousClock.now - start
+    let elapsedSeconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    return Measurement(name: name, perSecond: Double(iterations) / elapsedSeconds)
+}
+
+/// `openssl speed` verify rates for the same primitives, on one core.
+func opensslSpeed(seconds: Int, primitives: [String] = ["rsa2048", "ecdsap256", "ed25519"]) -> [String: Double] {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+    process.arguments = ["speed", "-seconds", String(seconds)] + primitives
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = FileHandle.nullDevice
+    do {
+        try process.run()
+    } catch {
+        return [:]
+    }
+    let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    var rates: [String: Double] = [:]
+    for line in output.split(separator: "\n") {
+        let fields = line.split(separator: " ").map(String.init)
+        // "rsa 2048 bits 0.000687s 0.000020s   1455.9  49836.7"
+        if line.hasPrefix("rsa 2048 bits"), let verify = fields.last.flatMap(Double.init) { rates["RS256"] = verify }
+        // " 256 bits ecdsa (nistp256)   0.0000s   0.0001s  42305.3  13972.6"
+        if line.contains("ecdsa (nistp256)"), let verify = fields.last.flatMap(Double.init) { rates["ES256"] = verify }
+        // " 253 bits EdDSA (Ed25519)   0.0000s   0.0001s  43000.0  16000.0"
+        if line.contains("EdDSA (Ed25519)"), let verify = fields.last.flatMap(Double.init) { rates["EdDSA"] = verify }
+    }
+    return rates
+}
+
+/// One algorithm's numbers: OpenSSL's own verify rate, our signature check alone, our whole
+/// ID-token check (split, base64url, header and claims JSON, signature, claims policy).
+struct JOSEResult {
+    var algorithm: JWSAlgorithm
+    var openssl: Double
+    var signatureOnly: Double
+    var wholeToken: Double
+}
+
+func joseBenchmark(
+    _ signer: TestSigner, _ algorithm: JWSAlgorithm, primitive: String, seconds: Double, rounds: Int
+) throws -> JOSEResult {
+    let now = Date(timeIntervalSince1970: 1_795_953_600)
+    let nonce = "0xefdF9861F3eDc2404643B588378FE242FCadE658"
+    // A realistic Google-sized ID token.
+    let token = signer.token(
+        [
+            "iss": "https://accounts.google.com", "azp": "1234-android.apps.googleusercontent.com",
+            "aud": "1234-web.apps.googleusercontent.com", "sub": "108378151968747898733",
+            "email": "someone@example.com", "email_verified": true, "nonce": nonce, "name": "Some One",
+            "picture": "https://lh3.googleusercontent.com/a/ACg8ocJ=s96-c", "given_name": "Some",
+            "family_name": "One", "locale": "en", "iat": 1_795_953_590, "exp": 1_795_957_190,
+        ], algorithm: algorithm)
+    let keys = try JWKSet(json: TestSigner.keySet([signer]))
+    let policy = ClaimsPolicy(
+        issuers: ["https://accounts.google.com"], audiences: ["1234-web.apps.googleusercontent.com"])
+    let allowed: Set<JWSAlgorithm> = [algorithm]
+    let jws = try CompactJWS(token)
+    guard let key = keys.keys.first?.key else { throw JOSEError(.keyNotFound, "no key") }
+    // Rounds interleave the reference and ours, keeping the best of each: the machine's noise
+    // then hits both alike.
+    var result = JOSEResult(algorithm: algorithm, openssl: 0, signatureOnly: 0, wholeToken: 0)
+    for _ in 0..<rounds {
+        result.openssl = max(
+            result.openssl,
+            opensslSpeed(seconds: max(Int(seconds), 1), primitives: [primitive])[algorithm.rawValue] ?? 0)
+        let raw = try measure("signature", seconds: seconds) {
+            guard try key.verify(signature: jws.signature, message: jws.signingInput, algorithm: algorithm) else {
+                throw JOSEError(.badSignature, "benchmark token did not verify")
+            }
+        }
+        result.signatureOnly = max(result.signatureOnly, raw.perSecond)
+        let whole = try measure("whole", seconds: seconds) {
+            _ = try JWSVerifier.verifyIDToken(
+                CompactJWS(token), keys: keys, allowed: allowed, policy: policy, now: now, nonce: nonce)
+        }
+        result.wholeToken = max(result.wholeToken, whole.perSecond)
+    }
+    return result
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+var seconds = 2.0
+var rounds = 2
+if let index = arguments.firstIndex(of: "--seconds"), index + 1 < arguments.count,
+    let value = Double(arguments[index + 1])
+{
+    seconds = value
+}
+if let index = arguments.firstIndex(of: "--rounds"), index + 1 < arguments.count, let value = Int(arguments[index + 1])
+{
+    rounds = max(value, 1)
+}
+if arguments.contains("--help") {
+    print("usage: auth-bench [--seconds S] [--rounds N]")
+    exit(0)
+}
+
+do {
+    print("JOSE verification, one core (best of \(rounds) interleaved rounds of \(seconds) s)")
+    print("algorithm  openssl speed verify/s  signature only/s  whole ID token/s  whole token / openssl")
+    for (signer, algorithm, primitive) in [
+        (TestSigner(.rsa(2048), kid: "rsa"), JWSAlgorithm.rs256, "rsa2048"),
+        (TestSigner(.ec(.p256), kid: "ec"), .es256, "ecdsap256"), (TestSigner(.ed25519, kid: "ed"), .edDSA, "ed25519"),
+    ] {
+        let result = try joseBenchmark(signer, algorithm, primitive: primitive, seconds: seconds, rounds: rounds)
+        print(
+            String(
+                format: "%-9@  %22.0f  %16.0f  %16.0f  %21.2f", algorithm.rawValue as NSString, result.openssl,
+                result.signatureOnly, result.wholeToken, result.wholeToken / result.openssl))
+    }
+} catch {
+    FileHandle.standardError.write(Data("auth-bench: \(error)\n".utf8))
+    exit(1)
+}
