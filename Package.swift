@@ -26,26 +26,40 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
 
+        .systemLibrary(
+            name: "CArgon2",
+            pkgConfig: "libargon2",
+            providers: [.apt(["libargon2-dev"])]
+        ),
+        .systemLibrary(
+            name: "CCrypt",
+            pkgConfig: "libxcrypt",
+            providers: [.apt(["libcrypt-dev"])]
+        ),
+
         // MARK: - Swift modules
         .target(name: "ServiceKit"),
         .target(name: "AuthCrypto", dependencies: ["COpenSSL"]),
         .target(name: "JOSE", dependencies: ["COpenSSL", "AuthCrypto"]),
+        .target(name: "Passwords", dependencies: ["CArgon2", "CCrypt", "AuthCrypto", "ServiceKit"]),
         .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceKit"]),
         .target(name: "PGStore", dependencies: ["CLibPQ", "ServiceKit"]),
         .target(name: "Messages"),
         .target(
-            name: "AuthWorker", dependencies: ["ServiceKit", "AuthCrypto", "JOSE", "Kafka", "PGStore", "Messages"]),
+            name: "AuthWorker",
+            dependencies: ["ServiceKit", "AuthCrypto", "JOSE", "Passwords", "Kafka", "PGStore", "Messages"]),
         .executableTarget(name: "auth-worker", dependencies: ["AuthWorker", "ServiceKit"]),
         .target(name: "JOSEFixtures", dependencies: ["COpenSSL", "AuthCrypto", "JOSE"]),
         .executableTarget(
-            name: "auth-bench", dependencies: ["JOSE", "JOSEFixtures", "AuthCrypto", "AuthWorker", "ServiceKit"]),
+            name: "auth-bench",
+            dependencies: ["JOSE", "JOSEFixtures", "AuthCrypto", "AuthWorker", "Passwords", "PGStore", "ServiceKit"]),
 
         // MARK: - Tests
         .testTarget(
             name: "AuthWorkerTests",
             dependencies: [
-                "AuthWorker", "ServiceKit", "AuthCrypto", "JOSE", "JOSEFixtures", "Kafka", "PGStore", "Messages",
-                "COpenSSL",
+                "AuthWorker", "ServiceKit", "AuthCrypto", "JOSE", "JOSEFixtures", "Passwords", "Kafka", "PGStore",
+                "Messages", "COpenSSL",
             ]
         ),
     ],

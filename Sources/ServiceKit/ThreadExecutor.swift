@@ -14,7 +14,11 @@ public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Send
     /// Starts the thread.
     /// - Parameter name: the thread's name, shown by debuggers and `top -H`.
     public init(name: String) {
-        let thread = Thread { [self] in self.runLoop() }
+        let thread = Thread { [self] in
+            // Named from inside: on Linux the name given before start does not always stick.
+            Thread.current.name = name
+            self.runLoop()
+        }
         thread.name = name
         thread.start()
     }

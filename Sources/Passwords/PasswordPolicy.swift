@@ -1,0 +1,72 @@
+import Foundation
+
+/// What new passwords must be, per NIST SP 800-63B §5.1.1: long enough, not absurdly long, any
+/// Unicode, no composition rules, and not one of the most common passwords.
+public struct PasswordPolicy: Sendable {
+    /// Default: 8 characters (after NFKC normalisation, counted as user-perceived characters).
+    public var minimumCharacters = 8
+    /// Default: 1024 bytes of UTF-8 (well above NIST's "at least 64 characters").
+    public var maximumBytes = 1024
+
+    public init() {}
+
+    /// A reason the password is refused, for the `weak_password` result.
+    public struct Weakness: Error, Equatable, CustomStringConvertible {
+        public var reason: String
+        public var description: String { reason }
+    }
+
+    /// Throws `Weakness` when the password may not be used.
+    public func check(_ password: String, email: String? = nil) throws {
+        let normalized = password.precomposedStringWithCompatibilityMapping
+        guard normalized.count >= minimumCharacters else {
+            throw Weakness(reason: "must be at least \(minimumCharacters) characters")
+        }
+        guard normalized.utf8.count <= maximumBytes else {
+            throw Weakness(reason: "must be at most \(maximumBytes) bytes")
+        }
+        guard !normalized.unicodeScalars.contains(where: { $0.value == 0 }) else {
+            throw Weakness(reason: "must not contain NUL characters")
+        }
+        let lowered = normalized.lowercased()
+        guard !Self.common.contains(lowered) else {
+            throw Weakness(reason: "is one of the most commonly used passwords")
+        }
+        if let email, let local = email.split(separator: "@").first, lowered == email.lowercased() || lowered == local {
+            throw Weakness(reason: "must not be the e-mail address")
+        }
+        if Set(lowered).count == 1 {
+            throw Weakness(reason: "must not repeat one character")
+        }
+    }
+
+    /// The most common passwords of breach corpora (8 characters or more, lower-cased).
+    static let common: Set<String> = [
+        "password", "password1", "password123", "12345678", "123456789", "1234567890", "qwertyuiop", "qwerty123",
+        "iloveyou", "11111111", "00000000", "abc12345", "abcd1234", "sunshine", "princess", "football", "baseball",
+        "welcome1", "welcome123", "passw0rd", "p@ssw0rd", "p@ssword", "letmein1", "trustno1", "superman", "starwars",
+        "whatever", "dragon123", "monkey123", "1q2w3e4r", "1qaz2wsx", "qazwsxedc", "asdfghjkl", "zaq12wsx",
+        "admin123", "administrator", "changeme", "secret123", "master123", "computer", "internet", "michelle",
+        "jennifer", "12341234", "87654321", "88888888", "123123123", "password!", "qwertyui", "q1w2e3r4",
+    ]
+}
+
+/// E-mail addresses as accounts use them.
+public enum EmailAddress {
+    /// Trimmed and lower-cased (local part and domain), or nil when it is not a plausible address:
+    /// one `@`, a local part of 1 to 64 bytes, a domain with a dot and no empty label, at most
+    /// 254 bytes, no whitespace or control characters.
+    public static func normalize(_ text: String) -> String? {
+        let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+        guard trimmed.utf8.count <= 254,
+            !trimmed.contains(where: { $0.isWhitespace || $0.asciiValue.map { $0 < 0x20 } == true })
+        else { return nil }
+        let parts = trimmed.split(separator: "@", omittingEmptySubsequences: false)
+        guard parts.count == 2, !parts[0].isEmpty, parts[0].utf8.count <= 64 else { return nil }
+        let labels = parts[1].split(separator: ".", omittingEmptySubsequences: false)
+        guard labels.count >= 2, labels.allSatisfy({ !$0.isEmpty && !$0.hasPrefix("-") && !$0.hasSuffix("-") }) else {
+            return nil
+        }
+        return trimmed
+    }
+}

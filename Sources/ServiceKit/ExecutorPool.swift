@@ -1,0 +1,63 @@
+import Synchronization
+
+/// A fixed set of dedicated threads for CPU-heavy or blocking work (password hashing), handed out
+/// one job at a time, in FIFO order.
+///
+/// Work sent here never runs on Swift's cooperative pool, so a burst of it cannot starve the async
+/// work of the rest of the service; at most `size` jobs run at once.
+public final class ExecutorPool: Sendable {
+    private let executors: [ThreadExecutor]
+    private let state: Mutex<State>
+
+    private struct State {
+        var free: [Int]
+        var waiters: [CheckedContinuation<Int, Never>] = []
+    }
+
+    /// - Parameters:
+    ///   - name: thread name prefix.
+    ///   - size: number of threads (at least one).
+    public init(name: String, size: Int) {
+        let count = max(size, 1)
+        executors = (0..<count).map { ThreadExecutor(name: "\(name)-\($0)") }
+        state = Mutex(State(free: Array((0..<count).reversed())))
+    }
+
+    deinit {
+        executors.forEach { $0.shutdown() }
+    }
+
+    /// The number of threads.
+    public var size: Int { executors.count }
+
+    /// Runs `body` on one of the pool's threads, waiting for a free one.
+    public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        let index = await acquire()
+        defer { release(index) }
+        return try await withTaskExecutorPreference(executors[index]) {
+            try body()
+        }
+    }
+
+    private func acquire() async -> Int {
+        await withCheckedContinuation { continuation in
+            let index = state.withLock { state -> Int? in
+                if let index = state.free.popLast() { return index }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let index { continuation.resume(returning: index) }
+        }
+    }
+
+    private func release(_ index: Int) {
+        let waiter = state.withLock { state -> CheckedContinuation<Int, Never>? in
+            if state.waiters.isEmpty {
+                state.free.append(index)
+                return nil
+            }
+            return state.waiters.removeFirst()
+        }
+        waiter?.resume(returning: index)
+    }
+}
