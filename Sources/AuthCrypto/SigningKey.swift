@@ -82,6 +82,17 @@ public final class SigningKey: @unchecked Sendable {
         return try SigningKey(key: key)
     }
 
+    /// The public half as a PEM SubjectPublicKeyInfo.
+    public func publicKeyPEM() throws -> String {
+        guard let bio = BIO_new(BIO_s_mem()) else { throw Failure(description: "BIO_new failed") }
+        defer { BIO_free(bio) }
+        guard PEM_write_bio_PUBKEY(bio, key) == 1 else { throw Failure(description: "PEM encoding failed") }
+        var data: UnsafeMutablePointer<CChar>?
+        let length = copenssl_shim_BIO_get_mem_data(bio, &data)
+        guard let data, length > 0 else { throw Failure(description: "PEM encoding is empty") }
+        return String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
+    }
+
     /// The private key as PKCS#8 PEM, for writing to a file with restrictive permissions.
     public func privateKeyPEM() throws -> String {
         guard let bio = BIO_new(BIO_s_mem()) else { throw Failure(description: "BIO_new failed") }

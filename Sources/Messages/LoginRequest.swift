@@ -19,6 +19,9 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
     public var linkTo: String?
     public var device: Device?
     public var replyKey: String?
+    /// The gateway's id for the client app install (an addition to the contract): the key guest
+    /// sign-ups are rate-limited by. Without it, the request's Kafka key is used.
+    public var clientID: String?
 
     /// The name Apple sends on first authorization only.
     public struct Profile: Codable, Sendable, Equatable {
@@ -54,6 +57,7 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
         case accessToken = "access_token"
         case linkTo = "link_to"
         case replyKey = "reply_key"
+        case clientID = "client_id"
     }
 
     public init(method: String) {

@@ -10,6 +10,8 @@ public struct LoginRequest: Sendable {
     public var traceparent: String?
     public var method: LoginMethod
     public var data: LoginRequestData
+    /// The Kafka key the request arrived with, as text, when it had one.
+    public var partitionKey: String?
 
     public init(
         id: String, source: String, time: Date?, traceparent: String?, method: LoginMethod, data: LoginRequestData
@@ -160,6 +162,7 @@ public struct RequestDecoder: Sendable {
         try limit(data.name, "name", max: maxFieldBytes)
         try limit(data.linkTo, "link_to", max: maxTokenBytes)
         try limit(data.replyKey, "reply_key", max: maxFieldBytes)
+        try limit(data.clientID, "client_id", max: maxFieldBytes)
         try limit(data.profile?.givenName, "profile.given_name", max: maxFieldBytes)
         try limit(data.profile?.familyName, "profile.family_name", max: maxFieldBytes)
         try limit(data.device?.name, "device.name", max: maxFieldBytes)

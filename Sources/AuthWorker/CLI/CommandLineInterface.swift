@@ -22,6 +22,8 @@ public struct CommandLineInterface: Sendable {
           request guest [--device NAME] [--platform P] [--timeout SECONDS]
                                                 publish a guest login and print its result
           users show ID_OR_EMAIL                print a user, its identities and sessions (no secrets)
+          users delete ID                       delete a user and its sessions; emits auth.user.deleted
+          guests purge --older-than DURATION    delete guests older than e.g. 30d that never signed up
           token verify --provider NAME [--keys FILE] [--at UNIX_TIME] [--nonce RAW] TOKEN
                                                 verify a provider token as a login would; print its
                                                 header and claims, or the error code and why
@@ -66,6 +68,10 @@ public struct CommandLineInterface: Sendable {
                 return try await requestGuest(Array(arguments.dropFirst(2)))
             case ("users", "show"):
                 return try await showUser(Array(arguments.dropFirst(2)))
+            case ("users", "delete"):
+                return try await deleteUser(Array(arguments.dropFirst(2)))
+            case ("guests", "purge"):
+                return try await purgeGuests(Array(arguments.dropFirst(2)))
             case ("token", "verify"):
                 return try await verifyToken(Array(arguments.dropFirst(2)))
             default:
@@ -284,6 +290,57 @@ public struct CommandLineInterface: Sendable {
             options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes])
         output(String(decoding: document, as: UTF8.self))
         return 0
+    }
+
+    // MARK: - users delete, guests purge
+
+    private func deleteUser(_ arguments: [String]) async throws -> Int32 {
+        guard arguments.count == 1, let id = UUID(uuidString: arguments[0]) else {
+            throw UsageError(message: "usage: auth-worker users delete ID (a user id)")
+        }
+        let configuration = try configuration()
+        let connection = try PGConnection(conninfo: configuration.databaseURL)
+        guard
+            let deletion = try AccountOperations(configuration: configuration).deleteUser(
+                id, reason: "operator", connection: connection)
+        else {
+            errorOutput("auth-worker: no user \(arguments[0])")
+            return 1
+        }
+        await publishNow(deletion.events, configuration: configuration, connection: connection)
+        output("deleted user \(id.lowercasedString); revoked \(deletion.sessionsRevoked) session(s)")
+        return 0
+    }
+
+    private func purgeGuests(_ arguments: [String]) async throws -> Int32 {
+        guard arguments.count == 2, arguments[0] == "--older-than", let age = AccountOperations.duration(arguments[1])
+        else { throw UsageError(message: "usage: auth-worker guests purge --older-than DURATION (e.g. 30d, 12h)") }
+        let configuration = try configuration()
+        let connection = try PGConnection(conninfo: configuration.databaseURL)
+        let deletion = try AccountOperations(configuration: configuration).purgeGuests(
+            createdBefore: Date() - age, connection: connection)
+        await publishNow(deletion.events, configuration: configuration, connection: connection)
+        output("purged \(deletion.users.count) guest(s) created before \(Timestamp.format(Date() - age))")
+        return 0
+    }
+
+    /// Publishes events the command wrote to the outbox; if the broker is unreachable, the running
+    /// worker's outbox relay publishes them later.
+    private func publishNow(_ events: [OutboxEvent], configuration: WorkerConfiguration, connection: PGConnection) async
+    {
+        guard !events.isEmpty else { return }
+        let logger = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
+        do {
+            var producerConfiguration = configuration.producerConfiguration
+            producerConfiguration.deliveryTimeout = .seconds(10)
+            let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+            defer { producer.close(timeout: .seconds(5)) }
+            try await producer.send(events.map(\.record))
+            let ids = events.map(\.id.pgText)
+            try connection.query("UPDATE outbox SET published_at = now() WHERE event_id = ANY(\(ids)::uuid[])")
+        } catch {
+            errorOutput("auth-worker: events stay in the outbox for the worker to publish (\(error))")
+        }
     }
 
     // MARK: - users show

@@ -69,6 +69,43 @@ extension WorkerConfiguration {
             config.processing.kafkaSessionTimeout = .milliseconds(value)
         }
         if let value = try reader.bool("AUTH_MIGRATE_ON_START") { config.migrateOnStart = value }
+        if let value = try reader.integer("AUTH_ARGON2_MEMORY_KIB") {
+            guard value >= 8, value <= 4_194_304 else {
+                throw ConfigurationError(variable: "AUTH_ARGON2_MEMORY_KIB", reason: "must be 8 to 4194304")
+            }
+            config.accounts.argon2.memoryKiB = UInt32(value)
+        }
+        if let value = try reader.integer("AUTH_ARGON2_ITERATIONS") {
+            guard value >= 1, value <= 64 else {
+                throw ConfigurationError(variable: "AUTH_ARGON2_ITERATIONS", reason: "must be 1 to 64")
+            }
+            config.accounts.argon2.iterations = UInt32(value)
+        }
+        if let value = try reader.integer("AUTH_ARGON2_PARALLELISM") {
+            guard value >= 1, value <= 64 else {
+                throw ConfigurationError(variable: "AUTH_ARGON2_PARALLELISM", reason: "must be 1 to 64")
+            }
+            config.accounts.argon2.parallelism = UInt32(value)
+        }
+        if let value = try reader.integer("AUTH_PASSWORD_HASH_THREADS") {
+            config.accounts.hashingThreads = max(value, 1)
+        }
+        if let value = try reader.integer("AUTH_LOGIN_MAX_FAILURES") {
+            config.accounts.throttle.threshold = max(value, 1)
+        }
+        if let value = try reader.seconds("AUTH_LOGIN_LOCK_SECONDS") { config.accounts.throttle.baseDelay = value }
+        if let value = try reader.seconds("AUTH_LOGIN_LOCK_MAX_SECONDS") {
+            config.accounts.throttle.maximumDelay = value
+        }
+        if let text = reader.string("AUTH_GUEST_RATE_LIMIT") {
+            let parts = text.split(separator: "/")
+            guard parts.count == 2, let count = Int(parts[0]), let window = Int(parts[1]), count >= 0, window > 0 else {
+                throw ConfigurationError(
+                    variable: "AUTH_GUEST_RATE_LIMIT", reason: "must be COUNT/SECONDS, e.g. 20/3600")
+            }
+            config.accounts.guestRateLimit = RateLimit(count: count, window: TimeInterval(window))
+        }
+        if let value = try reader.bool("AUTH_LINK_BY_VERIFIED_EMAIL") { config.accounts.linkByVerifiedEmail = value }
         if let value = try reader.integer("AUTH_SHUTDOWN_TIMEOUT_SECONDS") { config.shutdownTimeout = .seconds(value) }
         return config
     }

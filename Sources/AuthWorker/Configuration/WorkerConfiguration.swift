@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import Passwords
 import ServiceKit
 
 /// Everything the worker needs to run, read from the environment in one place.
@@ -61,6 +62,8 @@ public struct WorkerConfiguration: Sendable {
 
     /// Session and token lifetimes.
     public var sessions = Sessions()
+    /// Password accounts, throttling, guest limits, linking.
+    public var accounts = Accounts()
     /// Batching and parallelism.
     public var processing = Processing()
     /// Apply migrations when `run` starts. Env: `AUTH_MIGRATE_ON_START` (`true`/`false`). Default: true.
@@ -102,6 +105,35 @@ public struct WorkerConfiguration: Sendable {
         /// Default: 7 days.
         public var idempotencyLifetime: TimeInterval = 7 * 86400
         public init() {}
+    }
+
+    /// The account rules.
+    public struct Accounts: Sendable, Equatable {
+        /// Argon2id parameters of new password hashes. Env: `AUTH_ARGON2_MEMORY_KIB` (19456),
+        /// `AUTH_ARGON2_ITERATIONS` (2), `AUTH_ARGON2_PARALLELISM` (1).
+        public var argon2 = Argon2Parameters()
+        /// Threads that hash passwords. Env: `AUTH_PASSWORD_HASH_THREADS`. Default: the number of cores.
+        public var hashingThreads = ProcessInfo.processInfo.activeProcessorCount
+        /// Failed-attempt throttling per account.
+        public var throttle = ThrottlePolicy()
+        /// Guest sign-ups per client per window; a count of 0 disables the limit.
+        /// Env: `AUTH_GUEST_RATE_LIMIT` as `COUNT/SECONDS`. Default: 20 per hour.
+        public var guestRateLimit = RateLimit(count: 20, window: 3600)
+        /// Attach a new provider identity to the one full account whose verified, non-relay e-mail
+        /// matches the provider's verified e-mail. Env: `AUTH_LINK_BY_VERIFIED_EMAIL`. Default: false.
+        public var linkByVerifiedEmail = false
+        public init() {}
+    }
+
+    /// A count per window.
+    public struct RateLimit: Sendable, Equatable {
+        public var count: Int
+        public var window: TimeInterval
+
+        public init(count: Int, window: TimeInterval) {
+            self.count = count
+            self.window = window
+        }
     }
 
     /// How the consume loop batches and parallelises.

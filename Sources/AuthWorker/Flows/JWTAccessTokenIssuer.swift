@@ -1,5 +1,6 @@
 import AuthCrypto
 import Foundation
+import JOSE
 import Messages
 
 /// Signs access tokens as JWTs (RFC 9068 profile: `typ` `at+jwt`) with the newest configured key.
@@ -46,6 +47,34 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
         return signingInput + "." + Base64URL.encode(signature)
     }
 
+    /// The claims of an access token this worker issued, when its signature (by any configured
+    /// key), issuer, audience and expiry check out.
+    public func verify(_ token: String, now: Date) throws -> AccessTokenClaims {
+        let jws = try CompactJWS(token)
+        let set = JWKSet(
+            keys: try keys.map { key in
+                JWK(keyID: key.keyID, use: "sig", algorithm: key.algorithm.rawValue, key: try key.publicKey())
+            })
+        try JWSVerifier.verifySignature(jws, keys: set, allowed: [.edDSA, .es256])
+        let members = try JSONReader.object(jws.payload)
+        guard case .string(issuer)? = members["iss"], case .string(audience)? = members["aud"],
+            case .string(let subject)? = members["sub"], case .string(let session)? = members["sid"],
+            case .string(let jti)? = members["jti"], case .number(let exp)? = members["exp"],
+            case .number(let iat)? = members["iat"], let userID = UUID(uuidString: subject),
+            let sessionID = UUID(uuidString: session), let tokenID = UUID(uuidString: jti)
+        else { throw JOSEError(.invalidClaim, "not an access token of this issuer") }
+        guard exp > now.timeIntervalSince1970 else { throw JOSEError(.expired, "the access token has expired") }
+        var abilities: [String] = []
+        if case .array(let values)? = members["abilities"] {
+            abilities = values.compactMap { if case .string(let value) = $0 { value } else { nil } }
+        }
+        var isGuest = false
+        if case .bool(let value)? = members["guest"] { isGuest = value }
+        return AccessTokenClaims(
+            tokenID: tokenID, userID: userID, sessionID: sessionID, abilities: abilities, isGuest: isGuest,
+            issuedAt: Date(timeIntervalSince1970: iat), expiresAt: Date(timeIntervalSince1970: exp))
+    }
+
     /// The public keys as a JWK Set document.
     public static func jwks(_ keys: [SigningKey]) throws -> String {
         let document = ["keys": keys.map(\.publicJWK)]
@@ -70,4 +99,11 @@ struct JWTAccessClaims: Codable {
     var exp: Int64
     var abilities: [String]
     var guest: Bool
+}
+
+extension SigningKey {
+    /// The verification key of this signing key.
+    func publicKey() throws -> PublicKey {
+        try PublicKey.pem(try publicKeyPEM())
+    }
 }

@@ -7,6 +7,8 @@ public struct LoginError: Error, Equatable, CustomStringConvertible {
     public var message: String
     public var retriable: Bool
     public var field: String?
+    /// For throttling: when to try again (RFC 3339).
+    public var retryAfter: String?
 
     public init(_ code: ErrorCode, _ message: String, retriable: Bool = false, field: String? = nil) {
         self.code = code
@@ -22,6 +24,6 @@ public struct LoginError: Error, Equatable, CustomStringConvertible {
 
     /// The result's error object.
     public var payload: ErrorPayload {
-        ErrorPayload(code: code, message: message, retriable: retriable, field: field)
+        ErrorPayload(code: code, message: message, retriable: retriable, field: field, retryAfter: retryAfter)
     }
 }

@@ -22,23 +22,25 @@ public struct LoginOutcome: Sendable {
 /// Definite refusals are thrown as `LoginError`; anything else that is thrown (a database that is
 /// down) is for the caller to retry.
 public struct LoginService: Sendable {
-    private let configuration: WorkerConfiguration
-    private let store: any AuthStore
-    private let accessTokens: any AccessTokenIssuer
-    private let providers: IdentityProviders
-    private let clock: any WorkerClock
-    private let identifiers: Identifiers
-    private let logger: Logger
+    let configuration: WorkerConfiguration
+    let store: any AuthStore
+    let accessTokens: any AccessTokenIssuer
+    let providers: IdentityProviders
+    let passwords: PasswordService?
+    let clock: any WorkerClock
+    let identifiers: Identifiers
+    let logger: Logger
 
     public init(
         configuration: WorkerConfiguration, store: any AuthStore, accessTokens: any AccessTokenIssuer,
-        providers: IdentityProviders = IdentityProviders([]), clock: any WorkerClock, identifiers: Identifiers,
-        logger: Logger
+        providers: IdentityProviders = IdentityProviders([]), passwords: PasswordService? = nil,
+        clock: any WorkerClock, identifiers: Identifiers, logger: Logger
     ) {
         self.configuration = configuration
         self.store = store
         self.accessTokens = accessTokens
         self.providers = providers
+        self.passwords = passwords
         self.clock = clock
         self.identifiers = identifiers
         self.logger = logger
@@ -53,7 +55,11 @@ public struct LoginService: Sendable {
             return try await guest(request)
         case .apple, .google, .oidc:
             return try await providerSignIn(request)
-        case .password, .register, .refresh, .logout:
+        case .register:
+            return try await register(request)
+        case .password:
+            return try await passwordLogin(request)
+        case .refresh, .logout:
             throw LoginError(
                 .unsupportedMethod, "method \(request.method.rawValue) is not enabled on this worker",
                 field: "data.method")
@@ -64,6 +70,7 @@ public struct LoginService: Sendable {
 
     private func guest(_ request: LoginRequest) async throws -> LoginOutcome? {
         let now = clock.now()
+        try await checkGuestRateLimit(request, now: now)
         let userID = try identifiers.uuid()
         let user = NewUser(
             id: userID, name: nil, email: nil, emailVerified: false, isPrivateEmail: false, isGuest: true,
@@ -103,98 +110,6 @@ public struct LoginService: Sendable {
                     session: pending.payload(accessToken: accessToken, isGuest: true)),
                 events: events)
         }
-    }
-
-    // MARK: - Provider sign-in (Apple, Google, OpenID Connect)
-
-    private func providerSignIn(_ request: LoginRequest) async throws -> LoginOutcome? {
-        let data = request.data
-        let name = request.method == .oidc ? (data.provider ?? "") : request.method.rawValue
-        guard let provider = providers[name] else {
-            if request.method == .oidc {
-                throw LoginError(
-                    .unknownProvider, "provider \(name.prefix(64)) is not configured", field: "data.provider")
-            }
-            throw LoginError(.unsupportedMethod, "\(name) sign-in is not enabled (no audiences configured)")
-        }
-        if data.linkTo != nil {
-            throw LoginError(
-                .unsupportedMethod, "linking an identity to a signed-in account is not enabled on this worker",
-                field: "data.link_to")
-        }
-        let verified: VerifiedIdentity
-        do {
-            verified = try await provider.verify(token: data.identityToken ?? "", nonce: data.nonce).identity
-        } catch let error as JOSEError {
-            throw LoginError(error)
-        }
-
-        let now = clock.now()
-        let profileName = Self.profileName(data.profile)
-        let displayName = profileName ?? verified.name ?? Self.fallbackName(verified)
-        let userID = try identifiers.uuid()
-        let user = NewUser(
-            id: userID, name: displayName, email: verified.email, emailVerified: verified.emailVerified,
-            isPrivateEmail: verified.isPrivateEmail, isGuest: false, createdAt: now)
-        let handles = try (0..<3).map { _ in try identifiers.handle(name: displayName, isGuest: false) }
-        let identity = NewIdentity(
-            provider: verified.provider, subject: verified.subject, email: verified.email,
-            emailVerified: verified.emailVerified, isPrivateEmail: verified.isPrivateEmail, passwordHash: nil)
-        // The session's user id is only known after the write; claims name the user id the store settles on.
-        let pending = try PendingSession(identifiers: identifiers, configuration: configuration, now: now)
-        let plan = ProviderSignIn(
-            requestID: request.id, method: request.method.rawValue, identity: identity,
-            name: profileName ?? verified.name, newUser: user, handleCandidates: handles,
-            session: pending.session(provider: verified.provider, device: data.device, isGuest: false), now: now,
-            idempotencyExpiresAt: now + configuration.sessions.idempotencyLifetime,
-            issueAccessToken: { [accessTokens] userID in
-                try pending.accessToken(accessTokens: accessTokens, userID: userID, isGuest: false)
-            }
-        ) { [identifiers, configuration] stored in
-            let created = UserCreatedData(
-                userId: stored.id.lowercasedString, handle: stored.handle, name: stored.name, email: stored.email,
-                emailVerified: stored.emailVerified, isPrivateEmail: stored.isPrivateEmail, isGuest: false,
-                provider: verified.provider, createdAt: Timestamp.format(stored.createdAt))
-            return [
-                try Self.event(
-                    type: UserEventType.created, data: created, key: stored.id.lowercasedString, request: request,
-                    identifiers: identifiers, configuration: configuration, now: now)
-            ]
-        }
-        switch try await store.signIn(plan) {
-        case .duplicate:
-            return nil
-        case .signedIn(let stored, let created, let events, let accessToken):
-            let session = pending.payload(accessToken: accessToken, isGuest: false)
-            logger.info(
-                created ? "User created" : "User signed in",
-                metadata: [
-                    LogKey.requestID: request.id, LogKey.userID: stored.id.lowercasedString,
-                    LogKey.method: request.method.rawValue, "auth.provider": verified.provider,
-                ])
-            return LoginOutcome(
-                result: .ok(requestID: request.id, user: Self.payload(stored), newUser: created, session: session),
-                events: events)
-        }
-    }
-
-    /// Apple's first-authorization name, as the app received it.
-    static func profileName(_ profile: LoginRequestData.Profile?) -> String? {
-        let parts = [profile?.givenName, profile?.familyName].compactMap {
-            $0?.trimmingCharacters(in: .whitespacesAndNewlines)
-        }.filter { !$0.isEmpty }
-        return parts.isEmpty ? nil : parts.joined(separator: " ")
-    }
-
-    /// A display name for someone the provider gave no name: the e-mail's local part when it is a
-    /// real address, else "<Provider> user".
-    static func fallbackName(_ identity: VerifiedIdentity) -> String {
-        if let email = identity.email, !identity.isPrivateEmail, let local = email.split(separator: "@").first,
-            !local.isEmpty
-        {
-            return String(local)
-        }
-        return identity.provider.prefix(1).uppercased() + identity.provider.dropFirst() + " user"
     }
 
     // MARK: - Sessions
@@ -267,10 +182,22 @@ public struct LoginService: Sendable {
         type: String, data: Payload, key: String, request: LoginRequest, identifiers: Identifiers,
         configuration: WorkerConfiguration, now: Date
     ) throws -> OutboxEvent {
+        try OutboxEvent.make(
+            type: type, data: data, key: key, traceparent: request.traceparent, identifiers: identifiers,
+            configuration: configuration, now: now)
+    }
+}
+
+extension OutboxEvent {
+    /// A lifecycle event for the events topic, as a CloudEvent with a fresh (UUIDv7) id.
+    static func make<Payload: Codable & Sendable>(
+        type: String, data: Payload, key: String, traceparent: String?, identifiers: Identifiers,
+        configuration: WorkerConfiguration, now: Date
+    ) throws -> OutboxEvent {
         let id = try identifiers.uuid()
         let envelope = CloudEvent(
-            id: id.lowercasedString, source: configuration.eventSource, type: type, time: now,
-            traceparent: request.traceparent, data: data)
+            id: id.lowercasedString, source: configuration.eventSource, type: type, time: now, traceparent: traceparent,
+            data: data)
         return OutboxEvent(
             id: id, topic: configuration.topics.events, key: key, payload: try MessageCoding.encode(envelope),
             createdAt: now)

@@ -1,4 +1,5 @@
 import Foundation
+import Kafka
 
 /// What the login flows need from storage. PostgreSQL in production; in memory for unit tests.
 public protocol AuthStore: Sendable {
@@ -9,10 +10,28 @@ public protocol AuthStore: Sendable {
     /// - Returns: `.duplicate` when the request id was already processed (nothing is written).
     func createAccount(_ plan: NewAccount) async throws -> AccountWrite
 
-    /// Atomically records the request and signs in with a provider identity: finds the identity's
-    /// user (updating what the token says) or creates user and identity, then creates the session.
-    /// - Returns: `.duplicate` when the request id was already processed (nothing is written).
-    func signIn(_ plan: ProviderSignIn) async throws -> SignInWrite
+    /// Atomically records the request and signs in with an identity: finds the identity's user
+    /// (updating what the request proves), or attaches the identity to `linkTo`, or creates the
+    /// user, as `mode` allows; then creates the session and writes the events.
+    func signIn(_ plan: SignInPlan) async throws -> SignInWrite
+
+    /// The password credential of a normalised e-mail address, if one is registered.
+    func passwordCredential(email: String) async throws -> PasswordCredential?
+
+    /// The throttle state of an account key.
+    func throttle(key: String) async throws -> ThrottleState?
+
+    /// Counts a failed attempt and applies `policy`; returns the new state. Shared by all replicas.
+    func recordFailedAttempt(key: String, at date: Date, policy: ThrottlePolicy) async throws -> ThrottleState
+
+    /// Counts one use of a rate-limited action; returns the count in the current window.
+    func countRateLimited(bucket: String, at date: Date, window: TimeInterval) async throws -> Int
+
+    /// The session an opaque access token (by its SHA-256) belongs to.
+    func accessToken(hash: [UInt8]) async throws -> AccessTokenRecord?
+
+    /// The session with this id (for JWT access tokens), as an access-token record with its expiry.
+    func session(id: UUID) async throws -> AccessTokenRecord?
 
     /// Marks outbox events as published.
     func markPublished(_ eventIDs: [UUID], at date: Date) async throws
@@ -57,35 +76,66 @@ public enum AccountWrite: Sendable, Equatable {
     case duplicate
 }
 
-/// A provider sign-in, decided by the flow before the write.
-public struct ProviderSignIn: Sendable {
+/// How a sign-in may treat the identity it names.
+public enum SignInMode: Sendable, Equatable {
+    /// Find the identity's user, or create one (provider logins).
+    case findOrCreate
+    /// The identity must already exist (password logins).
+    case findOnly
+    /// The identity must not exist yet (registration): an existing one is `identityTaken`.
+    case createOnly
+}
+
+/// What happened to the account in a sign-in, for the events and the result.
+public enum SignInKind: Sendable, Equatable {
+    /// An existing identity signed in.
+    case existing
+    /// A new user was created with the identity.
+    case created
+    /// A guest user got the identity and became a full account.
+    case upgraded
+    /// The identity was added to an existing full account.
+    case linked
+}
+
+/// A sign-in with an identity (provider, password or registration), decided by the flow before the write.
+public struct SignInPlan: Sendable {
     public var requestID: String
     public var method: String
-    /// The identity as the token describes it now.
+    public var mode: SignInMode
+    /// The identity as the request proves it now.
     public var identity: NewIdentity
     /// A name for the user: set on a new user, and on an existing one that has none.
     public var name: String?
-    /// The user to create if the identity is new.
+    /// The user to create if the identity is new and not linked.
     public var newUser: NewUser
     public var handleCandidates: [String]
+    /// Attach a new identity to this user (a signed-in account, typically a guest) instead of creating one.
+    public var linkTo: UUID?
+    /// Attach a new identity to the one existing full account with the same verified, non-relay e-mail.
+    public var linkByVerifiedEmail = false
+    /// Password logins: the throttle row to clear on success.
+    public var resetThrottleKey: String?
+    /// Password logins: a fresh hash to store (the old one was outdated).
+    public var replacementPasswordHash: String?
     public var session: NewSession
     public var now: Date
     public var idempotencyExpiresAt: Date
-    /// Events for a newly created user, built once the user is final.
-    public var eventsForNewUser: @Sendable (StoredUser) throws -> [OutboxEvent]
     /// Makes the access token once the user id is final (a JWT names its user); the store records
     /// its SHA-256 in `session.accessTokenHash` and returns the token.
     public var issueAccessToken: @Sendable (UUID) throws -> String
+    /// The events to write with the change, once the user and what happened are final.
+    public var events: @Sendable (StoredUser, SignInKind) throws -> [OutboxEvent]
 
     public init(
-        requestID: String, method: String, identity: NewIdentity, name: String?, newUser: NewUser,
+        requestID: String, method: String, mode: SignInMode, identity: NewIdentity, name: String?, newUser: NewUser,
         handleCandidates: [String], session: NewSession, now: Date, idempotencyExpiresAt: Date,
         issueAccessToken: @escaping @Sendable (UUID) throws -> String,
-        eventsForNewUser: @escaping @Sendable (StoredUser) throws -> [OutboxEvent]
+        events: @escaping @Sendable (StoredUser, SignInKind) throws -> [OutboxEvent]
     ) {
-        self.issueAccessToken = issueAccessToken
         self.requestID = requestID
         self.method = method
+        self.mode = mode
         self.identity = identity
         self.name = name
         self.newUser = newUser
@@ -93,15 +143,83 @@ public struct ProviderSignIn: Sendable {
         self.session = session
         self.now = now
         self.idempotencyExpiresAt = idempotencyExpiresAt
-        self.eventsForNewUser = eventsForNewUser
+        self.issueAccessToken = issueAccessToken
+        self.events = events
     }
 }
 
 /// The outcome of `signIn`.
 public enum SignInWrite: Sendable, Equatable {
     /// `accessToken` is the token `issueAccessToken` made: shown once to the client, never stored.
-    case signedIn(StoredUser, created: Bool, events: [OutboxEvent], accessToken: String)
+    case signedIn(StoredUser, kind: SignInKind, events: [OutboxEvent], accessToken: String)
+    /// The request id was already processed; nothing was written.
     case duplicate
+    /// `createOnly`: the identity exists already. Nothing was written.
+    case identityTaken
+    /// `findOnly`: the identity does not exist (any more). Nothing was written.
+    case identityMissing
+    /// `linkTo`: the identity belongs to another account, or the target is gone. Nothing was written.
+    case linkConflict
+}
+
+/// A stored password credential.
+public struct PasswordCredential: Sendable, Equatable {
+    public var userID: UUID
+    public var passwordHash: String
+
+    public init(userID: UUID, passwordHash: String) {
+        self.userID = userID
+        self.passwordHash = passwordHash
+    }
+}
+
+/// Failed password attempts of one account.
+public struct ThrottleState: Sendable, Equatable {
+    public var failures: Int
+    public var lockedUntil: Date?
+
+    public init(failures: Int, lockedUntil: Date?) {
+        self.failures = failures
+        self.lockedUntil = lockedUntil
+    }
+}
+
+/// When failed password attempts lock an account, and for how long.
+public struct ThrottlePolicy: Sendable, Equatable {
+    /// Failures before the first lock. Env: `AUTH_LOGIN_MAX_FAILURES`. Default: 5.
+    public var threshold = 5
+    /// First lock; each further failure doubles it. Env: `AUTH_LOGIN_LOCK_SECONDS`. Default: 15 s.
+    public var baseDelay: TimeInterval = 15
+    /// Longest lock. Env: `AUTH_LOGIN_LOCK_MAX_SECONDS`. Default: 15 min.
+    public var maximumDelay: TimeInterval = 900
+    /// Failures older than this are forgotten. Default: 24 h.
+    public var window: TimeInterval = 86400
+
+    public init() {}
+
+    /// The lock after `failures` failures, or nil below the threshold.
+    public func lock(afterFailures failures: Int) -> TimeInterval? {
+        guard failures >= threshold else { return nil }
+        let exponent = min(failures - threshold, 30)
+        return min(baseDelay * pow(2, Double(exponent)), maximumDelay)
+    }
+}
+
+/// What an access token presented as `link_to` (or for logout) refers to.
+public struct AccessTokenRecord: Sendable, Equatable {
+    public var userID: UUID
+    public var sessionID: UUID
+    public var expiresAt: Date
+    public var sessionRevoked: Bool
+    public var isGuest: Bool
+
+    public init(userID: UUID, sessionID: UUID, expiresAt: Date, sessionRevoked: Bool, isGuest: Bool) {
+        self.userID = userID
+        self.sessionID = sessionID
+        self.expiresAt = expiresAt
+        self.sessionRevoked = sessionRevoked
+        self.isGuest = isGuest
+    }
 }
 
 /// A user to insert.
@@ -230,5 +348,14 @@ public struct OutboxEvent: Sendable, Equatable {
         self.key = key
         self.payload = payload
         self.createdAt = createdAt
+    }
+}
+
+extension OutboxEvent {
+    /// The Kafka record that publishes this event.
+    public var record: ProducerRecord {
+        ProducerRecord(
+            topic: topic, key: Array(key.utf8), value: payload,
+            headers: [KafkaHeader(key: "content-type", string: "application/cloudevents+json")])
     }
 }

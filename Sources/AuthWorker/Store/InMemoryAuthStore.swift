@@ -9,8 +9,10 @@ public final class InMemoryAuthStore: AuthStore {
         var users: [UUID: StoredUser] = [:]
         var handles: Set<String> = []
         var identities: [String: (identity: NewIdentity, userID: UUID)] = [:]
-        var sessions: [UUID: NewSession] = [:]
+        var sessions: [UUID: (session: NewSession, userID: UUID)] = [:]
         var outbox: [(event: OutboxEvent, published: Date?)] = []
+        var throttles: [String: (failures: Int, last: Date, lockedUntil: Date?)] = [:]
+        var rateLimits: [String: (start: Date, count: Int)] = [:]
     }
 
     private let state = Mutex(State())
@@ -23,7 +25,7 @@ public final class InMemoryAuthStore: AuthStore {
             guard let handle = plan.handleCandidates.first(where: { !state.handles.contains($0) }) else {
                 throw InMemoryStoreError.handlesTaken
             }
-            if let identity = plan.identity, state.identities["\(identity.provider)|\(identity.subject)"] != nil {
+            if let identity = plan.identity, state.identities[Self.key(identity)] != nil {
                 throw InMemoryStoreError.identityExists
             }
             let user = StoredUser(
@@ -35,59 +37,165 @@ public final class InMemoryAuthStore: AuthStore {
             state.requests.insert(plan.requestID)
             state.handles.insert(handle)
             state.users[user.id] = user
-            if let identity = plan.identity {
-                state.identities["\(identity.provider)|\(identity.subject)"] = (identity, user.id)
-            }
-            state.sessions[plan.session.id] = plan.session
+            if let identity = plan.identity { state.identities[Self.key(identity)] = (identity, user.id) }
+            state.sessions[plan.session.id] = (plan.session, user.id)
             state.outbox += events.map { ($0, nil) }
             return .created(user, events: events)
         }
     }
 
-    public func signIn(_ plan: ProviderSignIn) async throws -> SignInWrite {
+    public func signIn(_ plan: SignInPlan) async throws -> SignInWrite {
         try state.withLock { state in
+            let key = Self.key(plan.identity)
+            let existing = state.identities[key]?.userID
+            switch (plan.mode, existing) {
+            case (.createOnly, .some): return .identityTaken
+            case (.findOnly, nil): return .identityMissing
+            default: break
+            }
+            if let existing, let target = plan.linkTo, existing != target { return .linkConflict }
+            var target: UUID?
+            if existing == nil, let linkTo = plan.linkTo {
+                guard state.users[linkTo] != nil else { return .linkConflict }
+                target = linkTo
+            } else if existing == nil, plan.linkByVerifiedEmail, let email = plan.identity.email,
+                plan.identity.emailVerified, !plan.identity.isPrivateEmail
+            {
+                let matches = state.users.values.filter {
+                    $0.email?.lowercased() == email.lowercased() && $0.emailVerified && !$0.isPrivateEmail
+                        && !$0.isGuest
+                }
+                if matches.count == 1 { target = matches.first?.id }
+            }
             guard !state.requests.contains(plan.requestID) else { return .duplicate }
-            let key = "\(plan.identity.provider)|\(plan.identity.subject)"
-            if let (stored, userID) = state.identities[key], var user = state.users[userID] {
-                var identity = stored
+
+            var scratch = state
+            let kind: SignInKind
+            let userID: UUID
+            if let existing {
+                userID = existing
+                var identity = scratch.identities[key]?.identity ?? plan.identity
                 if let email = plan.identity.email {
                     identity.email = email
                     identity.emailVerified = plan.identity.emailVerified
                     identity.isPrivateEmail = plan.identity.isPrivateEmail
                 }
-                state.identities[key] = (identity, userID)
-                user.name = user.name ?? plan.name
-                if user.email == nil, let email = plan.identity.email {
-                    user.email = email
-                    user.emailVerified = plan.identity.emailVerified
-                    user.isPrivateEmail = plan.identity.isPrivateEmail
+                if let hash = plan.replacementPasswordHash { identity.passwordHash = hash }
+                scratch.identities[key] = (identity, existing)
+                Self.fill(&scratch, existing, identity: plan.identity, name: plan.name)
+                kind = .existing
+            } else if let target, var user = scratch.users[target] {
+                userID = target
+                scratch.identities[key] = (plan.identity, target)
+                if user.isGuest {
+                    user.isGuest = false
+                    scratch.users[target] = user
+                    kind = .upgraded
+                } else {
+                    kind = .linked
                 }
-                state.users[userID] = user
-                state.requests.insert(plan.requestID)
-                let token = try plan.issueAccessToken(userID)
-                var session = plan.session
-                session.accessTokenHash = SHA256.hash(token)
-                state.sessions[plan.session.id] = session
-                return .signedIn(user, created: false, events: [], accessToken: token)
+                Self.fill(&scratch, target, identity: plan.identity, name: plan.name)
+            } else {
+                guard let handle = plan.handleCandidates.first(where: { !scratch.handles.contains($0) }) else {
+                    throw InMemoryStoreError.handlesTaken
+                }
+                let new = plan.newUser
+                userID = new.id
+                scratch.users[new.id] = StoredUser(
+                    id: new.id, handle: handle, name: new.name, email: new.email, emailVerified: new.emailVerified,
+                    isPrivateEmail: new.isPrivateEmail, isGuest: new.isGuest, providers: [],
+                    createdAt: new.createdAt)
+                scratch.handles.insert(handle)
+                scratch.identities[key] = (plan.identity, new.id)
+                kind = .created
             }
-            guard let handle = plan.handleCandidates.first(where: { !state.handles.contains($0) }) else {
-                throw InMemoryStoreError.handlesTaken
-            }
-            let user = StoredUser(
-                id: plan.newUser.id, handle: handle, name: plan.newUser.name, email: plan.newUser.email,
-                emailVerified: plan.newUser.emailVerified, isPrivateEmail: plan.newUser.isPrivateEmail,
-                isGuest: plan.newUser.isGuest, providers: [plan.identity.provider], createdAt: plan.newUser.createdAt)
-            let events = try plan.eventsForNewUser(user)
-            state.requests.insert(plan.requestID)
-            state.handles.insert(handle)
-            state.users[user.id] = user
-            state.identities[key] = (plan.identity, user.id)
-            let token = try plan.issueAccessToken(user.id)
+            if let throttleKey = plan.resetThrottleKey { scratch.throttles[throttleKey] = nil }
+            var user = scratch.users[userID]
+            user?.providers = scratch.identities.values.filter { $0.userID == userID }.map(\.identity.provider).sorted()
+            guard let user else { throw InMemoryStoreError.identityExists }
+            scratch.users[userID] = user
+            let token = try plan.issueAccessToken(userID)
             var session = plan.session
             session.accessTokenHash = SHA256.hash(token)
-            state.sessions[plan.session.id] = session
-            state.outbox += events.map { ($0, nil) }
-            return .signedIn(user, created: true, events: events, accessToken: token)
+            scratch.sessions[session.id] = (session, userID)
+            let events = try plan.events(user, kind)
+            scratch.outbox += events.map { ($0, nil) }
+            scratch.requests.insert(plan.requestID)
+            state = scratch
+            return .signedIn(user, kind: kind, events: events, accessToken: token)
+        }
+    }
+
+    private static func fill(_ state: inout State, _ id: UUID, identity: NewIdentity, name: String?) {
+        guard var user = state.users[id] else { return }
+        user.name = user.name ?? name
+        if user.email == nil, let email = identity.email {
+            user.email = email
+            user.emailVerified = identity.emailVerified
+            user.isPrivateEmail = identity.isPrivateEmail
+        }
+        state.users[id] = user
+    }
+
+    private static func key(_ identity: NewIdentity) -> String { "\(identity.provider)|\(identity.subject)" }
+
+    public func passwordCredential(email: String) async throws -> PasswordCredential? {
+        state.withLock { state in
+            guard let (identity, userID) = state.identities["password|\(email)"], let hash = identity.passwordHash
+            else {
+                return nil
+            }
+            return PasswordCredential(userID: userID, passwordHash: hash)
+        }
+    }
+
+    public func throttle(key: String) async throws -> ThrottleState? {
+        state.withLock { state in
+            state.throttles[key].map { ThrottleState(failures: $0.failures, lockedUntil: $0.lockedUntil) }
+        }
+    }
+
+    public func recordFailedAttempt(key: String, at date: Date, policy: ThrottlePolicy) async throws -> ThrottleState {
+        state.withLock { state in
+            var failures = 1
+            if let previous = state.throttles[key], previous.last >= date - policy.window {
+                failures = previous.failures + 1
+            }
+            let lockedUntil = policy.lock(afterFailures: failures).map { date + $0 }
+            state.throttles[key] = (failures, date, lockedUntil)
+            return ThrottleState(failures: failures, lockedUntil: lockedUntil)
+        }
+    }
+
+    public func countRateLimited(bucket: String, at date: Date, window: TimeInterval) async throws -> Int {
+        state.withLock { state in
+            if let current = state.rateLimits[bucket], current.start > date - window {
+                state.rateLimits[bucket] = (current.start, current.count + 1)
+                return current.count + 1
+            }
+            state.rateLimits[bucket] = (date, 1)
+            return 1
+        }
+    }
+
+    public func accessToken(hash: [UInt8]) async throws -> AccessTokenRecord? {
+        state.withLock { state in
+            guard let (session, userID) = state.sessions.values.first(where: { $0.session.accessTokenHash == hash })
+            else {
+                return nil
+            }
+            return AccessTokenRecord(
+                userID: userID, sessionID: session.id, expiresAt: min(session.accessTokenExpiresAt, session.expiresAt),
+                sessionRevoked: false, isGuest: state.users[userID]?.isGuest ?? false)
+        }
+    }
+
+    public func session(id: UUID) async throws -> AccessTokenRecord? {
+        state.withLock { state in
+            guard let (session, userID) = state.sessions[id] else { return nil }
+            return AccessTokenRecord(
+                userID: userID, sessionID: id, expiresAt: session.expiresAt, sessionRevoked: false,
+                isGuest: state.users[userID]?.isGuest ?? false)
         }
     }
 
@@ -112,12 +220,34 @@ public final class InMemoryAuthStore: AuthStore {
         }
     }
 
+    /// Test setup: a full account with a password identity whose hash is `hash` (a legacy one, say).
+    public func seedPasswordAccount(email: String, hash: String, at date: Date) -> UUID {
+        state.withLock { state in
+            let id = UUID()
+            state.users[id] = StoredUser(
+                id: id, handle: "seeded_\(state.users.count)", name: nil, email: email, emailVerified: false,
+                isPrivateEmail: false, isGuest: false, providers: ["password"], createdAt: date)
+            let identity = NewIdentity(
+                provider: "password", subject: email, email: email, emailVerified: false, isPrivateEmail: false,
+                passwordHash: hash)
+            state.identities["password|\(email)"] = (identity, id)
+            return id
+        }
+    }
+
+    /// Test inspection: a password identity's stored hash.
+    public func storedPasswordHash(email: String) -> String? {
+        state.withLock { $0.identities["password|\(email)"]?.identity.passwordHash }
+    }
+
     /// Test inspection: every user.
     public var users: [StoredUser] { state.withLock { Array($0.users.values) } }
     /// Test inspection: every session.
-    public var sessions: [NewSession] { state.withLock { Array($0.sessions.values) } }
+    public var sessions: [NewSession] { state.withLock { $0.sessions.values.map(\.session) } }
     /// Test inspection: ids of events not yet published.
     public var unpublishedIDs: [UUID] { state.withLock { $0.outbox.filter { $0.published == nil }.map(\.event.id) } }
+    /// Test inspection: every event written, oldest first.
+    public var events: [OutboxEvent] { state.withLock { $0.outbox.map(\.event) } }
 }
 
 enum InMemoryStoreError: Error {

@@ -29,7 +29,7 @@ public struct PostgresAuthStore: AuthStore {
         }
     }
 
-    public func signIn(_ plan: ProviderSignIn) async throws -> SignInWrite {
+    public func signIn(_ plan: SignInPlan) async throws -> SignInWrite {
         do {
             return try await signInOnce(plan)
         } catch let error as PGError where error.isUniqueViolation {
@@ -38,7 +38,7 @@ public struct PostgresAuthStore: AuthStore {
         }
     }
 
-    private func signInOnce(_ plan: ProviderSignIn) async throws -> SignInWrite {
+    private func signInOnce(_ plan: SignInPlan) async throws -> SignInWrite {
         try await pool.withTransaction { connection in
             let identity = plan.identity
             let existing = try connection.query(
@@ -47,55 +47,206 @@ public struct PostgresAuthStore: AuthStore {
                 FOR UPDATE
                 """
             ).first.map { try $0.decode("user_id", as: UUID.self) }
-            let userID = existing ?? plan.newUser.id
+
+            // Refusals change nothing, not even the idempotency record: a replay decides the same way.
+            switch (plan.mode, existing) {
+            case (.createOnly, .some): return .identityTaken
+            case (.findOnly, nil): return .identityMissing
+            default: break
+            }
+            if let existing, let target = plan.linkTo, existing != target { return .linkConflict }
+
+            var target: (id: UUID, isGuest: Bool)?
+            if existing == nil, let linkTo = plan.linkTo {
+                guard
+                    let row = try connection.query("SELECT is_guest FROM users WHERE id = \(linkTo) FOR UPDATE").first
+                else { return .linkConflict }
+                target = (linkTo, try row.decode("is_guest"))
+            } else if existing == nil, plan.linkByVerifiedEmail, let email = identity.email, identity.emailVerified,
+                !identity.isPrivateEmail
+            {
+                let matches = try connection.query(
+                    """
+                    SELECT id FROM users
+                    WHERE lower(email) = lower(\(email)) AND email_verified AND NOT is_private_email AND NOT is_guest
+                    LIMIT 2 FOR UPDATE
+                    """)
+                if matches.count == 1, let row = matches.first { target = (try row.decode("id"), false) }
+            }
+
+            let userID = existing ?? target?.id ?? plan.newUser.id
             guard
                 try Self.recordRequest(
                     connection, id: plan.requestID, method: plan.method, userID: userID, sessionID: plan.session.id,
                     at: plan.now, expiresAt: plan.idempotencyExpiresAt)
             else { return .duplicate }
 
+            let kind: SignInKind
             if let existing {
-                // Keep what the user had: a later token without an e-mail or a name never erases one.
-                try connection.query(
-                    """
-                    UPDATE identities SET
-                        email = COALESCE(\(identity.email), email),
-                        email_verified = CASE WHEN \(identity.email)::text IS NULL THEN email_verified
-                                              ELSE \(identity.emailVerified) END,
-                        is_private_email = CASE WHEN \(identity.email)::text IS NULL THEN is_private_email
-                                                ELSE \(identity.isPrivateEmail) END,
-                        last_login_at = \(plan.now)
-                    WHERE provider = \(identity.provider) AND subject = \(identity.subject)
-                    """)
-                try connection.query(
-                    """
-                    UPDATE users SET
-                        name = COALESCE(users.name, \(plan.name)),
-                        email_verified = CASE
-                            WHEN users.email IS NULL THEN \(identity.email != nil && identity.emailVerified)
-                            WHEN lower(users.email) = lower(\(identity.email)) THEN users.email_verified OR \(identity.emailVerified)
-                            ELSE users.email_verified END,
-                        is_private_email = CASE WHEN users.email IS NULL THEN \(identity.isPrivateEmail)
-                                                ELSE users.is_private_email END,
-                        email = COALESCE(users.email, \(identity.email)),
-                        updated_at = \(plan.now)
-                    WHERE id = \(existing)
-                    """)
-                let user = try Self.loadUser(connection, id: existing)
-                let (session, token) = try Self.finalSession(plan, userID: existing)
-                try Self.insertSession(connection, session, userID: existing)
-                return .signedIn(user, created: false, events: [], accessToken: token)
+                try Self.refreshIdentity(connection, identity, plan: plan)
+                try Self.refreshUser(connection, existing, identity: identity, name: plan.name, at: plan.now)
+                kind = .existing
+            } else if let target {
+                try Self.insertIdentity(connection, identity, userID: target.id, at: plan.now)
+                if target.isGuest {
+                    try connection.query(
+                        """
+                        UPDATE users SET is_guest = false, upgraded_at = \(plan.now),
+                            name = COALESCE(users.name, \(plan.name)),
+                            email_verified = CASE WHEN users.email IS NULL THEN \(identity.email != nil && identity.emailVerified)
+                                                  ELSE users.email_verified END,
+                            is_private_email = CASE WHEN users.email IS NULL THEN \(identity.isPrivateEmail)
+                                                    ELSE users.is_private_email END,
+                            email = COALESCE(users.email, \(identity.email)),
+                            updated_at = \(plan.now)
+                        WHERE id = \(target.id)
+                        """)
+                    kind = .upgraded
+                } else {
+                    try Self.refreshUser(connection, target.id, identity: identity, name: plan.name, at: plan.now)
+                    kind = .linked
+                }
+            } else {
+                _ = try Self.insertUser(connection, plan.newUser, handles: plan.handleCandidates)
+                try Self.insertIdentity(connection, identity, userID: userID, at: plan.now)
+                kind = .created
             }
-
-            var stored = try Self.insertUser(connection, plan.newUser, handles: plan.handleCandidates)
-            try Self.insertIdentity(connection, identity, userID: stored.id, at: plan.now)
-            stored.providers = [identity.provider]
-            let (session, token) = try Self.finalSession(plan, userID: stored.id)
-            try Self.insertSession(connection, session, userID: stored.id)
-            let events = try plan.eventsForNewUser(stored)
+            if let key = plan.resetThrottleKey {
+                try connection.query("DELETE FROM login_throttle WHERE account_key = \(key)")
+            }
+            let user = try Self.loadUser(connection, id: userID)
+            let (session, token) = try Self.finalSession(plan, userID: userID)
+            try Self.insertSession(connection, session, userID: userID)
+            let events = try plan.events(user, kind)
             try Self.insertOutbox(connection, events)
-            return .signedIn(stored, created: true, events: events, accessToken: token)
+            return .signedIn(user, kind: kind, events: events, accessToken: token)
         }
+    }
+
+    public func passwordCredential(email: String) async throws -> PasswordCredential? {
+        try await pool.withConnection { connection in
+            try connection.query(
+                """
+                SELECT user_id, password_hash FROM identities
+                WHERE provider = 'password' AND subject = \(email) AND password_hash IS NOT NULL
+                """
+            ).first.map {
+                PasswordCredential(userID: try $0.decode("user_id"), passwordHash: try $0.decode("password_hash"))
+            }
+        }
+    }
+
+    public func throttle(key: String) async throws -> ThrottleState? {
+        try await pool.withConnection { connection in
+            try connection.query("SELECT failures, locked_until FROM login_throttle WHERE account_key = \(key)").first
+                .map {
+                    ThrottleState(
+                        failures: try $0.decode("failures"), lockedUntil: try $0.decode("locked_until", as: Date?.self))
+                }
+        }
+    }
+
+    public func recordFailedAttempt(key: String, at date: Date, policy: ThrottlePolicy) async throws -> ThrottleState {
+        try await pool.withTransaction { connection in
+            // One atomic upsert: concurrent failures on several replicas all count.
+            let failures =
+                try connection.query(
+                    """
+                    INSERT INTO login_throttle (account_key, failures, last_failure_at)
+                    VALUES (\(key), 1, \(date))
+                    ON CONFLICT (account_key) DO UPDATE SET
+                        failures = CASE WHEN login_throttle.last_failure_at < \(date - policy.window) THEN 1
+                                        ELSE login_throttle.failures + 1 END,
+                        last_failure_at = \(date)
+                    RETURNING failures
+                    """
+                ).first?.decode("failures", as: Int.self) ?? 1
+            let lockedUntil = policy.lock(afterFailures: failures).map { date + $0 }
+            try connection.query("UPDATE login_throttle SET locked_until = \(lockedUntil) WHERE account_key = \(key)")
+            return ThrottleState(failures: failures, lockedUntil: lockedUntil)
+        }
+    }
+
+    public func countRateLimited(bucket: String, at date: Date, window: TimeInterval) async throws -> Int {
+        try await pool.withConnection { connection in
+            try connection.query(
+                """
+                INSERT INTO rate_limits (bucket, window_start, count) VALUES (\(bucket), \(date), 1)
+                ON CONFLICT (bucket) DO UPDATE SET
+                    count = CASE WHEN rate_limits.window_start <= \(date - window) THEN 1 ELSE rate_limits.count + 1 END,
+                    window_start = CASE WHEN rate_limits.window_start <= \(date - window) THEN \(date)
+                                        ELSE rate_limits.window_start END
+                RETURNING count
+                """
+            ).first?.decode("count", as: Int.self) ?? 1
+        }
+    }
+
+    public func accessToken(hash: [UInt8]) async throws -> AccessTokenRecord? {
+        try await pool.withConnection { connection in
+            try connection.query(
+                """
+                SELECT s.user_id, s.id AS session_id, LEAST(a.expires_at, s.expires_at) AS expires_at,
+                       s.revoked_at IS NOT NULL AS revoked, u.is_guest
+                FROM access_tokens a JOIN sessions s ON s.id = a.session_id JOIN users u ON u.id = s.user_id
+                WHERE a.token_hash = \(PGBytes(hash))
+                """
+            ).first.map(Self.accessTokenRecord)
+        }
+    }
+
+    public func session(id: UUID) async throws -> AccessTokenRecord? {
+        try await pool.withConnection { connection in
+            try connection.query(
+                """
+                SELECT s.user_id, s.id AS session_id, s.expires_at, s.revoked_at IS NOT NULL AS revoked, u.is_guest
+                FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.id = \(id)
+                """
+            ).first.map(Self.accessTokenRecord)
+        }
+    }
+
+    static func accessTokenRecord(_ row: PGRow) throws -> AccessTokenRecord {
+        AccessTokenRecord(
+            userID: try row.decode("user_id"), sessionID: try row.decode("session_id"),
+            expiresAt: try row.decode("expires_at"), sessionRevoked: try row.decode("revoked"),
+            isGuest: try row.decode("is_guest"))
+    }
+
+    /// Updates what the identity proves now; a missing e-mail never erases the stored one.
+    static func refreshIdentity(_ connection: PGConnection, _ identity: NewIdentity, plan: SignInPlan) throws {
+        try connection.query(
+            """
+            UPDATE identities SET
+                email = COALESCE(\(identity.email), email),
+                email_verified = CASE WHEN \(identity.email)::text IS NULL THEN email_verified
+                                      ELSE \(identity.emailVerified) END,
+                is_private_email = CASE WHEN \(identity.email)::text IS NULL THEN is_private_email
+                                        ELSE \(identity.isPrivateEmail) END,
+                password_hash = COALESCE(\(plan.replacementPasswordHash), password_hash),
+                last_login_at = \(plan.now)
+            WHERE provider = \(identity.provider) AND subject = \(identity.subject)
+            """)
+    }
+
+    /// Fills in what the user lacks: a name or an e-mail is never overwritten, nor erased.
+    static func refreshUser(_ connection: PGConnection, _ id: UUID, identity: NewIdentity, name: String?, at date: Date)
+        throws
+    {
+        try connection.query(
+            """
+            UPDATE users SET
+                name = COALESCE(users.name, \(name)),
+                email_verified = CASE
+                    WHEN users.email IS NULL THEN \(identity.email != nil && identity.emailVerified)
+                    WHEN lower(users.email) = lower(\(identity.email)) THEN users.email_verified OR \(identity.emailVerified)
+                    ELSE users.email_verified END,
+                is_private_email = CASE WHEN users.email IS NULL THEN \(identity.isPrivateEmail)
+                                        ELSE users.is_private_email END,
+                email = COALESCE(users.email, \(identity.email)),
+                updated_at = \(date)
+            WHERE id = \(id)
+            """)
     }
 
     public func markPublished(_ eventIDs: [UUID], at date: Date) async throws {
@@ -127,7 +278,7 @@ public struct PostgresAuthStore: AuthStore {
     // MARK: - Statements shared by the writes
 
     /// The plan's session with the hash of the access token made for `userID`.
-    static func finalSession(_ plan: ProviderSignIn, userID: UUID) throws -> (NewSession, String) {
+    static func finalSession(_ plan: SignInPlan, userID: UUID) throws -> (NewSession, String) {
         let token = try plan.issueAccessToken(userID)
         var session = plan.session
         session.accessTokenHash = SHA256.hash(token)

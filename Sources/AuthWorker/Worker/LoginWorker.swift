@@ -128,7 +128,8 @@ public final class LoginWorker: Service {
                     try resultRecord(.failure(requestID: id, error: failure.payload), requestID: id, traceparent)
                 ],
                 publishedEventIDs: [])
-        case .valid(let request):
+        case .valid(var request):
+            request.partitionKey = message.key.flatMap { String(validating: $0, as: UTF8.self) }
             return try await handle(request)
         }
     }
@@ -167,11 +168,7 @@ public final class LoginWorker: Service {
                 ])
         }
         var records = [try resultRecord(result, requestID: request.id, request.traceparent)]
-        records += events.map { event in
-            ProducerRecord(
-                topic: event.topic, key: Array(event.key.utf8), value: event.payload,
-                headers: [KafkaHeader(key: "content-type", string: CloudEvent<UserCreatedData>.contentType)])
-        }
+        records += events.map(\.record)
         return MessageOutput(records: records, publishedEventIDs: events.map(\.id))
     }
 

@@ -59,12 +59,7 @@ public final class OutboxRelay: Service {
     public func publishPending(limit: Int = 500) async throws -> Int {
         let events = try await store.unpublishedEvents(olderThan: clock.now() - grace, limit: limit)
         guard !events.isEmpty else { return 0 }
-        try await producer.send(
-            events.map {
-                ProducerRecord(
-                    topic: $0.topic, key: Array($0.key.utf8), value: $0.payload,
-                    headers: [KafkaHeader(key: "content-type", string: "application/cloudevents+json")])
-            })
+        try await producer.send(events.map(\.record))
         try await store.markPublished(events.map(\.id), at: clock.now())
         return events.count
     }

@@ -32,6 +32,8 @@ public struct WorkerApplication: Sendable {
             logger.info(
                 "Identity providers enabled", metadata: ["auth.providers": providers.names.joined(separator: ",")])
         }
+        let passwords = try PasswordService(
+            parameters: configuration.accounts.argon2, threads: configuration.accounts.hashingThreads)
         let pool = PGPool(conninfo: configuration.databaseURL, size: configuration.processing.databasePoolSize)
         if configuration.migrateOnStart {
             let applied = try await pool.withConnection { try PGMigrator.migrate($0, migrations: Migrations.all) }
@@ -42,8 +44,8 @@ public struct WorkerApplication: Sendable {
         }
         let store = PostgresAuthStore(pool: pool)
         let service = LoginService(
-            configuration: configuration, store: store, accessTokens: accessTokens, providers: providers, clock: clock,
-            identifiers: identifiers, logger: logger.child(label: "auth.flows"))
+            configuration: configuration, store: store, accessTokens: accessTokens, providers: providers,
+            passwords: passwords, clock: clock, identifiers: identifiers, logger: logger.child(label: "auth.flows"))
         let producer = try KafkaProducer(
             configuration: configuration.producerConfiguration, logger: logger.child(label: "kafka.producer"))
         let consumer = try KafkaConsumer(

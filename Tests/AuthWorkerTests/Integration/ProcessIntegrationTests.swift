@@ -1,5 +1,6 @@
 import Foundation
 import Messages
+import PGStore
 import Testing
 
 @testable import AuthWorker
@@ -158,5 +159,93 @@ import Testing
         #expect(
             String(decoding: unknownErrors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
                 "unknown_provider"))
+    }
+
+    @Test func operatorCommandsDeleteUsersAndPurgeGuestsWithEvents() async throws {
+        let databaseURL = try IntegrationEnvironment.makeMigratedDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        let connection = try PGConnection(conninfo: databaseURL)
+        let clock = ManualClock(Date())
+        var config = WorkerConfiguration()
+        config.accessTokenFormat = .opaque
+        let service = LoginService(
+            configuration: config, store: PostgresAuthStore(pool: PGPool(conninfo: databaseURL, size: 1)),
+            accessTokens: OpaqueTokenIssuer(identifiers: Identifiers(clock: clock)),
+            passwords: try PasswordService(parameters: fastArgon2, threads: 1), clock: clock,
+            identifiers: Identifiers(clock: clock), logger: IntegrationEnvironment.quietLogger)
+        func guest() async throws -> String {
+            let request = LoginRequest(
+                id: UUID().uuidString, source: "/t", time: nil, traceparent: nil, method: .guest,
+                data: .init(method: "guest"))
+            return try #require(try await service.handle(request)?.result.user?.id)
+        }
+        let stale = try await guest()
+        let fresh = try await guest()
+        try connection.query(
+            "UPDATE users SET created_at = now() - interval '40 days' WHERE id = \(UUID(uuidString: stale))")
+        var register = LoginRequestData(method: "register")
+        register.email = "member@example.com"
+        register.password = "correct horse"
+        let member = try #require(
+            try await service.handle(
+                LoginRequest(
+                    id: UUID().uuidString, source: "/t", time: nil, traceparent: nil, method: .register, data: register)
+            )?.result.user?.id)
+
+        let environment = [
+            "AUTH_DATABASE_URL": databaseURL, "AUTH_KAFKA_BROKERS": try #require(IntegrationEnvironment.kafkaBrokers),
+            "AUTH_TOPIC_EVENTS": topics.events,
+        ]
+        let events = try TopicReader(topic: topics.events)
+
+        let (show, showOutput, _) = try launch(["users", "show", "member@example.com"], environment: environment)
+        show.waitUntilExit()
+        let shown = String(decoding: showOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(show.terminationStatus == 0)
+        #expect(shown.contains(member))
+        #expect(shown.contains("\"has_password\":true"))
+        #expect(!shown.contains("argon2"), "no hash is shown")
+
+        let (purge, purgeOutput, _) = try launch(["guests", "purge", "--older-than", "30d"], environment: environment)
+        purge.waitUntilExit()
+        #expect(purge.terminationStatus == 0)
+        #expect(
+            String(decoding: purgeOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).hasPrefix(
+                "purged 1 guest"))
+
+        let (delete, _, _) = try launch(["users", "delete", member], environment: environment)
+        delete.waitUntilExit()
+        #expect(delete.terminationStatus == 0)
+
+        let remaining = try connection.query("SELECT id FROM users").map {
+            try $0.decode("id", as: UUID.self).lowercasedString
+        }
+        #expect(remaining == [fresh])
+        #expect(try connection.query("SELECT count(*) AS n FROM sessions").first?.decode("n", as: Int.self) == 1)
+        // The commands published their own events (the flows' user.created rows wait for a relay).
+        let unpublished = try connection.query(
+            """
+            SELECT count(*) AS n FROM outbox WHERE published_at IS NULL
+              AND convert_from(payload, 'UTF8')::json->>'type' IN ('auth.user.deleted', 'auth.session.revoked')
+            """
+        ).first?.decode("n", as: Int.self)
+        #expect(unpublished == 0)
+
+        let published = try await events.waitUntil { messages in
+            messages.filter { $0.json["type"] as? String == "auth.user.deleted" }.count >= 2
+        }
+        let deleted = published.filter { $0.json["type"] as? String == "auth.user.deleted" }
+        #expect(Set(deleted.map(\.keyString)) == [stale, member])
+        #expect(deleted.first { $0.keyString == stale }?.data["reason"] as? String == "guest_expired")
+        let revoked = published.filter { $0.json["type"] as? String == "auth.session.revoked" }
+        #expect(revoked.count == 1 && revoked.first?.data["reason"] as? String == "user_deleted")
+        await events.close()
+
+        let (missing, _, _) = try launch(["users", "delete", UUID().uuidString], environment: environment)
+        missing.waitUntilExit()
+        #expect(missing.terminationStatus == 1)
+        let (bad, _, _) = try launch(["guests", "purge", "--older-than", "soon"], environment: environment)
+        bad.waitUntilExit()
+        #expect(bad.terminationStatus == 2)
     }
 }

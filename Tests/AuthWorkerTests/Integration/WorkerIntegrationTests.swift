@@ -214,4 +214,56 @@ import Testing
         gateway.close()
         try await worker.stop()
     }
+
+    @Test func registrationPasswordLoginAndGuestUpgradeThroughTheBroker() async throws {
+        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        config.accounts.argon2 = fastArgon2
+        let worker = try await RunningWorker(config)
+        let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        let events = try TopicReader(topic: topics.events)
+        func send(_ data: LoginRequestData) async throws -> LoginResultData {
+            let id = UUID().uuidString.lowercased()
+            try await gateway.publish(requestID: id, data: data)
+            let bytes = try #require(try await gateway.awaitResult(requestID: id, timeout: .seconds(30)))
+            return try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data
+        }
+        var register = LoginRequestData(method: "register")
+        register.email = "Ada@Example.com"
+        register.password = "correct horse"
+        register.name = "Ada"
+        let registered = try await send(register)
+        #expect(registered.status == "ok" && registered.newUser == true)
+        #expect(try await send(register).error?.code == .emailTaken)
+        register.email = "weak@example.com"
+        register.password = "12345678"
+        #expect(try await send(register).error?.code == .weakPassword)
+
+        var login = LoginRequestData(method: "password")
+        login.email = "ada@example.com"
+        login.password = "correct horse"
+        let loggedIn = try await send(login)
+        #expect(loggedIn.user?.id == registered.user?.id)
+        login.password = "wrong horse"
+        #expect(try await send(login).error?.code == .invalidCredentials)
+
+        let guest = try await send(LoginRequestData(method: "guest"))
+        var upgrade = LoginRequestData(method: "register")
+        upgrade.email = "grace@example.com"
+        upgrade.password = "correct horse"
+        upgrade.linkTo = guest.session?.accessToken
+        let upgraded = try await send(upgrade)
+        #expect(upgraded.user?.id == guest.user?.id)
+        #expect(upgraded.user?.isGuest == false)
+
+        let seen = try await events.waitUntil { $0.count >= 3 }
+        let types = seen.map { "\($0.json["type"] as? String ?? "?") \($0.keyString)" }
+        #expect(types.contains("auth.user.created \(registered.user?.id ?? "")"))
+        #expect(types.contains("auth.user.created \(guest.user?.id ?? "")"))
+        #expect(types.contains("auth.user.upgraded \(guest.user?.id ?? "")"))
+        await events.close()
+        gateway.close()
+        try await worker.stop()
+    }
 }

@@ -228,10 +228,11 @@ import Testing
         }
     }
 
-    @Test func linkingIsRefusedUntilItIsEnabled() async throws {
+    @Test func aLinkToThatIsNoAccessTokenIsRefused() async throws {
         var linked = request(.apple, token: appleToken())
         linked.data.linkTo = "some-guest-token"
-        await #expect(throws: LoginError(.unsupportedMethod, "")) { try await service().handle(linked) }
+        await #expect(throws: LoginError(.invalidToken, "")) { try await service().handle(linked) }
+        #expect(store.users.isEmpty)
     }
 
     @Test func tokensNeverReachTheLog() async throws {

@@ -1,0 +1,373 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import JOSEFixtures
+import Messages
+import Passwords
+import ServiceKit
+import Testing
+
+@testable import AuthWorker
+
+@Suite struct AccountFlowTests {
+    let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
+    let store = InMemoryAuthStore()
+    let logs = InMemoryLogHandler()
+    let passwords: PasswordService
+    let keyPath: String
+
+    init() throws {
+        passwords = try PasswordService(parameters: fastArgon2, threads: 2)
+        keyPath = try TestKeys.temporaryKeyFile().path
+    }
+
+    func service(configure: (inout WorkerConfiguration) -> Void = { _ in }) throws -> LoginService {
+        var config = WorkerConfiguration()
+        config.signingKeyPaths = [keyPath]
+        config.accounts.throttle.threshold = 3
+        config.accounts.throttle.baseDelay = 60
+        configure(&config)
+        let logger = Logger(label: "test", level: .debug, handler: logs)
+        let keys = KeySetCache(
+            fixed: try JWKSet(json: TestSigner.keySet([Signers.rsa2048])), clock: clock, logger: logger)
+        let apple = IdentityProvider(
+            configuration: .apple(audiences: ["com.example.app"], keysURL: URL(fileURLWithPath: "/unused")),
+            keySet: keys,
+            clock: clock)
+        return LoginService(
+            configuration: config, store: store, accessTokens: try JWTAccessTokenIssuer(configuration: config),
+            providers: IdentityProviders([apple]), passwords: passwords, clock: clock,
+            identifiers: Identifiers(clock: clock), logger: logger)
+    }
+
+    func request(_ method: LoginMethod, _ fill: (inout LoginRequestData) -> Void = { _ in }) -> LoginRequest {
+        var data = LoginRequestData(method: method.rawValue)
+        fill(&data)
+        return LoginRequest(
+            id: UUID().uuidString, source: "/test", time: nil, traceparent: nil, method: method, data: data)
+    }
+
+    func register(_ email: String, _ password: String, name: String? = nil, linkTo: String? = nil) -> LoginRequest {
+        request(.register) {
+            $0.email = email
+            $0.password = password
+            $0.name = name
+            $0.linkTo = linkTo
+        }
+    }
+
+    func login(_ email: String, _ password: String) -> LoginRequest {
+        request(.password) {
+            $0.email = email
+            $0.password = password
+        }
+    }
+
+    func appleToken(sub: String, email: String? = nil, verified: Bool = true) -> String {
+        var claims: [String: Any] = [
+            "iss": "https://appleid.apple.com", "aud": "com.example.app", "sub": sub, "iat": 1_795_953_590,
+            "exp": 1_795_953_600 + 600, "email_verified": verified ? "true" : "false",
+        ]
+        if let email { claims["email"] = email }
+        return Signers.rsa2048.token(claims, algorithm: .rs256)
+    }
+
+    // MARK: - Registration and login
+
+    @Test func registrationCreatesAnAccountWithAnArgon2idHash() async throws {
+        let outcome = try #require(
+            try await service().handle(register(" Mario.Rossi@Example.COM ", "correct horse", name: "Mario Rossi")))
+        let user = try #require(outcome.result.user)
+        #expect(outcome.result.newUser == true)
+        #expect(user.email == "mario.rossi@example.com")
+        #expect(user.emailVerified == false, "nobody proved they read that mailbox")
+        #expect(user.name == "Mario Rossi")
+        #expect(user.providers == ["password"])
+        let stored = try #require(store.storedPasswordHash(email: "mario.rossi@example.com"))
+        #expect(stored.hasPrefix("$argon2id$"))
+        #expect(!stored.contains("correct horse"))
+        let event = try MessageCoding.decode(
+            CloudEvent<UserCreatedData>.self, from: try #require(outcome.events.first).payload)
+        #expect(event.data.provider == "password")
+        #expect(!String(decoding: try #require(outcome.events.first).payload, as: UTF8.self).contains("argon2"))
+    }
+
+    @Test func duplicateRegistrationsAreRefusedWhateverTheCase() async throws {
+        let service = try service()
+        _ = try await service.handle(register("a@example.com", "correct horse"))
+        await #expect(throws: LoginError(.emailTaken, "")) {
+            try await service.handle(register("A@Example.com", "other horse!"))
+        }
+        #expect(store.users.count == 1)
+    }
+
+    @Test(arguments: ["short", "password", "a@example.com"])
+    func weakPasswordsAreRefusedSayingWhy(password: String) async throws {
+        do {
+            _ = try await service().handle(register("a@example.com", password))
+            Issue.record("expected weak_password")
+        } catch let error as LoginError {
+            #expect(error.code == .weakPassword)
+            #expect(error.field == "data.password")
+            #expect(error.message.hasPrefix("the password "))
+        }
+        #expect(store.users.isEmpty)
+    }
+
+    @Test func implausibleEmailsAreMalformed() async throws {
+        await #expect(throws: LoginError(.malformedRequest, "")) {
+            try await service().handle(register("not-an-email", "correct horse"))
+        }
+    }
+
+    @Test func passwordLoginFindsTheAccount() async throws {
+        let service = try service()
+        let created = try #require(try await service.handle(register("a@example.com", "correct horse")))
+        let outcome = try #require(try await service.handle(login("A@EXAMPLE.COM", "correct horse")))
+        #expect(outcome.result.newUser == false)
+        #expect(outcome.result.user?.id == created.result.user?.id)
+        #expect(outcome.events.isEmpty)
+        #expect(outcome.result.session?.abilities == ["*"])
+    }
+
+    @Test func wrongPasswordsAndUnknownEmailsGetTheSameAnswer() async throws {
+        let service = try service()
+        _ = try await service.handle(register("a@example.com", "correct horse"))
+        var wrong: LoginError?
+        var unknown: LoginError?
+        do { _ = try await service.handle(login("a@example.com", "wrong horse")) } catch let error as LoginError {
+            wrong = error
+        }
+        do { _ = try await service.handle(login("nobody@example.com", "correct horse")) } catch let error as LoginError
+        {
+            unknown = error
+        }
+        #expect(wrong?.code == .invalidCredentials)
+        #expect(unknown?.code == .invalidCredentials)
+        #expect(wrong?.message == unknown?.message)
+        #expect(wrong?.field == unknown?.field)
+    }
+
+    @Test func unknownEmailsCostAHashToo() async throws {
+        // Not a speed test: a functional check that the dummy hash runs, with parameters heavy enough
+        // that the hash dominates (similar order of time either way).
+        var config = WorkerConfiguration()
+        config.accessTokenFormat = .opaque
+        config.accounts.throttle.threshold = 1000
+        let heavy = try PasswordService(
+            parameters: Argon2Parameters(memoryKiB: 8192, iterations: 2, parallelism: 1), threads: 1)
+        let service = LoginService(
+            configuration: config, store: store,
+            accessTokens: OpaqueTokenIssuer(identifiers: Identifiers(clock: clock)),
+            passwords: heavy, clock: clock, identifiers: Identifiers(clock: clock),
+            logger: Logger(label: "test", handler: logs))
+        _ = try await service.handle(register("a@example.com", "correct horse"))
+        func time(_ email: String) async -> Duration {
+            let start = ContinuousClock.now
+            for _ in 0..<6 { _ = try? await service.handle(login(email, "wrong horse")) }
+            return ContinuousClock.now - start
+        }
+        _ = await time("warm-up@example.com")
+        let known = await time("a@example.com")
+        let unknown = await time("nobody@example.com")
+        #expect(unknown > known / 3 && unknown < known * 3, "known \(known), unknown \(unknown)")
+    }
+
+    @Test func unicodePasswords() async throws {
+        let service = try service()
+        _ = try await service.handle(register("u@example.com", "пароль-密码-\u{00E9}\u{1F600}"))
+        _ = try #require(try await service.handle(login("u@example.com", "пароль-密码-e\u{0301}\u{1F600}")))
+    }
+
+    @Test func legacyHashesAreReplacedOnLogin() async throws {
+        let service = try service()
+        let laravel = "$2y$10$92IXUNpkjO0rOQ5byMi.Ye4oKoEa3Ro9llC/.og/at2.uheWG/igi"
+        _ = store.seedPasswordAccount(email: "legacy@example.com", hash: laravel, at: clock.now())
+        _ = try #require(try await service.handle(login("legacy@example.com", "password")))
+        let replaced = try #require(store.storedPasswordHash(email: "legacy@example.com"))
+        #expect(replaced.hasPrefix("$argon2id$v=19$m=256,t=2,p=1$"))
+        _ = try #require(try await service.handle(login("legacy@example.com", "password")), "the new hash works")
+    }
+
+    // MARK: - Throttling
+
+    @Test func failuresLockTheAccountForAGrowingDelayAndSuccessResets() async throws {
+        let service = try service()
+        _ = try await service.handle(register("t@example.com", "correct horse"))
+        for _ in 0..<3 {
+            await #expect(throws: LoginError(.invalidCredentials, "")) {
+                try await service.handle(login("t@example.com", "nope nope"))
+            }
+        }
+        // Locked: even the right password is not checked now.
+        do {
+            _ = try await service.handle(login("t@example.com", "correct horse"))
+            Issue.record("expected too_many_attempts")
+        } catch let error as LoginError {
+            #expect(error.code == .tooManyAttempts)
+            #expect(error.retryAfter == "2026-11-29T12:01:00Z")
+        }
+        clock.advance(by: 61)
+        await #expect(throws: LoginError(.invalidCredentials, "")) {
+            try await service.handle(login("t@example.com", "nope nope"))
+        }
+        // The fourth failure locks for twice as long.
+        do {
+            _ = try await service.handle(login("t@example.com", "correct horse"))
+            Issue.record("expected too_many_attempts")
+        } catch let error as LoginError {
+            #expect(error.retryAfter == "2026-11-29T12:03:01Z")
+        }
+        clock.advance(by: 121)
+        _ = try #require(try await service.handle(login("t@example.com", "correct horse")))
+        #expect(try await store.throttle(key: "password:t@example.com") == nil, "success resets the count")
+    }
+
+    @Test func unknownAccountsAreThrottledAlike() async throws {
+        let service = try service()
+        for _ in 0..<3 { _ = try? await service.handle(login("ghost@example.com", "nope nope")) }
+        await #expect(throws: LoginError(.tooManyAttempts, "")) {
+            try await service.handle(login("ghost@example.com", "x"))
+        }
+    }
+
+    // MARK: - Guests that become members
+
+    func guestToken(_ service: LoginService) async throws -> (token: String, userID: String) {
+        let outcome = try #require(try await service.handle(request(.guest)))
+        return (try #require(outcome.result.session?.accessToken), try #require(outcome.result.user?.id))
+    }
+
+    @Test func registeringFromAGuestKeepsItsUserID() async throws {
+        let service = try service()
+        let guest = try await guestToken(service)
+        let outcome = try #require(
+            try await service.handle(register("g@example.com", "correct horse", name: "Grace", linkTo: guest.token)))
+        #expect(outcome.result.user?.id == guest.userID)
+        #expect(outcome.result.user?.isGuest == false)
+        #expect(outcome.result.user?.name == "Grace")
+        #expect(outcome.result.user?.email == "g@example.com")
+        #expect(outcome.result.newUser == false)
+        let event = try MessageCoding.decode(
+            CloudEvent<UserUpgradedData>.self, from: try #require(outcome.events.first).payload)
+        #expect(event.type == "auth.user.upgraded")
+        #expect(event.data.userId == guest.userID)
+        #expect(event.data.provider == "password")
+        #expect(store.users.count == 1)
+    }
+
+    @Test func signingInWithAppleFromAGuestUpgradesIt() async throws {
+        let service = try service()
+        let guest = try await guestToken(service)
+        var apple = request(.apple) {
+            $0.identityToken = appleToken(sub: "apple-1", email: "x@privaterelay.appleid.com")
+            $0.profile = .init(givenName: "Ada", familyName: nil)
+        }
+        apple.data.linkTo = guest.token
+        let outcome = try #require(try await service.handle(apple))
+        #expect(outcome.result.user?.id == guest.userID)
+        #expect(outcome.result.user?.isGuest == false)
+        #expect(outcome.result.user?.name == "Ada")
+        #expect(outcome.result.user?.providers == ["apple"])
+        #expect(outcome.events.count == 1)
+    }
+
+    @Test func anIdentityOfAnotherAccountIsALinkConflictAndChangesNothing() async throws {
+        let service = try service()
+        let owner = try #require(
+            try await service.handle(request(.apple) { $0.identityToken = appleToken(sub: "apple-2") }))
+        let guest = try await guestToken(service)
+        var takeover = request(.apple) { $0.identityToken = appleToken(sub: "apple-2") }
+        takeover.data.linkTo = guest.token
+        await #expect(throws: LoginError(.linkConflict, "")) { try await service.handle(takeover) }
+        #expect(store.users.first { $0.id.lowercasedString == guest.userID }?.isGuest == true)
+        #expect(
+            store.identities.filter { $0.provider == "apple" }.map(\.userID.lowercasedString) == [owner.result.user?.id]
+        )
+        // Registering an e-mail another account holds is email_taken, linked or not.
+        _ = try await service.handle(register("taken@example.com", "correct horse"))
+        await #expect(throws: LoginError(.emailTaken, "")) {
+            try await service.handle(register("taken@example.com", "correct horse", linkTo: guest.token))
+        }
+    }
+
+    @Test func aSignedInAccountCanAddAnotherProvider() async throws {
+        let service = try service()
+        let member = try #require(try await service.handle(register("m@example.com", "correct horse")))
+        var apple = request(.apple) { $0.identityToken = appleToken(sub: "apple-3") }
+        apple.data.linkTo = try #require(member.result.session?.accessToken)
+        let outcome = try #require(try await service.handle(apple))
+        #expect(outcome.result.user?.id == member.result.user?.id)
+        #expect(Set(outcome.result.user?.providers ?? []) == ["apple", "password"])
+        let event = try MessageCoding.decode(
+            CloudEvent<IdentityLinkedData>.self, from: try #require(outcome.events.first).payload)
+        #expect(event.type == "auth.identity.linked")
+        #expect(event.data.subject == "apple-3")
+        // The same request again is a replay (nothing new); a new request is a plain sign-in.
+        #expect(try await service.handle(apple) == nil)
+        apple.id = UUID().uuidString
+        let again = try #require(try await service.handle(apple))
+        #expect(again.events.isEmpty)
+    }
+
+    // MARK: - Automatic linking by e-mail
+
+    @Test func automaticLinkingIsOffByDefault() async throws {
+        let service = try service()
+        let google = try await verifiedMember(service)
+        let apple = try #require(
+            try await service.handle(
+                request(.apple) { $0.identityToken = appleToken(sub: "a-4", email: "ada@example.com") }))
+        #expect(apple.result.user?.id != google)
+        #expect(apple.result.newUser == true)
+    }
+
+    /// A member whose e-mail a provider verified (Apple here, standing in for any provider).
+    func verifiedMember(_ service: LoginService) async throws -> String {
+        let outcome = try #require(
+            try await service.handle(
+                request(.apple) { $0.identityToken = appleToken(sub: "verified-owner", email: "ada@example.com") }))
+        return try #require(outcome.result.user?.id)
+    }
+
+    @Test func automaticLinkingNeedsBothSidesVerifiedAndNoRelay() async throws {
+        let service = try service { $0.accounts.linkByVerifiedEmail = true }
+        let owner = try await verifiedMember(service)
+        let linked = try #require(
+            try await service.handle(
+                request(.apple) { $0.identityToken = appleToken(sub: "a-5", email: "ada@example.com") }))
+        #expect(linked.result.user?.id == owner)
+        #expect(linked.result.newUser == false)
+        let unverified = try #require(
+            try await service.handle(
+                request(.apple) { $0.identityToken = appleToken(sub: "a-6", email: "ada@example.com", verified: false) }
+            ))
+        #expect(unverified.result.user?.id != owner, "an unverified provider e-mail never links")
+        _ = try await service.handle(
+            request(.apple) { $0.identityToken = appleToken(sub: "a-7", email: "r@privaterelay.appleid.com") })
+        let relay = try #require(
+            try await service.handle(
+                request(.apple) { $0.identityToken = appleToken(sub: "a-8", email: "r@privaterelay.appleid.com") }))
+        #expect(relay.result.newUser == true, "private relay addresses never link")
+        // A password account's e-mail is unverified, so nothing links to it either.
+        let password = try #require(try await service.handle(register("pw@example.com", "correct horse")))
+        let other = try #require(
+            try await service.handle(
+                request(.apple) { $0.identityToken = appleToken(sub: "a-9", email: "pw@example.com") }))
+        #expect(other.result.user?.id != password.result.user?.id)
+    }
+
+    // MARK: - Guest rate limit
+
+    @Test func guestSignUpsAreLimitedPerClient() async throws {
+        let service = try service { $0.accounts.guestRateLimit = .init(count: 2, window: 3600) }
+        for _ in 0..<2 { _ = try await service.handle(request(.guest) { $0.clientID = "install-1" }) }
+        await #expect(throws: LoginError(.tooManyAttempts, "")) {
+            try await service.handle(request(.guest) { $0.clientID = "install-1" })
+        }
+        _ = try #require(
+            try await service.handle(request(.guest) { $0.clientID = "install-2" }), "other clients are unaffected")
+        clock.advance(by: 3601)
+        _ = try #require(try await service.handle(request(.guest) { $0.clientID = "install-1" }))
+    }
+}
