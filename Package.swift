@@ -52,7 +52,9 @@ let package = Package(
         .target(name: "JOSEFixtures", dependencies: ["COpenSSL", "AuthCrypto", "JOSE"]),
         .executableTarget(
             name: "auth-bench",
-            dependencies: ["JOSE", "JOSEFixtures", "AuthCrypto", "AuthWorker", "Passwords", "PGStore", "ServiceKit"]),
+            dependencies: [
+                "JOSE", "JOSEFixtures", "AuthCrypto", "AuthWorker", "Passwords", "PGStore", "ServiceKit", "Messages",
+            ]),
 
         // MARK: - Tests
         .testTarget(

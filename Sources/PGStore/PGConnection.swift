@@ -27,6 +27,8 @@ public final class PGConnection {
             let message = connection.map { Self.message(PQerrorMessage($0)) } ?? "out of memory"
             throw PGError(.connection, serverMessage: message)
         }
+        // Server notices ("relation already exists, skipping") would go to stderr; they are not errors.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
         // Fixed session settings the text decoders rely on.
         _ = try execute(unsafeSQL: "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET client_encoding = 'UTF8'")
     }

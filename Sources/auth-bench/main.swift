@@ -3,6 +3,10 @@ import AuthWorker
 import Foundation
 import JOSE
 import JOSEFixtures
+import Messages
+import PGStore
+import Passwords
+import ServiceKit
 
 // Benchmarks reported as ratios against what this machine's OpenSSL does on its own
 // (`openssl speed`), so numbers from different machines compare. One core: the worker scales
@@ -109,6 +113,84 @@ func joseBenchmark(
     return result
 }
 
+/// Password logins through the real flow (store, throttle, hash on the pool, session write)
+/// next to the raw Argon2id verification rate with the same parameters and the same threads.
+func passwordBenchmark(seconds: Double, databaseURL: String?) async throws -> (
+    raw: Double, logins: Double, store: String
+) {
+    let parameters = Argon2Parameters()
+    let threads = ProcessInfo.processInfo.activeProcessorCount
+    let passwords = try PasswordService(parameters: parameters, threads: threads)
+    let stored = try passwords.hasher.hash("correct horse battery staple")
+
+    // Raw: every hashing thread verifies back to back.
+    let raw = try await rate(seconds: seconds, concurrency: threads) {
+        _ = try await passwords.verify("correct horse battery staple", against: stored)
+    }
+
+    var configuration = WorkerConfiguration()
+    configuration.accessTokenFormat = .opaque
+    configuration.accounts.argon2 = parameters
+    configuration.accounts.throttle.threshold = .max
+    let clock = SystemClock()
+    let identifiers = Identifiers(clock: clock)
+    let store: any AuthStore
+    var storeName = "in-memory store"
+    if let databaseURL {
+        let pool = PGPool(conninfo: databaseURL, size: 4)
+        try await pool.withConnection { try PGMigrator.migrate($0, migrations: Migrations.all) }
+        store = PostgresAuthStore(pool: pool)
+        storeName = "PostgreSQL store"
+    } else {
+        store = InMemoryAuthStore()
+    }
+    let service = LoginService(
+        configuration: configuration, store: store, accessTokens: OpaqueTokenIssuer(identifiers: identifiers),
+        passwords: passwords, clock: clock, identifiers: identifiers,
+        logger: Logger(label: "bench", level: .error, handler: InMemoryLogHandler()))
+    let email = "bench-\(UUID().uuidString.prefix(8))@example.com"
+    var register = LoginRequestData(method: "register")
+    register.email = email
+    register.password = "correct horse battery staple"
+    _ = try await service.handle(
+        LoginRequest(
+            id: UUID().uuidString, source: "/bench", time: nil, traceparent: nil, method: .register, data: register))
+    var login = LoginRequestData(method: "password")
+    login.email = email
+    login.password = "correct horse battery staple"
+    // Twice as many logins in flight as hashing threads, as a busy worker would have.
+    let logins = try await rate(seconds: seconds, concurrency: threads * 2) { [login] in
+        let request = LoginRequest(
+            id: UUID().uuidString, source: "/bench", time: nil, traceparent: nil, method: .password, data: login)
+        guard try await service.handle(request)?.result.status == "ok" else {
+            throw BenchmarkFailure(reason: "benchmark login failed")
+        }
+    }
+    return (raw, logins, storeName)
+}
+
+/// Completed operations per second with `concurrency` loops running `body` for `seconds`.
+func rate(seconds: Double, concurrency: Int, _ body: @escaping @Sendable () async throws -> Void) async throws -> Double
+{
+    let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+    let start = ContinuousClock.now
+    let total = try await withThrowingTaskGroup(of: Int.self) { group in
+        for _ in 0..<concurrency {
+            group.addTask {
+                var count = 0
+                while ContinuousClock.now < deadline {
+                    try await body()
+                    count += 1
+                }
+                return count
+            }
+        }
+        return try await group.reduce(0, +)
+    }
+    let elapsed = ContinuousClock.now - start
+    return Double(total) / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+}
+
 let arguments = Array(CommandLine.arguments.dropFirst())
 var seconds = 2.0
 var rounds = 2
@@ -122,24 +204,50 @@ if let index = arguments.firstIndex(of: "--rounds"), index + 1 < arguments.count
     rounds = max(value, 1)
 }
 if arguments.contains("--help") {
-    print("usage: auth-bench [--seconds S] [--rounds N]")
+    print("usage: auth-bench [jose] [passwords] [--seconds S] [--rounds N]")
+    print("  AUTH_BENCH_DATABASE_URL=postgres://… runs the password logins against PostgreSQL")
     exit(0)
 }
+let sections = Set(arguments.filter { !$0.hasPrefix("--") && Double($0) == nil })
+func wants(_ section: String) -> Bool { sections.isEmpty || sections.contains(section) }
 
 do {
-    print("JOSE verification, one core (best of \(rounds) interleaved rounds of \(seconds) s)")
-    print("algorithm  openssl speed verify/s  signature only/s  whole ID token/s  whole token / openssl")
-    for (signer, algorithm, primitive) in [
-        (TestSigner(.rsa(2048), kid: "rsa"), JWSAlgorithm.rs256, "rsa2048"),
-        (TestSigner(.ec(.p256), kid: "ec"), .es256, "ecdsap256"), (TestSigner(.ed25519, kid: "ed"), .edDSA, "ed25519"),
-    ] {
-        let result = try joseBenchmark(signer, algorithm, primitive: primitive, seconds: seconds, rounds: rounds)
+    if wants("jose") {
+        print("JOSE verification, one core (best of \(rounds) interleaved rounds of \(seconds) s)")
+        print("algorithm  openssl speed verify/s  signature only/s  whole ID token/s  whole token / openssl")
+        for (signer, algorithm, primitive) in [
+            (TestSigner(.rsa(2048), kid: "rsa"), JWSAlgorithm.rs256, "rsa2048"),
+            (TestSigner(.ec(.p256), kid: "ec"), .es256, "ecdsap256"),
+            (TestSigner(.ed25519, kid: "ed"), .edDSA, "ed25519"),
+        ] {
+            let result = try joseBenchmark(signer, algorithm, primitive: primitive, seconds: seconds, rounds: rounds)
+            print(
+                String(
+                    format: "%-9@  %22.0f  %16.0f  %16.0f  %21.2f", algorithm.rawValue as NSString, result.openssl,
+                    result.signatureOnly, result.wholeToken, result.wholeToken / result.openssl))
+        }
+    }
+    if wants("passwords") {
+        let databaseURL = ProcessInfo.processInfo.environment["AUTH_BENCH_DATABASE_URL"]
+        let parameters = Argon2Parameters()
+        print("")
         print(
-            String(
-                format: "%-9@  %22.0f  %16.0f  %16.0f  %21.2f", algorithm.rawValue as NSString, result.openssl,
-                result.signatureOnly, result.wholeToken, result.wholeToken / result.openssl))
+            "Password logins, Argon2id m=\(parameters.memoryKiB) KiB t=\(parameters.iterations) p=\(parameters.parallelism), "
+                + "\(ProcessInfo.processInfo.activeProcessorCount) hashing threads (best of \(rounds) rounds of \(seconds) s)"
+        )
+        var best: (raw: Double, logins: Double, store: String) = (0, 0, "")
+        for _ in 0..<rounds {
+            let result = try await passwordBenchmark(seconds: seconds, databaseURL: databaseURL)
+            best = (max(best.raw, result.raw), max(best.logins, result.logins), result.store)
+        }
+        print("raw Argon2id verifications/s  password logins/s (\(best.store))  logins / raw")
+        print(String(format: "%28.1f  %35.1f  %12.2f", best.raw, best.logins, best.logins / best.raw))
     }
 } catch {
     FileHandle.standardError.write(Data("auth-bench: \(error)\n".utf8))
     exit(1)
+}
+
+struct BenchmarkFailure: Error {
+    var reason: String
 }

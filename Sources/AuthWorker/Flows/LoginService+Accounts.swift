@@ -39,12 +39,10 @@ extension LoginService {
         let email = EmailAddress.normalize(data.email ?? "")
         let throttleKey = "password:" + (email ?? (data.email ?? "").lowercased())
         let now = clock.now()
-        if let state = try await store.throttle(key: throttleKey), let lockedUntil = state.lockedUntil,
-            lockedUntil > now
-        {
+        let (credential, throttle) = try await store.passwordLogin(email: email, throttleKey: throttleKey)
+        if let lockedUntil = throttle?.lockedUntil, lockedUntil > now {
             throw LoginError.tooManyAttempts(until: lockedUntil)
         }
-        let credential = try await email.asyncMap { try await store.passwordCredential(email: $0) } ?? nil
         // Unknown e-mails are checked against a dummy hash: the same code and a similar time.
         let verification = try await passwords.verify(data.password ?? "", against: credential?.passwordHash)
         guard let email, credential != nil, verification.matches else {
@@ -60,7 +58,7 @@ extension LoginService {
             passwordHash: nil)
         var (plan, pending) = try signInPlan(
             request, mode: .findOnly, identity: identity, name: nil, newUserName: email, linkTo: nil)
-        plan.resetThrottleKey = throttleKey
+        if throttle != nil { plan.resetThrottleKey = throttleKey }
         if verification.needsRehash {
             plan.replacementPasswordHash = try await passwords.hash(data.password ?? "")
         }
@@ -120,13 +118,6 @@ extension LoginError {
         var error = LoginError(.tooManyAttempts, message)
         error.retryAfter = Timestamp.format(date)
         return error
-    }
-}
-
-extension Optional {
-    func asyncMap<T>(_ transform: (Wrapped) async throws -> T) async rethrows -> T? {
-        guard let value = self else { return nil }
-        return try await transform(value)
     }
 }
 

@@ -18,6 +18,12 @@ public protocol AuthStore: Sendable {
     /// The password credential of a normalised e-mail address, if one is registered.
     func passwordCredential(email: String) async throws -> PasswordCredential?
 
+    /// What a password login needs first: the account's throttle state and its credential (nil
+    /// for an unknown or implausible e-mail), in one round trip where the store can.
+    func passwordLogin(email: String?, throttleKey: String) async throws -> (
+        credential: PasswordCredential?, throttle: ThrottleState?
+    )
+
     /// The throttle state of an account key.
     func throttle(key: String) async throws -> ThrottleState?
 
@@ -160,6 +166,16 @@ public enum SignInWrite: Sendable, Equatable {
     case identityMissing
     /// `linkTo`: the identity belongs to another account, or the target is gone. Nothing was written.
     case linkConflict
+}
+
+extension AuthStore {
+    public func passwordLogin(email: String?, throttleKey: String) async throws -> (
+        credential: PasswordCredential?, throttle: ThrottleState?
+    ) {
+        let throttle = try await self.throttle(key: throttleKey)
+        guard let email else { return (nil, throttle) }
+        return (try await passwordCredential(email: email), throttle)
+    }
 }
 
 /// A stored password credential.

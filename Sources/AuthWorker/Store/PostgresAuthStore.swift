@@ -84,7 +84,9 @@ public struct PostgresAuthStore: AuthStore {
             let kind: SignInKind
             if let existing {
                 try Self.refreshIdentity(connection, identity, plan: plan)
-                try Self.refreshUser(connection, existing, identity: identity, name: plan.name, at: plan.now)
+                if identity.email != nil || plan.name != nil {
+                    try Self.refreshUser(connection, existing, identity: identity, name: plan.name, at: plan.now)
+                }
                 kind = .existing
             } else if let target {
                 try Self.insertIdentity(connection, identity, userID: target.id, at: plan.now)
@@ -364,12 +366,15 @@ public struct PostgresAuthStore: AuthStore {
     }
 
     static func loadUser(_ connection: PGConnection, id: UUID) throws -> StoredUser {
-        guard let row = try connection.query("SELECT * FROM users WHERE id = \(id)").first else {
+        let query: PGQuery = """
+            SELECT users.*, ARRAY(SELECT provider FROM identities WHERE user_id = users.id
+                                  ORDER BY created_at, provider) AS providers
+            FROM users WHERE id = \(id)
+            """
+        guard let row = try connection.query(query).first else {
             throw PGError(.query, serverMessage: "user \(id) vanished", step: "SELECT users")
         }
-        let providers = try connection.query(
-            "SELECT provider FROM identities WHERE user_id = \(id) ORDER BY created_at, provider"
-        ).map { try $0.decode("provider", as: String.self) }
+        let providers = try row.decode("providers", as: [String].self)
         return StoredUser(
             id: id, handle: try row.decode("handle"), name: try row.decode("name", as: String?.self),
             email: try row.decode("email", as: String?.self), emailVerified: try row.decode("email_verified"),
