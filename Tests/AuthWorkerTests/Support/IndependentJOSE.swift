@@ -1,0 +1,57 @@
+import Foundation
+import Testing
+
+/// An independent JOSE implementation (Python's jwcrypto and PyJWT) to check what the worker
+/// emits: if ours and theirs agree, a gateway's library will too. `scripts/dev-env install`
+/// installs them; without them these tests are skipped (a failure when integration is required).
+enum IndependentJOSE {
+    static let isAvailable: Bool = {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", "import jwcrypto, jwt"]
+        process.standardError = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        do {
+            try process.run()
+            process.waitUntilExit()
+            return process.terminationStatus == 0
+        } catch {
+            return false
+        }
+    }()
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Runs a Python script with `input` on standard input; returns standard output, trimmed.
+    static func run(_ script: String, input: String) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script]
+        let stdin = Pipe()
+        let stdout = Pipe()
+        let stderr = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        process.standardError = stderr
+        try process.run()
+        stdin.fileHandleForWriting.write(Data(input.utf8))
+        try stdin.fileHandleForWriting.close()
+        let output = stdout.fileHandleForReading.readDataToEndOfFile()
+        let errors = stderr.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw Failure(description: String(decoding: errors, as: UTF8.self))
+        }
+        return String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+extension Trait where Self == ConditionTrait {
+    static var requiresIndependentJOSE: Self {
+        .enabled(
+            if: IndependentJOSE.isAvailable || IntegrationEnvironment.isRequired,
+            "python3 with jwcrypto and PyJWT is not installed")
+    }
+}
