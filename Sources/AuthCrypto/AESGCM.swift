@@ -90,7 +90,9 @@ public enum X25519 {
 
     /// A fresh ephemeral key pair: (private key bytes, public key bytes), 32 bytes each.
     public static func generateKeyPair() throws -> (privateKey: [UInt8], publicKey: [UInt8]) {
-        guard let context = EVP_PKEY_CTX_new_id(EVP_PKEY_X25519, nil) else { throw Failure(description: "out of memory") }
+        guard let context = EVP_PKEY_CTX_new_id(EVP_PKEY_X25519, nil) else {
+            throw Failure(description: "out of memory")
+        }
         defer { EVP_PKEY_CTX_free(context) }
         var key: OpaquePointer?
         guard EVP_PKEY_keygen_init(context) == 1, EVP_PKEY_keygen(context, &key) == 1, let key else {
@@ -110,7 +112,9 @@ public enum X25519 {
     /// The shared secret of our private key and their public key.
     /// - Throws: for a malformed public key, or one of small order (an all-zero secret).
     public static func sharedSecret(privateKey: [UInt8], publicKey: [UInt8]) throws -> [UInt8] {
-        guard privateKey.count == 32, publicKey.count == 32 else { throw Failure(description: "X25519 keys are 32 bytes") }
+        guard privateKey.count == 32, publicKey.count == 32 else {
+            throw Failure(description: "X25519 keys are 32 bytes")
+        }
         guard let ours = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, nil, privateKey, 32) else {
             throw Failure(description: "bad X25519 private key")
         }

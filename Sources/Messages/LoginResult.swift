@@ -26,6 +26,12 @@ public struct LoginResultData: Codable, Sendable, Equatable {
             error: nil)
     }
 
+    /// A success that issues nothing (logout).
+    public static func signedOut(requestID: String, user: UserPayload) -> LoginResultData {
+        LoginResultData(
+            requestId: requestID, status: "ok", user: user, newUser: nil, session: nil, sealedSession: nil, error: nil)
+    }
+
     /// A failure.
     public static func failure(requestID: String, error: ErrorPayload) -> LoginResultData {
         LoginResultData(

@@ -59,6 +59,10 @@ extension WorkerConfiguration {
             config.sessions.idempotencyLifetime = value
         }
         if let value = reader.list("AUTH_GUEST_ABILITIES") { config.sessions.guestAbilities = value }
+        if let value = try reader.seconds("AUTH_REFRESH_REUSE_GRACE_SECONDS") {
+            config.sessions.refreshReuseGrace = value
+        }
+        if let value = try reader.bool("AUTH_REQUIRE_REPLY_KEY") { config.sessions.requireReplyKey = value }
         if let value = try reader.integer("AUTH_BATCH_SIZE") { config.processing.batchSize = value }
         if let value = try reader.integer("AUTH_BATCH_WAIT_MS") { config.processing.batchWait = .milliseconds(value) }
         if let value = try reader.integer("AUTH_DB_POOL_SIZE") { config.processing.databasePoolSize = value }

@@ -101,6 +101,13 @@ public struct WorkerConfiguration: Sendable {
         public var guestAbilities = ["guest"]
         /// Abilities of member sessions. Default: `*`.
         public var memberAbilities = ["*"]
+        /// A refresh token reused this soon after its rotation gets the same successor (two tabs
+        /// refreshing at once); later, a reuse ends the session. Env: `AUTH_REFRESH_REUSE_GRACE_SECONDS`.
+        /// Default: 5.
+        public var refreshReuseGrace: TimeInterval = 5
+        /// Refuse token-issuing requests without `reply_key`, so no readable token is ever published.
+        /// Env: `AUTH_REQUIRE_REPLY_KEY`. Default: false.
+        public var requireReplyKey = false
         /// How long a request id is remembered for idempotency. Env: `AUTH_IDEMPOTENCY_TTL_SECONDS`.
         /// Default: 7 days.
         public var idempotencyLifetime: TimeInterval = 7 * 86400

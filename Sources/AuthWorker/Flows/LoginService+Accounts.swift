@@ -94,19 +94,7 @@ extension LoginService {
     /// - Throws: `invalid_token` (field `data.link_to`) for a token that is not a live session's.
     func linkTarget(_ request: LoginRequest) async throws -> UUID? {
         guard let token = request.data.linkTo else { return nil }
-        let invalid = LoginError(.invalidToken, "link_to is not a valid access token", field: "data.link_to")
-        let record: AccessTokenRecord?
-        if token.split(separator: ".", omittingEmptySubsequences: false).count == 3,
-            let jwt = accessTokens as? JWTAccessTokenIssuer
-        {
-            guard let claims = try? jwt.verify(token, now: clock.now()) else { throw invalid }
-            record = try await store.session(id: claims.sessionID)
-            guard record?.userID == claims.userID else { throw invalid }
-        } else {
-            record = try await store.accessToken(hash: SHA256.hash(token))
-        }
-        guard let record, !record.sessionRevoked, record.expiresAt > clock.now() else { throw invalid }
-        return record.userID
+        return try await resolveAccessToken(token, field: "data.link_to", allowExpired: false).userID
     }
 }
 

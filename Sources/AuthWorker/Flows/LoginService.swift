@@ -50,6 +50,16 @@ public struct LoginService: Sendable {
     /// - Returns: the outcome, or nil when the request id was already processed.
     /// - Throws: `LoginError` for a definite refusal; other errors are transient.
     public func handle(_ request: LoginRequest) async throws -> LoginOutcome? {
+        let replyKey = try replyKey(request)
+        guard var outcome = try await dispatch(request) else { return nil }
+        if let replyKey, let session = outcome.result.session {
+            outcome.result.sealedSession = try JWE.sealECDHES(try MessageCoding.encode(session), to: replyKey)
+            outcome.result.session = nil
+        }
+        return outcome
+    }
+
+    private func dispatch(_ request: LoginRequest) async throws -> LoginOutcome? {
         switch request.method {
         case .guest:
             return try await guest(request)
@@ -59,10 +69,10 @@ public struct LoginService: Sendable {
             return try await register(request)
         case .password:
             return try await passwordLogin(request)
-        case .refresh, .logout:
-            throw LoginError(
-                .unsupportedMethod, "method \(request.method.rawValue) is not enabled on this worker",
-                field: "data.method")
+        case .refresh:
+            return try await refresh(request)
+        case .logout:
+            return try await logout(request)
         }
     }
 

@@ -39,6 +39,13 @@ public protocol AuthStore: Sendable {
     /// The session with this id (for JWT access tokens), as an access-token record with its expiry.
     func session(id: UUID) async throws -> AccessTokenRecord?
 
+    /// Rotates a refresh token, replays its successor within the grace interval, or ends the
+    /// session family on a later reuse; one transaction.
+    func refresh(_ plan: RefreshPlan) async throws -> RefreshWrite
+
+    /// Ends one session, or every live session of its user; writes the plan's events.
+    func logout(_ plan: LogoutPlan) async throws -> LogoutWrite
+
     /// Marks outbox events as published.
     func markPublished(_ eventIDs: [UUID], at date: Date) async throws
 
@@ -176,6 +183,123 @@ extension AuthStore {
         guard let email else { return (nil, throttle) }
         return (try await passwordCredential(email: email), throttle)
     }
+}
+
+/// What a refresh needs to know about the token's session to issue the next tokens.
+public struct RefreshContext: Sendable, Equatable {
+    public var userID: UUID
+    public var sessionID: UUID
+    public var isGuest: Bool
+    public var abilities: [String]
+    public var deviceName: String?
+    public var sessionExpiresAt: Date
+}
+
+/// The next access and refresh tokens, ready to store (hashes) and to return (the payload).
+public struct IssuedTokens: Sendable, Equatable {
+    public var accessTokenID: UUID
+    public var accessTokenHash: [UInt8]
+    public var accessTokenExpiresAt: Date
+    public var refreshTokenID: UUID
+    public var refreshTokenHash: [UInt8]
+    public var refreshTokenExpiresAt: Date
+    /// The tokens for the client; never stored as such.
+    public var payload: SessionPayloadSecrets
+    /// The payload encrypted under a key derived from the parent refresh token.
+    public var sealedForReplay: [UInt8]
+
+    public init(
+        accessTokenID: UUID, accessTokenHash: [UInt8], accessTokenExpiresAt: Date, refreshTokenID: UUID,
+        refreshTokenHash: [UInt8], refreshTokenExpiresAt: Date, payload: SessionPayloadSecrets, sealedForReplay: [UInt8]
+    ) {
+        self.accessTokenID = accessTokenID
+        self.accessTokenHash = accessTokenHash
+        self.accessTokenExpiresAt = accessTokenExpiresAt
+        self.refreshTokenID = refreshTokenID
+        self.refreshTokenHash = refreshTokenHash
+        self.refreshTokenExpiresAt = refreshTokenExpiresAt
+        self.payload = payload
+        self.sealedForReplay = sealedForReplay
+    }
+}
+
+/// A session payload (the tokens a client receives), kept opaque to descriptions.
+public struct SessionPayloadSecrets: Sendable, Equatable, CustomStringConvertible {
+    public var json: [UInt8]
+    public init(json: [UInt8]) { self.json = json }
+    public var description: String { "SessionPayloadSecrets(<redacted>)" }
+}
+
+/// A refresh, decided by the flow before the write.
+public struct RefreshPlan: Sendable {
+    public var requestID: String
+    public var tokenHash: [UInt8]
+    public var now: Date
+    /// A reuse this soon after the rotation replays the successor instead of failing.
+    public var grace: TimeInterval
+    public var idempotencyExpiresAt: Date
+    /// Makes the next tokens once the session is known.
+    public var issue: @Sendable (RefreshContext) throws -> IssuedTokens
+    /// The events of a reuse detection (the session family ends).
+    public var reuseEvents: @Sendable (RefreshContext) throws -> [OutboxEvent]
+
+    public init(
+        requestID: String, tokenHash: [UInt8], now: Date, grace: TimeInterval, idempotencyExpiresAt: Date,
+        issue: @escaping @Sendable (RefreshContext) throws -> IssuedTokens,
+        reuseEvents: @escaping @Sendable (RefreshContext) throws -> [OutboxEvent]
+    ) {
+        self.requestID = requestID
+        self.tokenHash = tokenHash
+        self.now = now
+        self.grace = grace
+        self.idempotencyExpiresAt = idempotencyExpiresAt
+        self.issue = issue
+        self.reuseEvents = reuseEvents
+    }
+}
+
+/// The outcome of `refresh`.
+public enum RefreshWrite: Sendable, Equatable {
+    /// New tokens were issued.
+    case rotated(StoredUser, IssuedTokens)
+    /// The token was rotated moments ago: here is its successor, sealed as stored.
+    case replayed(StoredUser, sealed: [UInt8])
+    /// The token was reused after the grace interval: its session is ended.
+    case reused(events: [OutboxEvent])
+    /// Unknown, expired, or its session ended.
+    case invalid
+    case duplicate
+}
+
+/// A logout, decided by the flow.
+public struct LogoutPlan: Sendable {
+    public var requestID: String
+    public var sessionID: UUID
+    /// Every live session of the session's user, not only this one.
+    public var allSessions: Bool
+    public var now: Date
+    public var idempotencyExpiresAt: Date
+    /// The `auth.session.revoked` event of each ended session.
+    public var events: @Sendable (_ userID: UUID, _ sessionIDs: [UUID]) throws -> [OutboxEvent]
+
+    public init(
+        requestID: String, sessionID: UUID, allSessions: Bool, now: Date, idempotencyExpiresAt: Date,
+        events: @escaping @Sendable (UUID, [UUID]) throws -> [OutboxEvent]
+    ) {
+        self.requestID = requestID
+        self.sessionID = sessionID
+        self.allSessions = allSessions
+        self.now = now
+        self.idempotencyExpiresAt = idempotencyExpiresAt
+        self.events = events
+    }
+}
+
+/// The outcome of `logout`.
+public enum LogoutWrite: Sendable, Equatable {
+    case loggedOut(StoredUser, revoked: [UUID], events: [OutboxEvent])
+    case unknownSession
+    case duplicate
 }
 
 /// A stored password credential.

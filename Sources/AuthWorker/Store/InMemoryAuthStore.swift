@@ -13,6 +13,22 @@ public final class InMemoryAuthStore: AuthStore {
         var outbox: [(event: OutboxEvent, published: Date?)] = []
         var throttles: [String: (failures: Int, last: Date, lockedUntil: Date?)] = [:]
         var rateLimits: [String: (start: Date, count: Int)] = [:]
+        var refreshTokens: [[UInt8]: RefreshRecord] = [:]
+        var revokedSessions: Set<UUID> = []
+
+        /// Registers a session's first refresh token with it.
+        mutating func insert(_ session: NewSession, userID: UUID) {
+            sessions[session.id] = (session, userID)
+            refreshTokens[session.refreshTokenHash] = RefreshRecord(
+                sessionID: session.id, expiresAt: session.refreshTokenExpiresAt, usedAt: nil, sealed: nil)
+        }
+    }
+
+    struct RefreshRecord {
+        var sessionID: UUID
+        var expiresAt: Date
+        var usedAt: Date?
+        var sealed: [UInt8]?
     }
 
     private let state = Mutex(State())
@@ -38,7 +54,7 @@ public final class InMemoryAuthStore: AuthStore {
             state.handles.insert(handle)
             state.users[user.id] = user
             if let identity = plan.identity { state.identities[Self.key(identity)] = (identity, user.id) }
-            state.sessions[plan.session.id] = (plan.session, user.id)
+            state.insert(plan.session, userID: user.id)
             state.outbox += events.map { ($0, nil) }
             return .created(user, events: events)
         }
@@ -117,7 +133,7 @@ public final class InMemoryAuthStore: AuthStore {
             let token = try plan.issueAccessToken(userID)
             var session = plan.session
             session.accessTokenHash = SHA256.hash(token)
-            scratch.sessions[session.id] = (session, userID)
+            scratch.insert(session, userID: userID)
             let events = try plan.events(user, kind)
             scratch.outbox += events.map { ($0, nil) }
             scratch.requests.insert(plan.requestID)
@@ -186,7 +202,8 @@ public final class InMemoryAuthStore: AuthStore {
             }
             return AccessTokenRecord(
                 userID: userID, sessionID: session.id, expiresAt: min(session.accessTokenExpiresAt, session.expiresAt),
-                sessionRevoked: false, isGuest: state.users[userID]?.isGuest ?? false)
+                sessionRevoked: state.revokedSessions.contains(session.id),
+                isGuest: state.users[userID]?.isGuest ?? false)
         }
     }
 
@@ -194,8 +211,62 @@ public final class InMemoryAuthStore: AuthStore {
         state.withLock { state in
             guard let (session, userID) = state.sessions[id] else { return nil }
             return AccessTokenRecord(
-                userID: userID, sessionID: id, expiresAt: session.expiresAt, sessionRevoked: false,
+                userID: userID, sessionID: id, expiresAt: session.expiresAt,
+                sessionRevoked: state.revokedSessions.contains(id),
                 isGuest: state.users[userID]?.isGuest ?? false)
+        }
+    }
+
+    public func refresh(_ plan: RefreshPlan) async throws -> RefreshWrite {
+        try state.withLock { state in
+            guard let record = state.refreshTokens[plan.tokenHash],
+                let (session, userID) = state.sessions[record.sessionID],
+                let user = state.users[userID], !state.revokedSessions.contains(record.sessionID)
+            else { return .invalid }
+            let context = RefreshContext(
+                userID: userID, sessionID: session.id, isGuest: user.isGuest, abilities: session.abilities,
+                deviceName: session.deviceName, sessionExpiresAt: session.expiresAt)
+            if let usedAt = record.usedAt {
+                if plan.now.timeIntervalSince(usedAt) <= plan.grace, let sealed = record.sealed {
+                    guard state.requests.insert(plan.requestID).inserted else { return .duplicate }
+                    return .replayed(user, sealed: sealed)
+                }
+                state.revokedSessions.insert(session.id)
+                let events = try plan.reuseEvents(context)
+                state.outbox += events.map { ($0, nil) }
+                return .reused(events: events)
+            }
+            guard record.expiresAt > plan.now, session.expiresAt > plan.now else { return .invalid }
+            guard !state.requests.contains(plan.requestID) else { return .duplicate }
+            let issued = try plan.issue(context)
+            state.requests.insert(plan.requestID)
+            state.refreshTokens[plan.tokenHash]?.usedAt = plan.now
+            state.refreshTokens[plan.tokenHash]?.sealed = issued.sealedForReplay
+            state.refreshTokens[issued.refreshTokenHash] = RefreshRecord(
+                sessionID: session.id, expiresAt: issued.refreshTokenExpiresAt, usedAt: nil, sealed: nil)
+            var updated = session
+            updated.accessTokenHash = issued.accessTokenHash
+            state.sessions[session.id] = (updated, userID)
+            return .rotated(user, issued)
+        }
+    }
+
+    public func logout(_ plan: LogoutPlan) async throws -> LogoutWrite {
+        try state.withLock { state in
+            guard let (_, userID) = state.sessions[plan.sessionID], let user = state.users[userID] else {
+                return .unknownSession
+            }
+            guard state.requests.insert(plan.requestID).inserted else { return .duplicate }
+            let candidates =
+                plan.allSessions ? state.sessions.filter { $0.value.userID == userID }.map(\.key) : [plan.sessionID]
+            let revoked = candidates.filter { id in
+                guard let session = state.sessions[id]?.session else { return false }
+                return !state.revokedSessions.contains(id) && session.expiresAt > plan.now
+            }.sorted { $0.uuidString < $1.uuidString }
+            state.revokedSessions.formUnion(revoked)
+            let events = try plan.events(userID, revoked)
+            state.outbox += events.map { ($0, nil) }
+            return .loggedOut(user, revoked: revoked, events: events)
         }
     }
 
@@ -242,6 +313,8 @@ public final class InMemoryAuthStore: AuthStore {
 
     /// Test inspection: every user.
     public var users: [StoredUser] { state.withLock { Array($0.users.values) } }
+    /// Test inspection: ids of ended sessions.
+    public var revokedSessions: Set<UUID> { state.withLock { $0.revokedSessions } }
     /// Test inspection: every session.
     public var sessions: [NewSession] { state.withLock { $0.sessions.values.map(\.session) } }
     /// Test inspection: ids of events not yet published.

@@ -2,7 +2,16 @@ import PGStore
 
 /// The database schema, as ordered migrations. Released versions are never edited: add a new one.
 public enum Migrations {
-    public static let all: [PGMigration] = [initialSchema]
+    public static let all: [PGMigration] = [initialSchema, refreshSuccessors]
+
+    /// The successor a refresh made, sealed with a key only the presenter of the parent token can
+    /// derive, so a retry within the grace interval gets the same tokens back.
+    static let refreshSuccessors = PGMigration(
+        version: 2, name: "refresh successors",
+        sql: """
+            ALTER TABLE refresh_tokens ADD COLUMN successor_sealed bytea;
+            CREATE INDEX sessions_user_all ON sessions (user_id);
+            """)
 
     /// Users, identities, sessions and tokens for every login method of DESIGN.md, the idempotency
     /// record, the event outbox, and password-attempt throttling.

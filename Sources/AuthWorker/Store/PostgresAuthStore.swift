@@ -125,6 +125,106 @@ public struct PostgresAuthStore: AuthStore {
         }
     }
 
+    public func refresh(_ plan: RefreshPlan) async throws -> RefreshWrite {
+        try await pool.withTransaction { connection in
+            guard
+                let row = try connection.query(
+                    """
+                    SELECT r.id, r.expires_at, r.used_at, r.successor_sealed, s.id AS session_id, s.user_id,
+                           s.expires_at AS session_expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest
+                    FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id JOIN users u ON u.id = s.user_id
+                    WHERE r.token_hash = \(PGBytes(plan.tokenHash))
+                    FOR UPDATE OF r, s
+                    """
+                ).first
+            else { return .invalid }
+            let context = RefreshContext(
+                userID: try row.decode("user_id"), sessionID: try row.decode("session_id"),
+                isGuest: try row.decode("is_guest"), abilities: try row.decode("abilities"),
+                deviceName: try row.decode("device_name", as: String?.self),
+                sessionExpiresAt: try row.decode("session_expires_at"))
+            let tokenID: UUID = try row.decode("id")
+            guard try row.decode("revoked_at", as: Date?.self) == nil else { return .invalid }
+            if let usedAt = try row.decode("used_at", as: Date?.self) {
+                if plan.now.timeIntervalSince(usedAt) <= plan.grace,
+                    let sealed = try row.decode("successor_sealed", as: PGBytes?.self)
+                {
+                    guard
+                        try Self.recordRequest(
+                            connection, id: plan.requestID, method: "refresh", userID: context.userID,
+                            sessionID: context.sessionID, at: plan.now, expiresAt: plan.idempotencyExpiresAt)
+                    else { return .duplicate }
+                    return .replayed(try Self.loadUser(connection, id: context.userID), sealed: sealed.bytes)
+                }
+                // Reuse after the grace interval: the token leaked, or a client misbehaves. End the family.
+                try connection.query(
+                    """
+                    UPDATE sessions SET revoked_at = \(plan.now), revoked_reason = 'refresh_reuse'
+                    WHERE id = \(context.sessionID)
+                    """)
+                let events = try plan.reuseEvents(context)
+                try Self.insertOutbox(connection, events)
+                return .reused(events: events)
+            }
+            let expiresAt: Date = try row.decode("expires_at")
+            guard expiresAt > plan.now, context.sessionExpiresAt > plan.now else { return .invalid }
+            guard
+                try Self.recordRequest(
+                    connection, id: plan.requestID, method: "refresh", userID: context.userID,
+                    sessionID: context.sessionID, at: plan.now, expiresAt: plan.idempotencyExpiresAt)
+            else { return .duplicate }
+            let issued = try plan.issue(context)
+            try connection.query(
+                """
+                UPDATE refresh_tokens SET used_at = \(plan.now), replaced_by = \(issued.refreshTokenID),
+                    successor_sealed = \(PGBytes(issued.sealedForReplay))
+                WHERE id = \(tokenID)
+                """)
+            try connection.query(
+                """
+                INSERT INTO refresh_tokens (id, session_id, token_hash, parent_id, created_at, expires_at)
+                VALUES (\(issued.refreshTokenID), \(context.sessionID), \(PGBytes(issued.refreshTokenHash)), \(tokenID),
+                        \(plan.now), \(issued.refreshTokenExpiresAt))
+                """)
+            try connection.query(
+                """
+                INSERT INTO access_tokens (id, session_id, token_hash, name, abilities, created_at, expires_at)
+                VALUES (\(issued.accessTokenID), \(context.sessionID), \(PGBytes(issued.accessTokenHash)),
+                        \(context.deviceName), \(context.abilities), \(plan.now), \(issued.accessTokenExpiresAt))
+                """)
+            return .rotated(try Self.loadUser(connection, id: context.userID), issued)
+        }
+    }
+
+    public func logout(_ plan: LogoutPlan) async throws -> LogoutWrite {
+        try await pool.withTransaction { connection in
+            guard
+                let userID = try connection.query("SELECT user_id FROM sessions WHERE id = \(plan.sessionID)").first?
+                    .decode("user_id", as: UUID.self)
+            else { return .unknownSession }
+            guard
+                try Self.recordRequest(
+                    connection, id: plan.requestID, method: "logout", userID: userID, sessionID: plan.sessionID,
+                    at: plan.now, expiresAt: plan.idempotencyExpiresAt)
+            else { return .duplicate }
+            let reason = plan.allSessions ? "logout_all" : "logout"
+            let query: PGQuery =
+                plan.allSessions
+                ? """
+                UPDATE sessions SET revoked_at = \(plan.now), revoked_reason = \(reason)
+                WHERE user_id = \(userID) AND revoked_at IS NULL AND expires_at > \(plan.now) RETURNING id
+                """
+                : """
+                UPDATE sessions SET revoked_at = \(plan.now), revoked_reason = \(reason)
+                WHERE id = \(plan.sessionID) AND revoked_at IS NULL AND expires_at > \(plan.now) RETURNING id
+                """
+            let revoked = try connection.query(query).map { try $0.decode("id", as: UUID.self) }
+            let events = try plan.events(userID, revoked)
+            try Self.insertOutbox(connection, events)
+            return .loggedOut(try Self.loadUser(connection, id: userID), revoked: revoked, events: events)
+        }
+    }
+
     public func passwordCredential(email: String) async throws -> PasswordCredential? {
         try await pool.withConnection { connection in
             try connection.query(

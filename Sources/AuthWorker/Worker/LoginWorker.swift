@@ -149,6 +149,9 @@ public final class LoginWorker: Service {
             events = outcome.events
         } catch let error as LoginError {
             result = .failure(requestID: request.id, error: error.payload)
+        } catch let reuse as RefreshReuse {
+            result = .failure(requestID: request.id, error: reuse.loginError.payload)
+            events = reuse.events
         } catch let error where Self.isTransient(error) {
             throw error
         } catch {
