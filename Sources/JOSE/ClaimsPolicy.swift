@@ -29,6 +29,9 @@ public struct ClaimsPolicy: Sendable, Equatable {
     /// Default: one day (Apple and Google ID tokens live an hour to a day).
     public var maximumAge: TimeInterval? = 86400
 
+    /// Require a `sub` claim. Default: true (false for provider notifications, whose subject is inside).
+    public var requireSubject = true
+
     public init(issuers: [String], audiences: [String]) {
         self.issuers = issuers
         self.audiences = audiences
@@ -60,7 +63,11 @@ public struct ClaimsPolicy: Sendable, Equatable {
         if let maximumAge, time - issuedAt > maximumAge + clockSkew {
             throw JOSEError(.expired, "issued too long ago")
         }
-        guard let subject = claims.subject, !subject.isEmpty else { throw JOSEError(.missingClaim, "sub is missing") }
+        if requireSubject {
+            guard let subject = claims.subject, !subject.isEmpty else {
+                throw JOSEError(.missingClaim, "sub is missing")
+            }
+        }
         if let authorizedParties, let party = claims.authorizedParty, !authorizedParties.contains(party) {
             throw JOSEError(.audienceMismatch, "azp is not an accepted client")
         }

@@ -32,9 +32,12 @@ public final class GatewayClient: Sendable {
         try await publishRaw(key: Array(requestID.utf8), value: try MessageCoding.encode(event))
     }
 
-    /// Publishes arbitrary bytes on the requests topic (for malformed-input tests).
-    public func publishRaw(key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = []) async throws {
-        try await producer.send(ProducerRecord(topic: topics.requests, key: key, value: value, headers: headers))
+    /// Publishes arbitrary bytes on the requests topic, or another (malformed input, notifications).
+    public func publishRaw(topic: String? = nil, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = [])
+        async throws
+    {
+        try await producer.send(
+            ProducerRecord(topic: topic ?? topics.requests, key: key, value: value, headers: headers))
     }
 
     /// Waits for the result whose key is `requestID`.

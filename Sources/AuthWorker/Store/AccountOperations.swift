@@ -58,7 +58,7 @@ public struct AccountOperations: Sendable {
         }
     }
 
-    private func delete(_ ids: [UUID], reason: String, revokeSessions: Bool, connection: PGConnection) throws
+    func delete(_ ids: [UUID], reason: String, revokeSessions: Bool, connection: PGConnection) throws
         -> Deletion
     {
         guard !ids.isEmpty else { return Deletion(users: [], sessionsRevoked: 0, events: []) }

@@ -1,4 +1,5 @@
 import Foundation
+import JOSE
 import Kafka
 import Messages
 import PGStore
@@ -20,13 +21,16 @@ public final class LoginWorker: Service {
     private let clock: any WorkerClock
     private let logger: Logger
     private let decoder = RequestDecoder()
+    private let notifications: AppleNotificationHandler?
     private let stopping = Atomic<Bool>(false)
     private let metrics: WorkerMetrics
 
     public init(
         configuration: WorkerConfiguration, consumer: KafkaConsumer, producer: KafkaProducer, service: LoginService,
-        store: any AuthStore, clock: any WorkerClock, metrics: WorkerMetrics, logger: Logger
+        store: any AuthStore, notifications: AppleNotificationHandler? = nil, clock: any WorkerClock,
+        metrics: WorkerMetrics, logger: Logger
     ) {
+        self.notifications = notifications
         self.configuration = configuration
         self.consumer = consumer
         self.producer = producer
@@ -111,6 +115,9 @@ public final class LoginWorker: Service {
     }
 
     func handle(_ message: KafkaMessage) async throws -> MessageOutput {
+        if message.topic == configuration.topics.notifications {
+            return try await handleNotification(message)
+        }
         switch decoder.decode(message.value) {
         case .unanswerable(let reason, let text):
             metrics.deadLettered.increment()
@@ -175,6 +182,23 @@ public final class LoginWorker: Service {
         return MessageOutput(records: records, publishedEventIDs: events.map(\.id))
     }
 
+    /// Provider notifications get no result: they are applied, or refused with a log line.
+    private func handleNotification(_ message: KafkaMessage) async throws -> MessageOutput {
+        guard let notifications else { return MessageOutput(records: [], publishedEventIDs: []) }
+        do {
+            let events = try await notifications.handle(message.value)
+            return MessageOutput(records: events.map(\.record), publishedEventIDs: events.map(\.id))
+        } catch let refusal as AppleNotificationHandler.Refusal {
+            logger.warning(
+                "Provider notification refused",
+                metadata: [
+                    LogKey.error: refusal.description, LogKey.partition: String(message.partition),
+                    LogKey.offset: String(message.offset),
+                ])
+            return MessageOutput(records: [], publishedEventIDs: [])
+        }
+    }
+
     private func resultRecord(_ result: LoginResultData, requestID: String, _ traceparent: String?) throws
         -> ProducerRecord
     {
@@ -206,6 +230,7 @@ public final class LoginWorker: Service {
         switch error {
         case let error as PGError: error.isRetriable
         case let error as KafkaError: error.isRetriable
+        case let error as JOSEError: error.code == .keySetUnavailable
         default: false
         }
     }

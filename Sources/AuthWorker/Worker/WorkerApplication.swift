@@ -49,11 +49,15 @@ public struct WorkerApplication: Sendable {
         let producer = try KafkaProducer(
             configuration: configuration.producerConfiguration, logger: logger.child(label: "kafka.producer"))
         let consumer = try KafkaConsumer(
-            configuration: configuration.consumerConfiguration, topics: [configuration.topics.requests],
+            configuration: configuration.consumerConfiguration,
+            topics: [configuration.topics.requests, configuration.topics.notifications],
             logger: logger.child(label: "kafka.consumer"))
         let metrics = WorkerMetrics()
         let worker = LoginWorker(
             configuration: configuration, consumer: consumer, producer: producer, service: service, store: store,
+            notifications: AppleNotificationHandler(
+                provider: providers["apple"], pool: pool, configuration: configuration, clock: clock,
+                logger: logger.child(label: "auth.notifications")),
             clock: clock, metrics: metrics, logger: logger.child(label: "auth.worker"))
         let relay = OutboxRelay(
             store: store, producer: producer, clock: clock, logger: logger.child(label: "auth.outbox"))

@@ -79,9 +79,9 @@ import Testing
         #expect(store.sessions.count == 1)
     }
 
-    @Test(arguments: [LoginMethod.apple, .google, .password, .register, .refresh, .logout])
+    @Test(arguments: [LoginMethod.apple, .google, .password, .register])
     func methodsNotEnabledAreRefused(method: LoginMethod) async throws {
-        // Apple and Google without audiences are disabled; the others are not implemented yet.
+        // Apple and Google without audiences are disabled; without a password service, passwords are.
         await #expect(throws: LoginError(.unsupportedMethod, "")) { try await service().handle(request(method)) }
         #expect(store.users.isEmpty)
     }
