@@ -73,6 +73,23 @@ extension WorkerConfiguration {
             config.processing.kafkaSessionTimeout = .milliseconds(value)
         }
         if let value = try reader.bool("AUTH_MIGRATE_ON_START") { config.migrateOnStart = value }
+        if let path = reader.string("AUTH_RESULTS_KEY_FILE") {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw ConfigurationError(variable: "AUTH_RESULTS_KEY_FILE", reason: "cannot read \(path)")
+            }
+            let hex = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            let bytes = stride(from: 0, to: hex.count, by: 2).compactMap { offset -> UInt8? in
+                let start = hex.index(hex.startIndex, offsetBy: offset)
+                let end = hex.index(start, offsetBy: 2, limitedBy: hex.endIndex) ?? hex.endIndex
+                return UInt8(hex[start..<end], radix: 16)
+            }
+            guard hex.count == 64, bytes.count == 32 else {
+                throw ConfigurationError(
+                    variable: "AUTH_RESULTS_KEY_FILE", reason: "must hold 64 hex digits (openssl rand -hex 32)")
+            }
+            config.resultsKey = bytes
+        }
+        if let value = try reader.seconds("AUTH_REQUEST_DEADLINE_SECONDS") { config.requestDeadline = value }
         if let value = try reader.integer("AUTH_ARGON2_MEMORY_KIB") {
             guard value >= 8, value <= 4_194_304 else {
                 throw ConfigurationError(variable: "AUTH_ARGON2_MEMORY_KIB", reason: "must be 8 to 4194304")

@@ -64,6 +64,13 @@ public struct WorkerConfiguration: Sendable {
     public var sessions = Sessions()
     /// Password accounts, throttling, guest limits, linking.
     public var accounts = Accounts()
+    /// The key that seals stored results, so a redelivered request gets the same answer.
+    /// Env: `AUTH_RESULTS_KEY_FILE` (a file holding 32 random bytes as 64 hex digits). Default: none,
+    /// in which case a redelivered request is not answered again (its effects are still never repeated).
+    public var resultsKey: [UInt8]?
+    /// Requests older than this when finally processed are answered with a retriable error instead
+    /// of acted on late. Env: `AUTH_REQUEST_DEADLINE_SECONDS` (0 turns it off). Default: 300.
+    public var requestDeadline: TimeInterval = 300
     /// Batching and parallelism.
     public var processing = Processing()
     /// Apply migrations when `run` starts. Env: `AUTH_MIGRATE_ON_START` (`true`/`false`). Default: true.

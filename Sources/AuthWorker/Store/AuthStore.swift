@@ -46,6 +46,15 @@ public protocol AuthStore: Sendable {
     /// Ends one session, or every live session of its user; writes the plan's events.
     func logout(_ plan: LogoutPlan) async throws -> LogoutWrite
 
+    /// Keeps the sealed answer of a processed request, for redeliveries.
+    func storeResult(requestID: String, sealed: [UInt8]) async throws
+
+    /// The sealed answer of a processed request, if one was kept (and not yet expired).
+    func storedResult(requestID: String) async throws -> [UInt8]?
+
+    /// Forgets processed requests past their expiry; returns how many.
+    func purgeExpiredRequests(before date: Date) async throws -> Int
+
     /// Marks outbox events as published.
     func markPublished(_ eventIDs: [UUID], at date: Date) async throws
 

@@ -15,6 +15,7 @@ public final class InMemoryAuthStore: AuthStore {
         var rateLimits: [String: (start: Date, count: Int)] = [:]
         var refreshTokens: [[UInt8]: RefreshRecord] = [:]
         var revokedSessions: Set<UUID> = []
+        var results: [String: [UInt8]] = [:]
 
         /// Registers a session's first refresh token with it.
         mutating func insert(_ session: NewSession, userID: UUID) {
@@ -269,6 +270,18 @@ public final class InMemoryAuthStore: AuthStore {
             return .loggedOut(user, revoked: revoked, events: events)
         }
     }
+
+    public func storeResult(requestID: String, sealed: [UInt8]) async throws {
+        state.withLock { state in
+            if state.requests.contains(requestID) { state.results[requestID] = sealed }
+        }
+    }
+
+    public func storedResult(requestID: String) async throws -> [UInt8]? {
+        state.withLock { $0.results[requestID] }
+    }
+
+    public func purgeExpiredRequests(before date: Date) async throws -> Int { 0 }
 
     public func markPublished(_ eventIDs: [UUID], at date: Date) async throws {
         state.withLock { state in

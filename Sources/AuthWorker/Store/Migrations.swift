@@ -2,7 +2,15 @@ import PGStore
 
 /// The database schema, as ordered migrations. Released versions are never edited: add a new one.
 public enum Migrations {
-    public static let all: [PGMigration] = [initialSchema, refreshSuccessors]
+    public static let all: [PGMigration] = [initialSchema, refreshSuccessors, storedResults]
+
+    /// The answer to each processed request, sealed with the results key, so a redelivered request
+    /// is answered with the same result (tokens included) without any token stored readable.
+    static let storedResults = PGMigration(
+        version: 3, name: "stored results",
+        sql: """
+            ALTER TABLE processed_requests ADD COLUMN result_sealed bytea;
+            """)
 
     /// The successor a refresh made, sealed with a key only the presenter of the parent token can
     /// derive, so a retry within the grace interval gets the same tokens back.

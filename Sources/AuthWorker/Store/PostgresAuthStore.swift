@@ -225,6 +225,26 @@ public struct PostgresAuthStore: AuthStore {
         }
     }
 
+    public func storeResult(requestID: String, sealed: [UInt8]) async throws {
+        try await pool.withConnection { connection in
+            try connection.query(
+                "UPDATE processed_requests SET result_sealed = \(PGBytes(sealed)) WHERE request_id = \(requestID)")
+        }
+    }
+
+    public func storedResult(requestID: String) async throws -> [UInt8]? {
+        try await pool.withConnection { connection in
+            try connection.query("SELECT result_sealed FROM processed_requests WHERE request_id = \(requestID)").first?
+                .decode("result_sealed", as: PGBytes?.self)?.bytes
+        }
+    }
+
+    public func purgeExpiredRequests(before date: Date) async throws -> Int {
+        try await pool.withConnection { connection in
+            try connection.query("DELETE FROM processed_requests WHERE expires_at < \(date)").affectedRows
+        }
+    }
+
     public func passwordCredential(email: String) async throws -> PasswordCredential? {
         try await pool.withConnection { connection in
             try connection.query(

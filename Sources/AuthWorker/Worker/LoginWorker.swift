@@ -1,3 +1,4 @@
+import AuthCrypto
 import Foundation
 import JOSE
 import Kafka
@@ -137,6 +138,22 @@ public final class LoginWorker: Service {
                 publishedEventIDs: [])
         case .valid(var request):
             request.partitionKey = message.key.flatMap { String(validating: $0, as: UTF8.self) }
+            let sent = request.time ?? message.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+            if configuration.requestDeadline > 0, let sent,
+                clock.now().timeIntervalSince(sent) > configuration.requestDeadline
+            {
+                // The gateway has given up on it: acting now would create a session nobody receives.
+                metrics.expired.increment()
+                let failure = LoginError(
+                    .internalError, "the request expired before it could be processed; send a new one", retriable: true)
+                return MessageOutput(
+                    records: [
+                        try resultRecord(
+                            .failure(requestID: request.id, error: failure.payload), requestID: request.id,
+                            request.traceparent)
+                    ],
+                    publishedEventIDs: [])
+            }
             return try await handle(request)
         }
     }
@@ -149,8 +166,7 @@ public final class LoginWorker: Service {
         do {
             guard let outcome = try await service.handle(request) else {
                 metrics.duplicates.increment()
-                logger.info("Request already processed; not acting again", metadata: [LogKey.requestID: request.id])
-                return MessageOutput(records: [], publishedEventIDs: [])
+                return try await replay(request)
             }
             result = outcome.result
             events = outcome.events
@@ -168,6 +184,7 @@ public final class LoginWorker: Service {
             let failure = LoginError(.internalError, "internal error; see the worker's log", retriable: true)
             result = .failure(requestID: request.id, error: failure.payload)
         }
+        try await keep(result, of: request)
         metrics.count(result)
         if let error = result.error {
             logger.info(
@@ -199,11 +216,56 @@ public final class LoginWorker: Service {
         }
     }
 
+    // MARK: - Redelivered requests
+
+    /// Seals and keeps a success's result, so a redelivery gets the same answer.
+    private func keep(_ result: LoginResultData, of request: LoginRequest) async throws {
+        guard let key = configuration.resultsKey, result.status == "ok" else { return }
+        let sealed = try AESGCM.seal(try MessageCoding.encode(result), key: key, aad: Array(request.id.utf8))
+        try await retrying("keep result") {
+            try await self.store.storeResult(requestID: request.id, sealed: sealed.iv + sealed.tag + sealed.ciphertext)
+        }
+    }
+
+    /// A request processed before (a redelivery after a crash or rebalance): its effects are never
+    /// repeated; its kept result is published again, with the same event id.
+    private func replay(_ request: LoginRequest) async throws -> MessageOutput {
+        guard let key = configuration.resultsKey, let sealed = try await store.storedResult(requestID: request.id),
+            sealed.count > 28,
+            let json = AESGCM.open(
+                AESGCM.Sealed(iv: Array(sealed[0..<12]), ciphertext: Array(sealed[28...]), tag: Array(sealed[12..<28])),
+                key: key, aad: Array(request.id.utf8)),
+            let result = try? MessageCoding.decode(LoginResultData.self, from: json)
+        else {
+            logger.info(
+                "Request already processed; no kept result to publish again", metadata: [LogKey.requestID: request.id])
+            return MessageOutput(records: [], publishedEventIDs: [])
+        }
+        logger.info("Request already processed; publishing its result again", metadata: [LogKey.requestID: request.id])
+        return MessageOutput(
+            records: [try resultRecord(result, requestID: request.id, request.traceparent)], publishedEventIDs: [])
+    }
+
+    /// The result's CloudEvent id is derived from the request id, so every copy of one answer has
+    /// the same id and a gateway can deduplicate by it.
+    static func resultEventID(requestID: String) -> String {
+        var bytes = Array(SHA256.hash("auth.login.result:" + requestID).prefix(16))
+        bytes[6] = 0x80 | (bytes[6] & 0x0F)  // UUIDv8: custom
+        bytes[8] = 0x80 | (bytes[8] & 0x3F)
+        let hex = Hex.encode(bytes)
+        let parts = [
+            hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4),
+            hex.dropFirst(20),
+        ]
+        return parts.joined(separator: "-")
+    }
+
     private func resultRecord(_ result: LoginResultData, requestID: String, _ traceparent: String?) throws
         -> ProducerRecord
     {
         let envelope = CloudEvent(
-            id: UUID().uuidString.lowercased(), source: configuration.eventSource, type: LoginResultData.eventType,
+            id: Self.resultEventID(requestID: requestID), source: configuration.eventSource,
+            type: LoginResultData.eventType,
             time: clock.now(), traceparent: traceparent, data: result)
         return ProducerRecord(
             topic: configuration.topics.results, key: Array(requestID.utf8), value: try MessageCoding.encode(envelope),

@@ -36,10 +36,18 @@ public final class OutboxRelay: Service {
     }
 
     public func run() async throws {
+        var lastPurge = ContinuousClock.now - .seconds(3600)
         while !stopping.load(ordering: .acquiring) {
             do {
                 let published = try await publishPending()
                 if published > 0 { logger.info("Relayed outbox events", metadata: [LogKey.count: String(published)]) }
+                if ContinuousClock.now - lastPurge > .seconds(600) {
+                    lastPurge = ContinuousClock.now
+                    let purged = try await store.purgeExpiredRequests(before: clock.now())
+                    if purged > 0 {
+                        logger.info("Forgot expired request ids", metadata: [LogKey.count: String(purged)])
+                    }
+                }
             } catch {
                 logger.warning(
                     "Outbox relay failed; will try again", metadata: [LogKey.error: String(describing: error)])

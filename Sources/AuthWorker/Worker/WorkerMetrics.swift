@@ -22,6 +22,7 @@ public final class WorkerMetrics: Sendable {
     public let duplicates = Counter(name: "auth_requests_duplicate_total")
     public let deadLettered = Counter(name: "auth_requests_dead_lettered_total")
     public let retries = Counter(name: "auth_transient_retries_total")
+    public let expired = Counter(name: "auth_requests_expired_total")
     private let results = Mutex<[String: Int]>([:])
     private let latency = Mutex<(count: Int, sumSeconds: Double)>((0, 0))
 
@@ -47,7 +48,7 @@ public final class WorkerMetrics: Sendable {
         for (code, count) in resultsByCode.sorted(by: { $0.key < $1.key }) {
             lines.append("auth_results_total{code=\"\(code)\"} \(count)")
         }
-        for counter in [duplicates, deadLettered, retries] {
+        for counter in [duplicates, deadLettered, retries, expired] {
             lines.append("# TYPE \(counter.name) counter")
             lines.append("\(counter.name) \(counter.count)")
         }
