@@ -119,6 +119,26 @@ public final class KafkaProducer: Sendable {
         }
     }
 
+    /// Asks the brokers for cluster metadata: a cheap "is the broker reachable" probe.
+    /// - Throws: `KafkaError` when no broker answered within `timeout`.
+    public func checkBrokers(timeout: Duration) async throws {
+        guard !handle.isClosing.load(ordering: .acquiring) else {
+            throw KafkaError(.closed, reason: "producer is closed", isRetriable: false)
+        }
+        let handle = self.handle
+        // rd_kafka_metadata blocks: give it a thread of its own, not a cooperative one.
+        let error: rd_kafka_resp_err_t = await withCheckedContinuation { continuation in
+            let thread = Thread {
+                var metadata: UnsafePointer<rd_kafka_metadata>?
+                let error = rd_kafka_metadata(handle.pointer, 0, nil, &metadata, Int32(clamping: timeout.milliseconds))
+                if let metadata { rd_kafka_metadata_destroy(metadata) }
+                continuation.resume(returning: error)
+            }
+            thread.start()
+        }
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(.poll, error: error) }
+    }
+
     /// Flushes, stops the delivery thread and destroys the client. Idempotent.
     public func close(timeout: Duration = .seconds(10)) {
         guard handle.beginClosing() else { return }

@@ -90,6 +90,16 @@ extension WorkerConfiguration {
             config.resultsKey = bytes
         }
         if let value = try reader.seconds("AUTH_REQUEST_DEADLINE_SECONDS") { config.requestDeadline = value }
+        if let text = reader.string("AUTH_HEALTH_PORT") {
+            if text == "off" {
+                config.healthPort = nil
+            } else {
+                guard let port = UInt16(text) else {
+                    throw ConfigurationError(variable: "AUTH_HEALTH_PORT", reason: "must be a port number or off")
+                }
+                config.healthPort = port
+            }
+        }
         if let value = try reader.integer("AUTH_ARGON2_MEMORY_KIB") {
             guard value >= 8, value <= 4_194_304 else {
                 throw ConfigurationError(variable: "AUTH_ARGON2_MEMORY_KIB", reason: "must be 8 to 4194304")

@@ -71,6 +71,9 @@ public struct WorkerConfiguration: Sendable {
     /// Requests older than this when finally processed are answered with a retriable error instead
     /// of acted on late. Env: `AUTH_REQUEST_DEADLINE_SECONDS` (0 turns it off). Default: 300.
     public var requestDeadline: TimeInterval = 300
+    /// Port of the health endpoint (`/livez`, `/readyz`, `/metrics`); nil turns it off, 0 picks one.
+    /// Env: `AUTH_HEALTH_PORT` (`off` turns it off). Default: 8080.
+    public var healthPort: UInt16? = 8080
     /// Batching and parallelism.
     public var processing = Processing()
     /// Apply migrations when `run` starts. Env: `AUTH_MIGRATE_ON_START` (`true`/`false`). Default: true.

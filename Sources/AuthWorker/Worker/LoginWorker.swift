@@ -25,6 +25,13 @@ public final class LoginWorker: Service {
     private let notifications: AppleNotificationHandler?
     private let stopping = Atomic<Bool>(false)
     private let metrics: WorkerMetrics
+    /// When the loop last showed progress (a poll, or a retry attempt), as Unix seconds.
+    private let heartbeat = Atomic<Int>(Int(Date().timeIntervalSince1970))
+
+    /// Seconds since the consume loop last showed progress: liveness.
+    public var secondsSinceHeartbeat: Int { Int(Date().timeIntervalSince1970) - heartbeat.load(ordering: .relaxed) }
+
+    private func beat() { heartbeat.store(Int(Date().timeIntervalSince1970), ordering: .relaxed) }
 
     public init(
         configuration: WorkerConfiguration, consumer: KafkaConsumer, producer: KafkaProducer, service: LoginService,
@@ -53,6 +60,7 @@ public final class LoginWorker: Service {
         defer { logger.info("Consumer stopped") }
         do {
             while !isStopping {
+                beat()
                 let batch = try await consumer.poll(
                     maxMessages: configuration.processing.batchSize, timeout: configuration.processing.batchWait)
                 guard !batch.isEmpty else { continue }
@@ -308,6 +316,7 @@ public final class LoginWorker: Service {
                 return try await body()
             } catch let error where Self.isTransient(error) {
                 if isStopping { throw ShutdownDuringRetry() }
+                beat()
                 metrics.retries.increment()
                 let jittered = Duration.milliseconds(Int64.random(in: 0...max(delay.wholeMilliseconds, 1)))
                 logger.warning(

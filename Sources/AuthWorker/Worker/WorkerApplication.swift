@@ -15,6 +15,7 @@ public struct WorkerApplication: Sendable {
     public let worker: LoginWorker
     public let relay: OutboxRelay
     public let metrics: WorkerMetrics
+    public let health: HealthServer?
     public let logger: Logger
 
     /// Validates the configuration, migrates when configured, and creates every part.
@@ -61,9 +62,48 @@ public struct WorkerApplication: Sendable {
             clock: clock, metrics: metrics, logger: logger.child(label: "auth.worker"))
         let relay = OutboxRelay(
             store: store, producer: producer, clock: clock, logger: logger.child(label: "auth.outbox"))
+        let health = configuration.healthPort.map { port in
+            makeHealthServer(
+                port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,
+                logger: logger.child(label: "auth.health"))
+        }
         return WorkerApplication(
             configuration: configuration, pool: pool, producer: producer, consumer: consumer, worker: worker,
-            relay: relay, metrics: metrics, logger: logger)
+            relay: relay, metrics: metrics, health: health, logger: logger)
+    }
+
+    /// `/livez`: the consume loop showed progress recently. `/readyz`: PostgreSQL and a broker answer.
+    /// `/metrics`: Prometheus text.
+    static func makeHealthServer(
+        port: UInt16, configuration: WorkerConfiguration, producer: KafkaProducer, worker: LoginWorker,
+        metrics: WorkerMetrics, logger: Logger
+    ) -> HealthServer {
+        let probe = PGClient(conninfo: configuration.databaseURL, name: "pg-health")
+        // A loop stuck longer than the longest retry wait plus a poll is not alive.
+        let livenessLimit = max(60, Int(configuration.processing.maxRetryDelay.wholeMilliseconds / 1000) * 3)
+        return HealthServer(
+            port: port,
+            routes: [
+                "/livez": {
+                    let silent = worker.secondsSinceHeartbeat
+                    return silent <= livenessLimit
+                        ? (200, "ok\n") : (503, "the consume loop has shown no progress for \(silent) s\n")
+                },
+                "/readyz": {
+                    do {
+                        _ = try await probe.withConnection { try $0.query("SELECT 1 AS one").count }
+                    } catch {
+                        return (503, "PostgreSQL is unreachable\n")
+                    }
+                    do {
+                        try await producer.checkBrokers(timeout: .seconds(2))
+                    } catch {
+                        return (503, "no Kafka broker answers\n")
+                    }
+                    return (200, "ready\n")
+                },
+                "/metrics": { (200, metrics.prometheusText()) },
+            ], logger: logger)
     }
 
     static func makeAccessTokenIssuer(_ configuration: WorkerConfiguration, identifiers: Identifiers) throws
@@ -88,7 +128,8 @@ public struct WorkerApplication: Sendable {
     /// The service group for this application, so a caller can stop it.
     public func makeServiceGroup(signals: [Int32] = [SIGTERM, SIGINT]) -> ServiceGroup {
         ServiceGroup(
-            services: [relay, worker], signals: signals, gracefulShutdownTimeout: configuration.shutdownTimeout,
+            services: [health].compactMap { $0 } + [relay, worker], signals: signals,
+            gracefulShutdownTimeout: configuration.shutdownTimeout,
             logger: logger.child(label: "auth.lifecycle"))
     }
 

@@ -37,9 +37,10 @@ import Testing
             "AUTH_KAFKA_BROKERS": try #require(IntegrationEnvironment.kafkaBrokers), "AUTH_DATABASE_URL": databaseURL,
             "AUTH_KAFKA_GROUP": group, "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
             "AUTH_TOPIC_EVENTS": topics.events, "AUTH_TOPIC_DLQ": topics.deadLetters, "AUTH_SIGNING_KEYS": keyPath,
-            "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
+            "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000", "AUTH_HEALTH_PORT": "0",
         ]
         let (process, output, _) = try launch(["run"], environment: environment)
+        let logs = LogCollector(output)
 
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         config.kafkaGroup = group
@@ -54,18 +55,26 @@ import Testing
         #expect(token.split(separator: ".").count == 3, "JWT access tokens by default")
         gateway.close()
 
+        // The health endpoint, as an orchestrator probes it.
+        let port = try #require(await logs.value(of: "http.port", inLineWith: "Health endpoint listening"))
+        #expect(try await HTTP.get("http://127.0.0.1:\(port)/livez").status == 200)
+        #expect(try await HTTP.get("http://127.0.0.1:\(port)/readyz").status == 200)
+        let metrics = try await HTTP.get("http://127.0.0.1:\(port)/metrics")
+        #expect(metrics.body.contains("auth_results_total{code=\"ok\"} 1"))
+        #expect(try await HTTP.get("http://127.0.0.1:\(port)/nope").status == 404)
+
         let started = ContinuousClock.now
         process.terminate()  // SIGTERM
         process.waitUntilExit()
         #expect(process.terminationStatus == 0)
         #expect(ContinuousClock.now - started < .seconds(15))
-        let logs = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let lines = logs.split(separator: "\n")
+        let text = await logs.all()
+        let lines = text.split(separator: "\n")
         #expect(lines.allSatisfy { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) != nil }, "JSON lines only")
-        #expect(logs.contains("\"msg\":\"Stopped cleanly\""))
-        #expect(logs.contains(id), "the request id is logged")
-        #expect(!logs.contains(token), "the access token is not")
-        #expect(!logs.contains(result.data.session?.refreshToken ?? "-"), "nor the refresh token")
+        #expect(text.contains("\"msg\":\"Stopped cleanly\""))
+        #expect(text.contains(id), "the request id is logged")
+        #expect(!text.contains(token), "the access token is not")
+        #expect(!text.contains(result.data.session?.refreshToken ?? "-"), "nor the refresh token")
     }
 
     @Test func runRefusesToStartWithoutASigningKey() throws {

@@ -74,6 +74,7 @@ enum IntegrationEnvironment {
         config.processing.kafkaSessionTimeout = .seconds(6)
         config.processing.batchWait = .milliseconds(50)
         config.shutdownTimeout = .seconds(20)
+        config.healthPort = 0
         return config
     }
 
