@@ -11,7 +11,7 @@ extension LoginService {
         let now = clock.now()
         let lifetimes = configuration.sessions
         let replayKey = Self.replayKey(parentToken: token)
-        let plan = RefreshPlan(
+        var plan = RefreshPlan(
             requestID: request.id, tokenHash: SHA256.hash(token), now: now, grace: lifetimes.refreshReuseGrace,
             idempotencyExpiresAt: now + lifetimes.idempotencyLifetime,
             issue: { [identifiers, accessTokens] context in
@@ -47,6 +47,16 @@ extension LoginService {
                         configuration: configuration, now: now)
                 ]
             })
+        let box = BuiltResult()
+        let build: @Sendable (StoredUser, KeepDetails) throws -> LoginResultData = { user, details in
+            guard case .refresh(let issued) = details else {
+                throw LoginError(.internalError, "a refresh kept something else", retriable: true)
+            }
+            return .ok(
+                requestID: request.id, user: Self.payload(user), newUser: false,
+                session: try MessageCoding.decode(SessionPayload.self, from: issued.payload.json))
+        }
+        plan.keep = try keeper(for: request, box: box, build: build)
         switch try await store.refresh(plan) {
         case .duplicate:
             return nil
@@ -58,11 +68,7 @@ extension LoginService {
             // The session's end is announced, though the answer is an error.
             throw RefreshReuse(events: events)
         case .rotated(let user, let issued):
-            return LoginOutcome(
-                result: .ok(
-                    requestID: request.id, user: Self.payload(user), newUser: false,
-                    session: try MessageCoding.decode(SessionPayload.self, from: issued.payload.json)),
-                events: [])
+            return LoginOutcome(result: try box.result ?? build(user, .refresh(issued)), events: [])
         case .replayed(let user, let sealed):
             guard sealed.count > 28,
                 let json = AESGCM.open(
@@ -94,7 +100,7 @@ extension LoginService {
             request.data.accessToken ?? "", field: "data.access_token", allowExpired: true)
         let now = clock.now()
         let all = request.data.scope == "all"
-        let plan = LogoutPlan(
+        var plan = LogoutPlan(
             requestID: request.id, sessionID: record.sessionID, allSessions: all, now: now,
             idempotencyExpiresAt: now + configuration.sessions.idempotencyLifetime
         ) { [identifiers, configuration] userID, sessions in
@@ -108,6 +114,11 @@ extension LoginService {
                     configuration: configuration, now: now)
             }
         }
+        let box = BuiltResult()
+        let build: @Sendable (StoredUser, KeepDetails) throws -> LoginResultData = { user, _ in
+            .signedOut(requestID: request.id, user: Self.payload(user))
+        }
+        plan.keep = try keeper(for: request, box: box, build: build)
         switch try await store.logout(plan) {
         case .duplicate:
             return nil
@@ -120,7 +131,7 @@ extension LoginService {
                     LogKey.requestID: request.id, LogKey.userID: user.id.lowercasedString,
                     "auth.sessions_revoked": String(revoked.count),
                 ])
-            return LoginOutcome(result: .signedOut(requestID: request.id, user: Self.payload(user)), events: events)
+            return LoginOutcome(result: try box.result ?? build(user, .logout(revoked: revoked)), events: events)
         }
     }
 

@@ -85,6 +85,17 @@ extension LoginService {
 
     /// Writes the plan and turns the store's answer into the result.
     func complete(_ request: LoginRequest, plan: SignInPlan, pending: PendingSession) async throws -> LoginOutcome? {
+        var plan = plan
+        let box = BuiltResult()
+        let build: @Sendable (StoredUser, KeepDetails) throws -> LoginResultData = { user, details in
+            guard case .signIn(let kind, let accessToken) = details else {
+                throw LoginError(.internalError, "a sign-in kept something else", retriable: true)
+            }
+            return .ok(
+                requestID: request.id, user: Self.payload(user), newUser: kind == .created,
+                session: pending.payload(accessToken: accessToken, isGuest: false))
+        }
+        plan.keep = try keeper(for: request, box: box, build: build)
         switch try await store.signIn(plan) {
         case .duplicate:
             return nil
@@ -104,10 +115,7 @@ extension LoginService {
                     LogKey.method: request.method.rawValue, "auth.provider": plan.identity.provider,
                 ])
             return LoginOutcome(
-                result: .ok(
-                    requestID: request.id, user: Self.payload(user), newUser: kind == .created,
-                    session: pending.payload(accessToken: accessToken, isGuest: false)),
-                events: events)
+                result: try box.result ?? build(user, .signIn(kind, accessToken: accessToken)), events: events)
         }
     }
 

@@ -52,6 +52,7 @@ public struct LoginService: Sendable {
     public func handle(_ request: LoginRequest) async throws -> LoginOutcome? {
         let replyKey = try replyKey(request)
         guard var outcome = try await dispatch(request) else { return nil }
+        // Results built inside a write are sealed there; this covers the rest (a refresh replay).
         if let replyKey, let session = outcome.result.session {
             outcome.result.sealedSession = try JWE.sealECDHES(try MessageCoding.encode(session), to: replyKey)
             outcome.result.session = nil
@@ -90,7 +91,8 @@ public struct LoginService: Sendable {
         let accessToken = try pending.accessToken(accessTokens: accessTokens, userID: userID, isGuest: true)
         var session = pending.session(provider: "guest", device: request.data.device, isGuest: true)
         session.accessTokenHash = SHA256.hash(accessToken)
-        let plan = NewAccount(
+        let box = BuiltResult()
+        var plan = NewAccount(
             requestID: request.id, method: request.method.rawValue, user: user, handleCandidates: handles,
             identity: nil, session: session,
             idempotencyExpiresAt: now + configuration.sessions.idempotencyLifetime
@@ -105,6 +107,12 @@ public struct LoginService: Sendable {
                     identifiers: identifiers, configuration: configuration, now: now)
             ]
         }
+        let build: @Sendable (StoredUser, KeepDetails) throws -> LoginResultData = { stored, _ in
+            .ok(
+                requestID: request.id, user: Self.payload(stored), newUser: true,
+                session: pending.payload(accessToken: accessToken, isGuest: true))
+        }
+        plan.keep = try keeper(for: request, box: box, build: build)
         switch try await store.createAccount(plan) {
         case .duplicate:
             return nil
@@ -114,11 +122,7 @@ public struct LoginService: Sendable {
                 metadata: [
                     LogKey.requestID: request.id, LogKey.userID: stored.id.lowercasedString, LogKey.method: "guest",
                 ])
-            return LoginOutcome(
-                result: .ok(
-                    requestID: request.id, user: Self.payload(stored), newUser: true,
-                    session: pending.payload(accessToken: accessToken, isGuest: true)),
-                events: events)
+            return LoginOutcome(result: try box.result ?? build(stored, .account), events: events)
         }
     }
 

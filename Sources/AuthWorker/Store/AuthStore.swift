@@ -46,9 +46,6 @@ public protocol AuthStore: Sendable {
     /// Ends one session, or every live session of its user; writes the plan's events.
     func logout(_ plan: LogoutPlan) async throws -> LogoutWrite
 
-    /// Keeps the sealed answer of a processed request, for redeliveries.
-    func storeResult(requestID: String, sealed: [UInt8]) async throws
-
     /// The sealed answer of a processed request, if one was kept (and not yet expired).
     func storedResult(requestID: String) async throws -> [UInt8]?
 
@@ -62,8 +59,23 @@ public protocol AuthStore: Sendable {
     func unpublishedEvents(olderThan date: Date, limit: Int) async throws -> [OutboxEvent]
 }
 
+/// What a write did, for building the result it answers with.
+public enum KeepDetails: Sendable {
+    case account
+    case signIn(SignInKind, accessToken: String)
+    case refresh(IssuedTokens)
+    case logout(revoked: [UUID])
+}
+
+/// Builds the answer inside the write's transaction and returns it sealed (or nil to keep
+/// nothing): the store keeps it with the request id in the same commit, so a redelivered request
+/// always finds the answer its effects belong to.
+public typealias ResultKeeper = @Sendable (StoredUser, KeepDetails) throws -> [UInt8]?
+
 /// Everything a new account needs, decided by the flow before the write.
 public struct NewAccount: Sendable {
+    /// Builds and seals the answer inside the transaction. Default: none.
+    public var keep: ResultKeeper?
     public var requestID: String
     public var method: String
     public var user: NewUser
@@ -122,6 +134,8 @@ public enum SignInKind: Sendable, Equatable {
 
 /// A sign-in with an identity (provider, password or registration), decided by the flow before the write.
 public struct SignInPlan: Sendable {
+    /// Builds and seals the answer inside the transaction. Default: none.
+    public var keep: ResultKeeper?
     public var requestID: String
     public var method: String
     public var mode: SignInMode
@@ -241,6 +255,8 @@ public struct SessionPayloadSecrets: Sendable, Equatable, CustomStringConvertibl
 
 /// A refresh, decided by the flow before the write.
 public struct RefreshPlan: Sendable {
+    /// Builds and seals the answer inside the transaction. Default: none.
+    public var keep: ResultKeeper?
     public var requestID: String
     public var tokenHash: [UInt8]
     public var now: Date
@@ -282,6 +298,8 @@ public enum RefreshWrite: Sendable, Equatable {
 
 /// A logout, decided by the flow.
 public struct LogoutPlan: Sendable {
+    /// Builds and seals the answer inside the transaction. Default: none.
+    public var keep: ResultKeeper?
     public var requestID: String
     public var sessionID: UUID
     /// Every live session of the session's user, not only this one.

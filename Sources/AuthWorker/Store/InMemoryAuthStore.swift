@@ -57,6 +57,7 @@ public final class InMemoryAuthStore: AuthStore {
             if let identity = plan.identity { state.identities[Self.key(identity)] = (identity, user.id) }
             state.insert(plan.session, userID: user.id)
             state.outbox += events.map { ($0, nil) }
+            if let sealed = try plan.keep?(user, .account) { state.results[plan.requestID] = sealed }
             return .created(user, events: events)
         }
     }
@@ -138,6 +139,9 @@ public final class InMemoryAuthStore: AuthStore {
             let events = try plan.events(user, kind)
             scratch.outbox += events.map { ($0, nil) }
             scratch.requests.insert(plan.requestID)
+            if let sealed = try plan.keep?(user, .signIn(kind, accessToken: token)) {
+                scratch.results[plan.requestID] = sealed
+            }
             state = scratch
             return .signedIn(user, kind: kind, events: events, accessToken: token)
         }
@@ -248,6 +252,7 @@ public final class InMemoryAuthStore: AuthStore {
             var updated = session
             updated.accessTokenHash = issued.accessTokenHash
             state.sessions[session.id] = (updated, userID)
+            if let sealed = try plan.keep?(user, .refresh(issued)) { state.results[plan.requestID] = sealed }
             return .rotated(user, issued)
         }
     }
@@ -267,13 +272,8 @@ public final class InMemoryAuthStore: AuthStore {
             state.revokedSessions.formUnion(revoked)
             let events = try plan.events(userID, revoked)
             state.outbox += events.map { ($0, nil) }
+            if let sealed = try plan.keep?(user, .logout(revoked: revoked)) { state.results[plan.requestID] = sealed }
             return .loggedOut(user, revoked: revoked, events: events)
-        }
-    }
-
-    public func storeResult(requestID: String, sealed: [UInt8]) async throws {
-        state.withLock { state in
-            if state.requests.contains(requestID) { state.results[requestID] = sealed }
         }
     }
 

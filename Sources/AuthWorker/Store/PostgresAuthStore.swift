@@ -25,6 +25,7 @@ public struct PostgresAuthStore: AuthStore {
             try Self.insertSession(connection, plan.session, userID: stored.id)
             let events = try plan.events(stored)
             try Self.insertOutbox(connection, events)
+            try Self.keepResult(connection, plan.keep, requestID: plan.requestID, user: stored, details: .account)
             return .created(stored, events: events)
         }
     }
@@ -121,6 +122,9 @@ public struct PostgresAuthStore: AuthStore {
             try Self.insertSession(connection, session, userID: userID)
             let events = try plan.events(user, kind)
             try Self.insertOutbox(connection, events)
+            try Self.keepResult(
+                connection, plan.keep, requestID: plan.requestID, user: user, details: .signIn(kind, accessToken: token)
+            )
             return .signedIn(user, kind: kind, events: events, accessToken: token)
         }
     }
@@ -192,7 +196,9 @@ public struct PostgresAuthStore: AuthStore {
                 VALUES (\(issued.accessTokenID), \(context.sessionID), \(PGBytes(issued.accessTokenHash)),
                         \(context.deviceName), \(context.abilities), \(plan.now), \(issued.accessTokenExpiresAt))
                 """)
-            return .rotated(try Self.loadUser(connection, id: context.userID), issued)
+            let user = try Self.loadUser(connection, id: context.userID)
+            try Self.keepResult(connection, plan.keep, requestID: plan.requestID, user: user, details: .refresh(issued))
+            return .rotated(user, issued)
         }
     }
 
@@ -221,14 +227,10 @@ public struct PostgresAuthStore: AuthStore {
             let revoked = try connection.query(query).map { try $0.decode("id", as: UUID.self) }
             let events = try plan.events(userID, revoked)
             try Self.insertOutbox(connection, events)
-            return .loggedOut(try Self.loadUser(connection, id: userID), revoked: revoked, events: events)
-        }
-    }
-
-    public func storeResult(requestID: String, sealed: [UInt8]) async throws {
-        try await pool.withConnection { connection in
-            try connection.query(
-                "UPDATE processed_requests SET result_sealed = \(PGBytes(sealed)) WHERE request_id = \(requestID)")
+            let user = try Self.loadUser(connection, id: userID)
+            try Self.keepResult(
+                connection, plan.keep, requestID: plan.requestID, user: user, details: .logout(revoked: revoked))
+            return .loggedOut(user, revoked: revoked, events: events)
         }
     }
 
@@ -398,6 +400,15 @@ public struct PostgresAuthStore: AuthStore {
     }
 
     // MARK: - Statements shared by the writes
+
+    /// Stores the sealed answer with the request id, in the caller's transaction.
+    static func keepResult(
+        _ connection: PGConnection, _ keep: ResultKeeper?, requestID: String, user: StoredUser, details: KeepDetails
+    ) throws {
+        guard let keep, let sealed = try keep(user, details) else { return }
+        try connection.query(
+            "UPDATE processed_requests SET result_sealed = \(PGBytes(sealed)) WHERE request_id = \(requestID)")
+    }
 
     /// The plan's session with the hash of the access token made for `userID`.
     static func finalSession(_ plan: SignInPlan, userID: UUID) throws -> (NewSession, String) {

@@ -192,7 +192,6 @@ public final class LoginWorker: Service {
             let failure = LoginError(.internalError, "internal error; see the worker's log", retriable: true)
             result = .failure(requestID: request.id, error: failure.payload)
         }
-        try await keep(result, of: request)
         metrics.count(result)
         if let error = result.error {
             logger.info(
@@ -226,24 +225,11 @@ public final class LoginWorker: Service {
 
     // MARK: - Redelivered requests
 
-    /// Seals and keeps a success's result, so a redelivery gets the same answer.
-    private func keep(_ result: LoginResultData, of request: LoginRequest) async throws {
-        guard let key = configuration.resultsKey, result.status == "ok" else { return }
-        let sealed = try AESGCM.seal(try MessageCoding.encode(result), key: key, aad: Array(request.id.utf8))
-        try await retrying("keep result") {
-            try await self.store.storeResult(requestID: request.id, sealed: sealed.iv + sealed.tag + sealed.ciphertext)
-        }
-    }
-
     /// A request processed before (a redelivery after a crash or rebalance): its effects are never
     /// repeated; its kept result is published again, with the same event id.
     private func replay(_ request: LoginRequest) async throws -> MessageOutput {
         guard let key = configuration.resultsKey, let sealed = try await store.storedResult(requestID: request.id),
-            sealed.count > 28,
-            let json = AESGCM.open(
-                AESGCM.Sealed(iv: Array(sealed[0..<12]), ciphertext: Array(sealed[28...]), tag: Array(sealed[12..<28])),
-                key: key, aad: Array(request.id.utf8)),
-            let result = try? MessageCoding.decode(LoginResultData.self, from: json)
+            let result = LoginService.openKeptResult(sealed, requestID: request.id, key: key)
         else {
             logger.info(
                 "Request already processed; no kept result to publish again", metadata: [LogKey.requestID: request.id])
