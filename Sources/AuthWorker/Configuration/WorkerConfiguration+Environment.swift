@@ -90,6 +90,7 @@ extension WorkerConfiguration {
             config.resultsKey = bytes
         }
         if let value = try reader.seconds("AUTH_REQUEST_DEADLINE_SECONDS") { config.requestDeadline = value }
+        if let value = try reader.seconds("AUTH_OUTBOX_RELAY_GRACE_SECONDS") { config.outboxRelayGrace = value }
         if let text = reader.string("AUTH_HEALTH_PORT") {
             if text == "off" {
                 config.healthPort = nil

@@ -74,6 +74,9 @@ public struct WorkerConfiguration: Sendable {
     /// Port of the health endpoint (`/livez`, `/readyz`, `/metrics`); nil turns it off, 0 picks one.
     /// Env: `AUTH_HEALTH_PORT` (`off` turns it off). Default: 8080.
     public var healthPort: UInt16? = 8080
+    /// Outbox events older than this and still unpublished (a crash came between commit and
+    /// publish) are published by the relay. Env: `AUTH_OUTBOX_RELAY_GRACE_SECONDS`. Default: 30.
+    public var outboxRelayGrace: TimeInterval = 30
     /// Batching and parallelism.
     public var processing = Processing()
     /// Apply migrations when `run` starts. Env: `AUTH_MIGRATE_ON_START` (`true`/`false`). Default: true.

@@ -61,7 +61,9 @@ public struct WorkerApplication: Sendable {
                 logger: logger.child(label: "auth.notifications")),
             clock: clock, metrics: metrics, logger: logger.child(label: "auth.worker"))
         let relay = OutboxRelay(
-            store: store, producer: producer, clock: clock, logger: logger.child(label: "auth.outbox"))
+            store: store, producer: producer, clock: clock, logger: logger.child(label: "auth.outbox"),
+            interval: .seconds(max(1, min(5, Int(configuration.outboxRelayGrace)))),
+            grace: configuration.outboxRelayGrace)
         let health = configuration.healthPort.map { port in
             makeHealthServer(
                 port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,

@@ -110,8 +110,8 @@ actor TopicReader {
     private let consumer: KafkaConsumer
     private(set) var messages: [KafkaMessage] = []
 
-    init(topic: String) throws {
-        guard let brokers = IntegrationEnvironment.kafkaBrokers else { throw IntegrationEnvironment.Skip() }
+    init(topic: String, brokers: String? = IntegrationEnvironment.kafkaBrokers) throws {
+        guard let brokers else { throw IntegrationEnvironment.Skip() }
         var config = KafkaConsumerConfiguration(
             kafka: KafkaConfiguration(bootstrapServers: [brokers]), groupID: IntegrationEnvironment.uniqueName("reader")
         )

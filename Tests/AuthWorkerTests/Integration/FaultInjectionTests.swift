@@ -1,0 +1,233 @@
+import AuthCrypto
+import Foundation
+import Kafka
+import Messages
+import PGStore
+import Synchronization
+import Testing
+
+@testable import AuthWorker
+
+/// The delivery guarantees under faults, with real processes: a steady stream of guest logins
+/// (and poison messages) through worker processes that are killed with SIGKILL, while PostgreSQL
+/// is stopped and restarted and the broker is cut off, then drained with SIGTERM.
+///
+/// Runs on a PostgreSQL server and broker of its own. `AUTH_FAULT_ROUNDS` repeats the fault
+/// schedule (default 1, about a minute: the variant in the test command); raise it for a long run.
+/// The broker is cut off at its proxy rather than restarted: the local broker keeps topics in
+/// memory, so a restart would lose them, which no real cluster does.
+@Suite(.requiresServices, .serialized, .timeLimit(.minutes(15))) struct FaultInjectionTests {
+    final class WorkerProcess: @unchecked Sendable {
+        // @unchecked: driven by the one test.
+        private var process: Process?
+        private let environment: [String: String]
+        private(set) var starts = 0
+
+        init(environment: [String: String]) { self.environment = environment }
+
+        func start() throws {
+            let process = Process()
+            let binary: URL = try #require(ProcessIntegrationTests.binary)
+            process.executableURL = binary
+            process.arguments = ["run"]
+            process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { $1 }
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            self.process = process
+            starts += 1
+        }
+
+        func kill9() {
+            guard let process, process.isRunning else { return }
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            self.process = nil
+        }
+
+        /// SIGTERM; returns the exit status and how long the drain took.
+        func terminate() -> (status: Int32, took: Duration) {
+            guard let process else { return (-1, .zero) }
+            let started = ContinuousClock.now
+            process.terminate()
+            process.waitUntilExit()
+            self.process = nil
+            return (process.terminationStatus, ContinuousClock.now - started)
+        }
+    }
+
+    final class Sent: Sendable {
+        let valid = Mutex<[String]>([])
+        let malformed = Mutex<[String]>([])
+        let poison = Atomic<Int>(0)
+    }
+
+    @Test(
+        .enabled(
+            if: IsolatedCluster.isPossible, "needs root, PostgreSQL and the broker binary (scripts/dev-env install)"))
+    func deliveryGuaranteesHoldUnderFaults() async throws {
+        let rounds = Int(ProcessInfo.processInfo.environment["AUTH_FAULT_ROUNDS"] ?? "") ?? 1
+        let started = ContinuousClock.now
+        let cluster = try IsolatedCluster()
+        defer { cluster.shutdown() }
+        let topics = WorkerConfiguration.Topics()
+        try cluster.createTopics(
+            [topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters], partitions: 4)
+        let admin = try PGConnection(conninfo: "\(cluster.databaseServer)/postgres")
+        try admin.execute(unsafeSQL: "CREATE DATABASE auth")
+        let databaseURL = "\(cluster.databaseServer)/auth"
+
+        let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("results-\(UUID()).key").path
+        try Hex.encode(try SecureRandom.bytes(32)).write(toFile: keyFile, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: keyFile) }
+        let worker = WorkerProcess(environment: [
+            "AUTH_KAFKA_BROKERS": cluster.brokers, "AUTH_DATABASE_URL": databaseURL,
+            "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+            "AUTH_RESULTS_KEY_FILE": keyFile, "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
+            "AUTH_MAX_RETRY_DELAY_MS": "1000",
+            "AUTH_HEALTH_PORT": "off", "AUTH_REQUEST_DEADLINE_SECONDS": "0", "AUTH_OUTBOX_RELAY_GRACE_SECONDS": "2",
+            "AUTH_GUEST_RATE_LIMIT": "0/60", "AUTH_BATCH_WAIT_MS": "50", "AUTH_LOG_LEVEL": "warning",
+        ])
+        let results = try TopicReader(topic: topics.results, brokers: cluster.brokers)
+        let events = try TopicReader(topic: topics.events, brokers: cluster.brokers)
+        let deadLetters = try TopicReader(topic: topics.deadLetters, brokers: cluster.brokers)
+
+        // The gateway: a steady stream until the schedule is over.
+        var producerConfiguration = KafkaProducerConfiguration(
+            kafka: KafkaConfiguration(bootstrapServers: [cluster.brokers]))
+        producerConfiguration.deliveryTimeout = .seconds(60)
+        let producer = try KafkaProducer(
+            configuration: producerConfiguration, logger: IntegrationEnvironment.quietLogger)
+        let sent = Sent()
+        let streaming = Atomic<Bool>(true)
+        let generator = Task {
+            var index = 0
+            while streaming.load(ordering: .acquiring) {
+                var batch: [ProducerRecord] = []
+                var valid: [String] = []
+                var malformed: [String] = []
+                for _ in 0..<5 {
+                    index += 1
+                    let id = "fault-\(index)-\(UUID().uuidString.prefix(8))"
+                    let value: [UInt8]
+                    if index % 50 == 0 {
+                        value = Array("poison \(index) {".utf8)
+                        sent.poison.add(1, ordering: .relaxed)
+                    } else if index % 50 == 1 {
+                        value = Array(
+                            #"{"specversion":"1.0","id":"\#(id)","source":"/g","type":"auth.login.request","data":{"method":5}}"#
+                                .utf8)
+                        malformed.append(id)
+                    } else {
+                        value = Array(
+                            #"{"specversion":"1.0","id":"\#(id)","source":"/g","type":"auth.login.request","data":{"method":"guest"}}"#
+                                .utf8)
+                        valid.append(id)
+                    }
+                    batch.append(ProducerRecord(topic: topics.requests, key: Array(id.utf8), value: value))
+                }
+                do {
+                    try await producer.send(batch)
+                    sent.valid.withLock { $0 += valid }
+                    sent.malformed.withLock { $0 += malformed }
+                } catch {
+                    // Not acknowledged: the gateway would retry with new ids; these are not counted.
+                }
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+
+        var faults: [String] = []
+        func at(_ seconds: Double, _ label: String, _ action: () throws -> Void) async throws {
+            try await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
+            try action()
+            faults.append(label)
+        }
+        try worker.start()
+        var drains: [(Int32, Duration)] = []
+        for _ in 0..<rounds {
+            try await at(8, "SIGKILL") {
+                worker.kill9()
+                try worker.start()
+            }
+            try await at(6, "PostgreSQL stopped") { try cluster.stopPostgres() }
+            try await at(4, "PostgreSQL started") { try cluster.startPostgres() }
+            try await at(5, "broker cut off") { cluster.stopProxy() }
+            try await at(4, "broker back") { try cluster.startProxy() }
+            try await at(6, "SIGKILL") {
+                worker.kill9()
+                try worker.start()
+            }
+            try await at(8, "SIGTERM") {
+                drains.append(worker.terminate())
+                try worker.start()
+            }
+        }
+        streaming.store(false, ordering: .releasing)
+        await generator.value
+
+        // Let the last worker answer everything, then check the invariants.
+        let validIDs = sent.valid.withLock { $0 }
+        let malformedIDs = sent.malformed.withLock { $0 }
+        let expected = Set(validIDs + malformedIDs)
+        let answered = try await results.waitUntil(timeout: .seconds(180)) { messages in
+            Set(messages.map(\.keyString)).isSuperset(of: expected)
+        }
+        let final = worker.terminate()
+        drains.append(final)
+        let allEvents = try await events.drain(for: .seconds(2))
+        let dlq = try await deadLetters.waitUntil(timeout: .seconds(10)) {
+            $0.count >= sent.poison.load(ordering: .relaxed)
+        }
+
+        var byRequest: [String: [LoginResultData]] = [:]
+        for message in answered where expected.contains(message.keyString) {
+            byRequest[message.keyString, default: []].append(
+                try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: message.value).data)
+        }
+        let missing = expected.subtracting(byRequest.keys)
+        #expect(missing.isEmpty, "\(missing.count) requests got no result")
+        let inconsistent = byRequest.filter { Set($0.value.map { String(describing: $0) }).count > 1 }
+        #expect(inconsistent.isEmpty, "\(inconsistent.count) requests got different results")
+        let wrong = validIDs.filter { byRequest[$0]?.first?.status != "ok" }
+        #expect(
+            wrong.isEmpty,
+            "\(wrong.count) valid requests were answered with an error: \(wrong.prefix(3).map { byRequest[$0]?.first?.error?.code.rawValue ?? "none" })"
+        )
+        #expect(malformedIDs.allSatisfy { byRequest[$0]?.first?.error?.code == .malformedRequest })
+
+        let connection = try PGConnection(conninfo: databaseURL)
+        func count(_ sql: String) throws -> Int {
+            try connection.query(PGQuery(unsafeSQL: sql)).first?.decode("n", as: Int.self) ?? -1
+        }
+        #expect(try count("SELECT count(*) AS n FROM users") == validIDs.count, "one user per guest request, never two")
+        #expect(try count("SELECT count(*) AS n FROM sessions") == validIDs.count)
+        #expect(try count("SELECT count(*) AS n FROM processed_requests") == validIDs.count)
+        #expect(
+            try count("SELECT count(*) AS n FROM outbox WHERE published_at IS NULL") == 0, "nothing left in the outbox")
+
+        var createdIDs: [String: Set<String>] = [:]
+        for event in allEvents where event.json["type"] as? String == "auth.user.created" {
+            createdIDs[event.keyString, default: []].insert(event.json["id"] as? String ?? "")
+        }
+        #expect(createdIDs.count == validIDs.count, "every user announced")
+        #expect(createdIDs.values.allSatisfy { $0.count == 1 }, "one event id per created user")
+        #expect(dlq.count >= sent.poison.load(ordering: .relaxed))
+        #expect(drains.dropLast().allSatisfy { $0.0 == 0 }, "SIGTERM drains and exits 0")
+
+        let duplicates = answered.filter { expected.contains($0.keyString) }.count - byRequest.count
+        let eventCopies = allEvents.filter { $0.json["type"] as? String == "auth.user.created" }.count
+        print(
+            """
+            fault injection: \(rounds) round(s), \(validIDs.count) guest requests, \(malformedIDs.count) malformed, \
+            \(sent.poison.load(ordering: .relaxed)) poison; \(answered.count) results (\(duplicates) duplicates delivered), \
+            \(eventCopies) user.created copies for \(createdIDs.count) users; \(worker.starts) worker starts; \
+            faults: \(faults.joined(separator: ", ")); drains: \(drains.map { "exit \($0.0) in \($0.1)" }.joined(separator: ", ")); \
+            \(ContinuousClock.now - started)
+            """)
+        await results.close()
+        await events.close()
+        await deadLetters.close()
+        producer.close()
+    }
+}
