@@ -30,12 +30,17 @@ public final class ExecutorPool: Sendable {
     /// The number of threads.
     public var size: Int { executors.count }
 
+    /// True when called on one of the pool's threads.
+    public var isPoolThread: Bool { executors.contains { $0.isCurrentThread } }
+
     /// Runs `body` on one of the pool's threads, waiting for a free one.
     public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         let index = await acquire()
         defer { release(index) }
-        return try await withTaskExecutorPreference(executors[index]) {
-            try body()
+        // Submitted to the thread directly: an executor preference would only hop at the next
+        // suspension point, and `body` has none.
+        return try await withCheckedThrowingContinuation { continuation in
+            executors[index].submit { continuation.resume(with: Result { try body() }) }
         }
     }
 

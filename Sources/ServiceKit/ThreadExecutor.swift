@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A serial and task executor that runs every job on one dedicated thread.
 ///
@@ -8,8 +9,17 @@ import Foundation
 public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Sendable {
     // @unchecked: `jobs` and `stopped` are only touched under `condition`.
     private let condition = NSCondition()
-    private var jobs: [UnownedJob] = []
+    private enum Work {
+        case job(UnownedJob)
+        case closure(@Sendable () -> Void)
+    }
+
+    private var jobs: [Work] = []
     private var stopped = false
+    private let threadID = Atomic<UInt>(0)
+
+    /// True when called on this executor's thread.
+    public var isCurrentThread: Bool { threadID.load(ordering: .acquiring) == UInt(pthread_self()) }
 
     /// Starts the thread.
     /// - Parameter name: the thread's name, shown by debuggers and `top -H`.
@@ -17,6 +27,7 @@ public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Send
         let thread = Thread { [self] in
             // Named from inside: on Linux the name given before start does not always stick.
             Thread.current.name = name
+            self.threadID.store(UInt(pthread_self()), ordering: .releasing)
             self.runLoop()
         }
         thread.name = name
@@ -39,16 +50,29 @@ public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Send
                 condition.unlock()
                 return
             }
-            let job = jobs.removeFirst()
+            let work = jobs.removeFirst()
             condition.unlock()
-            job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
+            switch work {
+            case .job(let job):
+                job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
+            case .closure(let body):
+                body()
+            }
         }
     }
 
     public func enqueue(_ job: consuming ExecutorJob) {
-        let unowned = UnownedJob(job)
+        append(.job(UnownedJob(job)))
+    }
+
+    /// Runs a plain closure on this executor's thread, after the work already queued.
+    public func submit(_ body: @escaping @Sendable () -> Void) {
+        append(.closure(body))
+    }
+
+    private func append(_ work: Work) {
         condition.lock()
-        jobs.append(unowned)
+        jobs.append(work)
         condition.signal()
         condition.unlock()
     }
