@@ -140,6 +140,30 @@ import Testing
         }
     }
 
+    @Test func opaqueAccessTokensExpire() async throws {
+        let service = try service { $0.accessTokenFormat = .opaque }
+        let passwords = try PasswordService(parameters: fastArgon2, threads: 1)
+        var config = WorkerConfiguration()
+        config.accessTokenFormat = .opaque
+        let accounts = LoginService(
+            configuration: config, store: store,
+            accessTokens: OpaqueTokenIssuer(identifiers: Identifiers(clock: clock)),
+            passwords: passwords, clock: clock, identifiers: Identifiers(clock: clock),
+            logger: Logger(label: "test", handler: InMemoryLogHandler()))
+        let guest = try await signIn(service)
+        #expect(guest.accessToken.wholeMatch(of: /[0-9a-f-]{36}\|[A-Za-z0-9]{40}/) != nil)
+        clock.advance(by: 901)
+        // Past its 15 minutes the token no longer proves the guest's account for linking.
+        await #expect(throws: LoginError(.invalidToken, "")) {
+            try await accounts.handle(
+                request(.register) {
+                    $0.email = "late@example.com"
+                    $0.password = "correct horse"
+                    $0.linkTo = guest.accessToken
+                })
+        }
+    }
+
     @Test func logoutAllEndsEverySessionOfTheUser() async throws {
         let service = try service()
         let password = try PasswordService(parameters: fastArgon2, threads: 1)
