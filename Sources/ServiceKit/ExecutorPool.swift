@@ -1,5 +1,3 @@
-import Synchronization
-
 /// A fixed set of dedicated threads for CPU-heavy or blocking work (password hashing), handed out
 /// one job at a time, in FIFO order.
 ///
@@ -7,12 +5,7 @@ import Synchronization
 /// work of the rest of the service; at most `size` jobs run at once.
 public final class ExecutorPool: Sendable {
     private let executors: [ThreadExecutor]
-    private let state: Mutex<State>
-
-    private struct State {
-        var free: [Int]
-        var waiters: [CheckedContinuation<Int, Never>] = []
-    }
+    private let slots: SlotQueue
 
     /// - Parameters:
     ///   - name: thread name prefix.
@@ -20,7 +13,7 @@ public final class ExecutorPool: Sendable {
     public init(name: String, size: Int) {
         let count = max(size, 1)
         executors = (0..<count).map { ThreadExecutor(name: "\(name)-\($0)") }
-        state = Mutex(State(free: Array((0..<count).reversed())))
+        slots = SlotQueue(count: count)
     }
 
     deinit {
@@ -35,34 +28,12 @@ public final class ExecutorPool: Sendable {
 
     /// Runs `body` on one of the pool's threads, waiting for a free one.
     public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        let index = await acquire()
-        defer { release(index) }
+        let index = await slots.acquire()
+        defer { slots.release(index) }
         // Submitted to the thread directly: an executor preference would only hop at the next
         // suspension point, and `body` has none.
         return try await withCheckedThrowingContinuation { continuation in
             executors[index].submit { continuation.resume(with: Result { try body() }) }
         }
-    }
-
-    private func acquire() async -> Int {
-        await withCheckedContinuation { continuation in
-            let index = state.withLock { state -> Int? in
-                if let index = state.free.popLast() { return index }
-                state.waiters.append(continuation)
-                return nil
-            }
-            if let index { continuation.resume(returning: index) }
-        }
-    }
-
-    private func release(_ index: Int) {
-        let waiter = state.withLock { state -> CheckedContinuation<Int, Never>? in
-            if state.waiters.isEmpty {
-                state.free.append(index)
-                return nil
-            }
-            return state.waiters.removeFirst()
-        }
-        waiter?.resume(returning: index)
     }
 }
