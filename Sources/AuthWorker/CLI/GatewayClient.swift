@@ -55,6 +55,15 @@ public final class GatewayClient: Sendable {
         return buffered.withLock { $0.removeValue(forKey: key) }
     }
 
+    /// Publishes a request with a fresh id and waits for its result's data.
+    /// - Returns: nil when no result came within `timeout`.
+    public func login(_ data: LoginRequestData, timeout: Duration = .seconds(30)) async throws -> LoginResultData? {
+        let id = UUID().uuidString.lowercased()
+        try await publish(requestID: id, data: data)
+        guard let bytes = try await awaitResult(requestID: id, timeout: timeout) else { return nil }
+        return try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data
+    }
+
     public func close() {
         producer.close(timeout: .seconds(5))
         Task { [resultsConsumer] in await resultsConsumer.close() }

@@ -42,10 +42,7 @@ import Testing
             return Signers.rsa2048.token(claims, algorithm: .rs256)
         }
         func signIn(_ data: LoginRequestData) async throws -> LoginResultData {
-            let id = UUID().uuidString.lowercased()
-            try await gateway.publish(requestID: id, data: data)
-            let bytes = try #require(try await gateway.awaitResult(requestID: id, timeout: .seconds(30)))
-            return try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data
+            try #require(try await gateway.login(data))
         }
 
         // First Apple authorization: name from the profile, relay e-mail.

@@ -19,10 +19,7 @@ import Testing
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
         let events = try TopicReader(topic: topics.events)
         func send(_ data: LoginRequestData) async throws -> LoginResultData {
-            let id = UUID().uuidString.lowercased()
-            try await gateway.publish(requestID: id, data: data)
-            let bytes = try #require(try await gateway.awaitResult(requestID: id, timeout: .seconds(30)))
-            return try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data
+            try #require(try await gateway.login(data))
         }
 
         let guest = try await send(LoginRequestData(method: "guest"))
