@@ -188,7 +188,7 @@ public final class LoginWorker: Service {
         } catch {
             logger.error(
                 "Request failed unexpectedly",
-                metadata: [LogKey.requestID: request.id, LogKey.error: String(reflecting: error)])
+                metadata: [LogKey.requestID: request.id, LogKey.error: Self.loggable(error)])
             let failure = LoginError(.internalError, "internal error; see the worker's log", retriable: true)
             result = .failure(requestID: request.id, error: failure.payload)
         }
@@ -280,6 +280,14 @@ public final class LoginWorker: Service {
     }
 
     // MARK: - Retries
+
+    /// An error as the log may show it. PostgreSQL's own messages can quote row values (an
+    /// e-mail, a password hash in "failing row contains"), so only the generic description and the
+    /// SQLSTATE of a `PGError` are logged.
+    static func loggable(_ error: any Error) -> String {
+        if let error = error as? PGError { return error.description }
+        return String(describing: error)
+    }
 
     /// Errors that another try may fix: the database or the broker being unreachable.
     static func isTransient(_ error: any Error) -> Bool {

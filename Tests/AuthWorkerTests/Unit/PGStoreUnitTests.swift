@@ -2,6 +2,8 @@ import Foundation
 import PGStore
 import Testing
 
+@testable import AuthWorker
+
 @Suite struct PGQueryTests {
     @Test func interpolatedValuesBecomeBoundParameters() {
         let email = "x'; DROP TABLE users; --"
@@ -51,6 +53,14 @@ import Testing
         #expect([String](pgText: "{guest,member}") == ["guest", "member"])
         #expect([String](pgText: "{}") == [])
         #expect([String](pgText: "guest") == nil)
+    }
+
+    @Test func theWorkerLogsNoRowValuesFromPostgreSQL() {
+        let error = PGError(
+            .query, sqlState: "23502", serverMessage: "Failing row contains (password, a@b.c, $argon2id$v=19$m=…)")
+        let logged = LoginWorker.loggable(error)
+        #expect(logged.contains("23502"))
+        #expect(!logged.contains("argon2") && !logged.contains("a@b.c"))
     }
 
     @Test func retriableErrorsAreClassifiedBySQLState() {
