@@ -307,13 +307,17 @@ public struct PostgresAuthStore: AuthStore {
     }
 
     public func accessToken(hash: [UInt8]) async throws -> AccessTokenRecord? {
+        // Presenting the token is a use: record it, as Sanctum's last_used_at does.
         try await pool.withConnection { connection in
             try connection.query(
                 """
-                SELECT s.user_id, s.id AS session_id, LEAST(a.expires_at, s.expires_at) AS expires_at,
+                WITH used AS (
+                    UPDATE access_tokens SET last_used_at = now() WHERE token_hash = \(PGBytes(hash))
+                    RETURNING session_id, expires_at
+                )
+                SELECT s.user_id, s.id AS session_id, LEAST(used.expires_at, s.expires_at) AS expires_at,
                        s.revoked_at IS NOT NULL AS revoked, u.is_guest
-                FROM access_tokens a JOIN sessions s ON s.id = a.session_id JOIN users u ON u.id = s.user_id
-                WHERE a.token_hash = \(PGBytes(hash))
+                FROM used JOIN sessions s ON s.id = used.session_id JOIN users u ON u.id = s.user_id
                 """
             ).first.map(Self.accessTokenRecord)
         }

@@ -158,6 +158,10 @@ import Testing
         #expect(states.count == 2)
         #expect(states.contains { $0.0 == guest.result.user?.id && !$0.1 })
         #expect(states.contains { $0.0 == other.result.user?.id && $0.1 })
+        let lastUsed = try connection.query(
+            "SELECT count(*) AS n FROM access_tokens WHERE last_used_at IS NOT NULL"
+        ).first?.decode("n", as: Int.self)
+        #expect(lastUsed == 2, "presenting a token as link_to records its use")
         let types = try connection.query(
             "SELECT convert_from(payload, 'UTF8')::json->>'type' AS type FROM outbox ORDER BY seq"
         ).map { try $0.decode("type", as: String.self) }
