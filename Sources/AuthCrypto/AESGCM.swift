@@ -12,6 +12,15 @@ public enum AESGCM {
             self.ciphertext = ciphertext
             self.tag = tag
         }
+
+        /// One byte string for storage: `iv (12) || tag (16) || ciphertext`.
+        public var combined: [UInt8] { iv + tag + ciphertext }
+
+        /// Splits a `combined` byte string; nil when it is too short to be one.
+        public init?(combined: [UInt8]) {
+            guard combined.count >= 28 else { return nil }
+            self.init(iv: Array(combined[0..<12]), ciphertext: Array(combined[28...]), tag: Array(combined[12..<28]))
+        }
     }
 
     public struct Failure: Error, CustomStringConvertible, Equatable {

@@ -12,6 +12,8 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
     public let keys: [SigningKey]
     private let issuer: String
     private let audience: String
+    /// The public halves of `keys`, made once: what `verify` checks against.
+    private let verificationKeys: JWKSet
 
     /// Loads every key file named by `AUTH_SIGNING_KEYS`.
     /// - Throws: `ConfigurationError` for a missing, unreadable or unsupported key: never a silent fallback.
@@ -31,6 +33,10 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
         }
         issuer = configuration.tokenIssuer
         audience = configuration.tokenAudience
+        verificationKeys = JWKSet(
+            keys: try keys.map { key in
+                JWK(keyID: key.keyID, use: "sig", algorithm: key.algorithm.rawValue, key: try key.publicKey())
+            })
     }
 
     public func issue(_ claims: AccessTokenClaims) throws -> String {
@@ -51,11 +57,7 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
     /// key), issuer, audience and expiry check out.
     public func verify(_ token: String, now: Date) throws -> AccessTokenClaims {
         let jws = try CompactJWS(token)
-        let set = JWKSet(
-            keys: try keys.map { key in
-                JWK(keyID: key.keyID, use: "sig", algorithm: key.algorithm.rawValue, key: try key.publicKey())
-            })
-        try JWSVerifier.verifySignature(jws, keys: set, allowed: [.edDSA, .es256])
+        try JWSVerifier.verifySignature(jws, keys: verificationKeys, allowed: [.edDSA, .es256])
         let members = try JSONReader.object(jws.payload)
         guard case .string(issuer)? = members["iss"], case .string(audience)? = members["aud"],
             case .string(let subject)? = members["sub"], case .string(let session)? = members["sid"],

@@ -32,16 +32,14 @@ extension LoginService {
             box.set(result)
             guard let resultsKey else { return nil }
             let sealed = try AESGCM.seal(try MessageCoding.encode(result), key: resultsKey, aad: Array(requestID.utf8))
-            return sealed.iv + sealed.tag + sealed.ciphertext
+            return sealed.combined
         }
     }
 
     /// Opens a result kept by `keeper`; nil when it cannot be opened with the results key.
     public static func openKeptResult(_ sealed: [UInt8], requestID: String, key: [UInt8]) -> LoginResultData? {
-        guard sealed.count > 28,
-            let json = AESGCM.open(
-                AESGCM.Sealed(iv: Array(sealed[0..<12]), ciphertext: Array(sealed[28...]), tag: Array(sealed[12..<28])),
-                key: key, aad: Array(requestID.utf8))
+        guard let box = AESGCM.Sealed(combined: sealed),
+            let json = AESGCM.open(box, key: key, aad: Array(requestID.utf8))
         else { return nil }
         return try? MessageCoding.decode(LoginResultData.self, from: json)
     }

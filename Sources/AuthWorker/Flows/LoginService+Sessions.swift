@@ -33,7 +33,7 @@ extension LoginService {
                     accessTokenExpiresAt: accessExpiry,
                     refreshTokenID: try identifiers.uuid(), refreshTokenHash: SHA256.hash(refreshToken),
                     refreshTokenExpiresAt: refreshExpiry, payload: SessionPayloadSecrets(json: json),
-                    sealedForReplay: sealed.iv + sealed.tag + sealed.ciphertext)
+                    sealedForReplay: sealed.combined)
             },
             reuseEvents: { [identifiers, configuration] context in
                 [
@@ -70,11 +70,7 @@ extension LoginService {
         case .rotated(let user, let issued):
             return LoginOutcome(result: try box.result ?? build(user, .refresh(issued)), events: [])
         case .replayed(let user, let sealed):
-            guard sealed.count > 28,
-                let json = AESGCM.open(
-                    AESGCM.Sealed(
-                        iv: Array(sealed[0..<12]), ciphertext: Array(sealed[28...]), tag: Array(sealed[12..<28])),
-                    key: replayKey)
+            guard let box = AESGCM.Sealed(combined: sealed), let json = AESGCM.open(box, key: replayKey)
             else {
                 throw LoginError(
                     .invalidRefreshToken, "the refresh token is unknown, expired, or its session has ended")
