@@ -51,3 +51,21 @@ public enum Hex {
         return String(decoding: out, as: UTF8.self)
     }
 }
+
+/// HMAC-SHA-256 over OpenSSL's one-shot HMAC.
+public enum HMACSHA256 {
+    /// The 32-byte MAC of `message` under `key`.
+    public static func mac(key: [UInt8], message: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 32
+        // HMAC cannot fail with SHA-256 and valid buffers; an empty key is a valid (weak) key.
+        _ = key.withUnsafeBufferPointer { keyBuffer in
+            message.withUnsafeBufferPointer { messageBuffer in
+                HMAC(
+                    EVP_sha256(), keyBuffer.baseAddress, Int32(keyBuffer.count), messageBuffer.baseAddress,
+                    messageBuffer.count, &out, &length)
+            }
+        }
+        return out
+    }
+}

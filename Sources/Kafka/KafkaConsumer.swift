@@ -1,5 +1,6 @@
 import CRdKafka
 import ServiceKit
+import Synchronization
 
 /// A Kafka group consumer whose offsets are stored by the application after processing.
 ///
@@ -120,18 +121,24 @@ public actor KafkaConsumer {
     ///
     /// Offsets of partitions this member no longer owns are skipped: the new owner replays them.
     public func storeOffsets(_ messages: [KafkaMessage]) {
-        guard !closed, !messages.isEmpty else { return }
-        var highest: [String: [Int32: Int64]] = [:]
+        var next: [TopicPartition: Int64] = [:]
         for message in messages {
-            let current = highest[message.topic]?[message.partition] ?? -1
-            highest[message.topic, default: [:]][message.partition] = max(current, message.offset)
+            let partition = TopicPartition(topic: message.topic, partition: message.partition)
+            next[partition] = max(next[partition] ?? 0, message.offset + 1)
         }
-        guard let list = rd_kafka_topic_partition_list_new(Int32(messages.count)) else { return }
+        storeOffsets(next)
+    }
+
+    /// Records, per partition, the offset of the next message to consume: everything before it is
+    /// processed. Committed in the background and on close.
+    ///
+    /// Offsets of partitions this member no longer owns are skipped: the new owner replays them.
+    public func storeOffsets(_ next: [TopicPartition: Int64]) {
+        guard !closed, !next.isEmpty else { return }
+        guard let list = rd_kafka_topic_partition_list_new(Int32(next.count)) else { return }
         defer { rd_kafka_topic_partition_list_destroy(list) }
-        for (topic, partitions) in highest {
-            for (partition, offset) in partitions {
-                rd_kafka_topic_partition_list_add(list, topic, partition)?.pointee.offset = offset + 1
-            }
+        for (partition, offset) in next {
+            rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition)?.pointee.offset = offset
         }
         let error = rd_kafka_offsets_store(pointer, list)
         if error != RD_KAFKA_RESP_ERR_NO_ERROR {
@@ -149,6 +156,12 @@ public actor KafkaConsumer {
         if error != RD_KAFKA_RESP_ERR_NO_ERROR, error != RD_KAFKA_RESP_ERR__NO_OFFSET {
             throw KafkaError(.commit, error: error)
         }
+    }
+
+    /// The partitions taken from this member by rebalances since the last call. Work on their
+    /// messages that has not started should be dropped: their new owner replays it.
+    public nonisolated func takeRevokedPartitions() -> [TopicPartition] {
+        context.takeRevoked()
     }
 
     /// The partitions currently assigned to this member, as `topic/partition`.
@@ -176,8 +189,16 @@ public actor KafkaConsumer {
 /// What librdkafka's callbacks need: the logger, and the rebalance handling.
 final class ConsumerContext: Sendable {
     let logger: Logger
+    private let revoked = Mutex<[TopicPartition]>([])
 
     init(logger: Logger) { self.logger = logger }
+
+    func takeRevoked() -> [TopicPartition] {
+        revoked.withLock { list in
+            defer { list = [] }
+            return list
+        }
+    }
 
     /// Runs on the polling thread. On revocation the stored offsets are committed first, so the next
     /// owner starts right after the last message whose outcome was durable.
@@ -197,6 +218,13 @@ final class ConsumerContext: Sendable {
             }
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
             logger.info("Partitions revoked", metadata: ["kafka.partitions": described.joined(separator: ",")])
+            if let partitions {
+                let list = (0..<Int(partitions.pointee.cnt)).map { index in
+                    let element = partitions.pointee.elems[index]
+                    return TopicPartition(topic: String(cString: element.topic), partition: element.partition)
+                }
+                revoked.withLock { $0 += list }
+            }
             let commitError = rd_kafka_commit(client, nil, 0)
             if commitError != RD_KAFKA_RESP_ERR_NO_ERROR, commitError != RD_KAFKA_RESP_ERR__NO_OFFSET {
                 logger.warning(

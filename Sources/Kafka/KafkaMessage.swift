@@ -71,3 +71,21 @@ public struct KafkaMessage: Sendable, Equatable {
         self.timestamp = timestamp
     }
 }
+
+/// A partition of a topic.
+public struct TopicPartition: Hashable, Sendable, CustomStringConvertible {
+    public var topic: String
+    public var partition: Int32
+
+    public init(topic: String, partition: Int32) {
+        self.topic = topic
+        self.partition = partition
+    }
+
+    public var description: String { "\(topic)/\(partition)" }
+}
+
+extension KafkaMessage {
+    /// The partition the message was read from.
+    public var topicPartition: TopicPartition { TopicPartition(topic: topic, partition: partition) }
+}

@@ -52,11 +52,10 @@ public final class KafkaProducer: Sendable {
     /// - Throws: `KafkaError` (`.produce` when the local queue refused it, `.delivery` when the broker did).
     @discardableResult
     public func send(_ record: ProducerRecord) async throws -> DeliveryReport {
-        let reports = try await send([record])
-        guard let report = reports.first else {
+        guard let outcome = await deliver([record]).first else {
             throw KafkaError(.delivery, reason: "no delivery report", isRetriable: true)
         }
-        return report
+        return try outcome.get()
     }
 
     /// Produces records in order and waits until the broker acknowledged every one.
@@ -67,11 +66,20 @@ public final class KafkaProducer: Sendable {
     /// - Throws: the first `KafkaError` once every record has settled.
     @discardableResult
     public func send(_ records: [ProducerRecord]) async throws -> [DeliveryReport] {
+        try await deliver(records).map { try $0.get() }
+    }
+
+    /// Produces records in order and waits until each one is acknowledged or has failed.
+    ///
+    /// One record's failure (too large, refused by the broker) is that record's outcome; the
+    /// others are delivered regardless.
+    /// - Returns: one outcome per record, in the records' order.
+    public func deliver(_ records: [ProducerRecord]) async -> [Result<DeliveryReport, KafkaError>] {
         guard !records.isEmpty else { return [] }
         guard !handle.isClosing.load(ordering: .acquiring) else {
-            throw KafkaError(.closed, reason: "producer is closed", isRetriable: false)
+            return records.map { _ in .failure(KafkaError(.closed, reason: "producer is closed", isRetriable: false)) }
         }
-        return try await withCheckedThrowingContinuation { continuation in
+        return await withCheckedContinuation { continuation in
             let ids = deliveries.register(count: records.count, continuation)
             for (record, id) in zip(records, ids) {
                 let error = enqueue(record, opaque: UnsafeMutableRawPointer(bitPattern: id))
@@ -178,13 +186,12 @@ final class Handle: @unchecked Sendable {
 final class DeliveryRegistry: Sendable {
     // @unchecked: a batch is only read or written under `state`'s lock.
     private final class Batch: @unchecked Sendable {
-        var reports: [DeliveryReport?]
-        var firstError: KafkaError?
+        var outcomes: [Result<DeliveryReport, KafkaError>?]
         var remaining: Int
-        let continuation: CheckedContinuation<[DeliveryReport], any Error>
+        let continuation: CheckedContinuation<[Result<DeliveryReport, KafkaError>], Never>
 
-        init(count: Int, continuation: CheckedContinuation<[DeliveryReport], any Error>) {
-            reports = Array(repeating: nil, count: count)
+        init(count: Int, continuation: CheckedContinuation<[Result<DeliveryReport, KafkaError>], Never>) {
+            outcomes = Array(repeating: nil, count: count)
             remaining = count
             self.continuation = continuation
         }
@@ -202,7 +209,9 @@ final class DeliveryRegistry: Sendable {
     init(logger: Logger) { self.logger = logger }
 
     /// Registers a batch of `count` records; returns one id per record, to pass as its opaque.
-    func register(count: Int, _ continuation: CheckedContinuation<[DeliveryReport], any Error>) -> [UInt] {
+    func register(count: Int, _ continuation: CheckedContinuation<[Result<DeliveryReport, KafkaError>], Never>)
+        -> [UInt]
+    {
         let batch = Batch(count: count, continuation: continuation)
         return state.withLock { state in
             (0..<count).map { index in
@@ -216,18 +225,19 @@ final class DeliveryRegistry: Sendable {
 
     /// Records one record's outcome; resumes its batch when it was the last.
     func settle(_ id: UInt, with outcome: Result<DeliveryReport, KafkaError>) {
-        let finished = state.withLock { state -> (Batch, Result<[DeliveryReport], any Error>)? in
+        let finished = state.withLock { state -> (Batch, [Result<DeliveryReport, KafkaError>])? in
             guard let (batch, index) = state.waiting.removeValue(forKey: id) else { return nil }
-            switch outcome {
-            case .success(let report): batch.reports[index] = report
-            case .failure(let error): if batch.firstError == nil { batch.firstError = error }
-            }
+            batch.outcomes[index] = outcome
             batch.remaining -= 1
             guard batch.remaining == 0 else { return nil }
-            if let error = batch.firstError { return (batch, .failure(error)) }
-            return (batch, .success(batch.reports.compactMap { $0 }))
+            return (
+                batch,
+                batch.outcomes.map {
+                    $0 ?? .failure(KafkaError(.delivery, reason: "no delivery report", isRetriable: true))
+                }
+            )
         }
-        if let (batch, result) = finished { batch.continuation.resume(with: result) }
+        if let (batch, outcomes) = finished { batch.continuation.resume(returning: outcomes) }
     }
 
     func failAll(with error: KafkaError) {

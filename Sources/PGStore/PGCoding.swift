@@ -4,6 +4,16 @@ import Foundation
 public protocol PGEncodable: Sendable {
     /// The text PostgreSQL parses for this value.
     var pgText: String { get }
+
+    /// Appends the UTF-8 bytes of `pgText` (array parameters build their literal this way,
+    /// without a string per element).
+    func appendPGText(to buffer: inout [UInt8])
+}
+
+extension PGEncodable {
+    public func appendPGText(to buffer: inout [UInt8]) {
+        buffer.append(contentsOf: pgText.utf8)
+    }
 }
 
 /// A Swift value that can be read from PostgreSQL's text output.
@@ -49,7 +59,23 @@ extension Bool: PGEncodable, PGDecodable {
 }
 
 extension UUID: PGEncodable, PGDecodable {
-    public var pgText: String { uuidString.lowercased() }
+    public var pgText: String {
+        var out: [UInt8] = []
+        appendPGText(to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The canonical lower-case form, written directly.
+    public func appendPGText(to buffer: inout [UInt8]) {
+        withUnsafeBytes(of: uuid) { bytes in
+            for (index, byte) in bytes.enumerated() {
+                if index == 4 || index == 6 || index == 8 || index == 10 { buffer.append(UInt8(ascii: "-")) }
+                buffer.append(PGBytes.digits[Int(byte >> 4)])
+                buffer.append(PGBytes.digits[Int(byte & 0x0F)])
+            }
+        }
+    }
+
     public init?(pgText: String) { self.init(uuidString: pgText) }
 }
 
@@ -59,16 +85,22 @@ public struct PGBytes: PGEncodable, PGDecodable, Equatable, Hashable {
 
     public init(_ bytes: [UInt8]) { self.bytes = bytes }
 
-    private static let digits = Array("0123456789abcdef".utf8)
+    static let digits = Array("0123456789abcdef".utf8)
 
     public var pgText: String {
-        var out: [UInt8] = [UInt8(ascii: "\\"), UInt8(ascii: "x")]
-        out.reserveCapacity(2 + bytes.count * 2)
-        for byte in bytes {
-            out.append(Self.digits[Int(byte >> 4)])
-            out.append(Self.digits[Int(byte & 0x0F)])
-        }
+        var out: [UInt8] = []
+        appendPGText(to: &out)
         return String(decoding: out, as: UTF8.self)
+    }
+
+    public func appendPGText(to buffer: inout [UInt8]) {
+        buffer.reserveCapacity(buffer.count + 2 + bytes.count * 2)
+        buffer.append(UInt8(ascii: "\\"))
+        buffer.append(UInt8(ascii: "x"))
+        for byte in bytes {
+            buffer.append(Self.digits[Int(byte >> 4)])
+            buffer.append(Self.digits[Int(byte & 0x0F)])
+        }
     }
 
     public init?(pgText: String) {
@@ -103,13 +135,41 @@ public struct PGBytes: PGEncodable, PGDecodable, Equatable, Hashable {
 /// `2026-11-29 12:00:00.123456+00`.
 extension Date: PGEncodable, PGDecodable {
     public var pgText: String {
+        var out: [UInt8] = []
+        appendPGText(to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// `yyyy-mm-ddThh:mm:ss.ffffffZ`, written digit by digit (this runs for every row of a batch).
+    public func appendPGText(to buffer: inout [UInt8]) {
         let totalMicros = Int64((timeIntervalSince1970 * 1_000_000).rounded())
         let whole = totalMicros >= 0 ? totalMicros / 1_000_000 : (totalMicros - 999_999) / 1_000_000
         let micros = Int(totalMicros - whole * 1_000_000)
         let parts = Self.gmtime(Int(whole))
-        return String(
-            format: "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", parts.year, parts.month, parts.day, parts.hour,
-            parts.minute, parts.second, micros)
+        func digits(_ value: Int, _ count: Int) {
+            var divisor = 1
+            for _ in 1..<count { divisor *= 10 }
+            var rest = max(value, 0)
+            while divisor > 0 {
+                buffer.append(UInt8(ascii: "0") + UInt8(rest / divisor % 10))
+                rest %= divisor
+                divisor /= 10
+            }
+        }
+        digits(parts.year, 4)
+        buffer.append(UInt8(ascii: "-"))
+        digits(parts.month, 2)
+        buffer.append(UInt8(ascii: "-"))
+        digits(parts.day, 2)
+        buffer.append(UInt8(ascii: "T"))
+        digits(parts.hour, 2)
+        buffer.append(UInt8(ascii: ":"))
+        digits(parts.minute, 2)
+        buffer.append(UInt8(ascii: ":"))
+        digits(parts.second, 2)
+        buffer.append(UInt8(ascii: "."))
+        digits(micros, 6)
+        buffer.append(UInt8(ascii: "Z"))
     }
 
     public init?(pgText: String) {
@@ -181,18 +241,61 @@ extension Date: PGEncodable, PGDecodable {
 
 /// `text[]`, sent and read as an array literal with every element quoted.
 extension Array: PGEncodable where Element == String {
-    public var pgText: String {
-        var out = "{"
-        for (index, element) in enumerated() {
-            if index > 0 { out += "," }
-            out += "\""
-            for character in element.unicodeScalars {
-                if character == "\"" || character == "\\" { out += "\\" }
-                out.unicodeScalars.append(character)
-            }
-            out += "\""
+    public var pgText: String { PGArray(self).pgText }
+}
+
+/// An array parameter of any encodable element type, NULL elements allowed: an array literal
+/// with every element quoted, for the statement to cast (`\(PGArray(ids))::uuid[]`).
+///
+/// Batched writes bind one array per column and read them back with `unnest`, so a thousand rows
+/// cost one statement.
+public struct PGArray: PGEncodable {
+    /// The array literal.
+    public let pgText: String
+    public let count: Int
+
+    public init<Element: PGEncodable>(_ values: [Element]) {
+        count = values.count
+        pgText = Self.literal(values.count) { index, element in values[index].appendPGText(to: &element) }
+    }
+
+    public init<Element: PGEncodable>(_ values: [Element?]) {
+        count = values.count
+        pgText = Self.literal(values.count) { index, element in
+            guard let value = values[index] else { return false }
+            value.appendPGText(to: &element)
+            return true
         }
-        return out + "}"
+    }
+
+    /// `{"…","…",NULL}`: every element quoted, its `"` and `\\` escaped.
+    private static func literal(_ count: Int, _ element: (Int, inout [UInt8]) -> Bool) -> String {
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(count * 48)
+        var text: [UInt8] = []
+        for index in 0..<count {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            text.removeAll(keepingCapacity: true)
+            guard element(index, &text) else {
+                out.append(contentsOf: "NULL".utf8)
+                continue
+            }
+            out.append(UInt8(ascii: "\""))
+            for byte in text {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
+                out.append(byte)
+            }
+            out.append(UInt8(ascii: "\""))
+        }
+        out.append(UInt8(ascii: "}"))
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private static func literal(_ count: Int, _ element: (Int, inout [UInt8]) -> Void) -> String {
+        literal(count) { index, text -> Bool in
+            element(index, &text)
+            return true
+        }
     }
 }
 

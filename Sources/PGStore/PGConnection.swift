@@ -52,6 +52,7 @@ public final class PGConnection {
     @discardableResult
     public func query(_ query: PGQuery) throws -> PGRows {
         guard let connection else { throw PGError(.connection, serverMessage: "not connected") }
+        try Self.checkParameters(query.parameters)
         let result = withParameters(query.parameters) { values, count in
             PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
         }
@@ -99,9 +100,11 @@ public final class PGConnection {
     /// Everything up to the sync runs as one implicit transaction: if one statement fails, the
     /// ones after it are skipped and the earlier ones are rolled back.
     /// - Throws: the first statement's `PGError`, with `step` naming its index.
+    @discardableResult
     public func pipeline(_ queries: [PGQuery]) throws -> [PGRows] {
         guard let connection else { throw PGError(.connection, serverMessage: "not connected") }
         guard !queries.isEmpty else { return [] }
+        for query in queries { try Self.checkParameters(query.parameters) }
         guard PQenterPipelineMode(connection) == 1 else {
             throw PGError(.pipeline, serverMessage: Self.message(PQerrorMessage(connection)))
         }
@@ -180,6 +183,21 @@ public final class PGConnection {
     private static func message(_ text: UnsafePointer<CChar>?) -> String {
         guard let text else { return "" }
         return String(cString: text).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Text parameters end at their first NUL byte in libpq, and PostgreSQL's text types cannot hold
+    /// one: a value with a NUL would be silently cut short (`P\0A` stored as `P`), so it is refused.
+    /// - Throws: `PGError` `.parameter` naming the parameter.
+    static func checkParameters(_ parameters: [String?]) throws {
+        for (index, parameter) in parameters.enumerated() {
+            guard var parameter else { continue }
+            let hasNUL = parameter.withUTF8 { bytes in
+                bytes.baseAddress.map { memchr($0, 0, bytes.count) != nil } ?? false
+            }
+            if hasNUL {
+                throw PGError(.parameter, serverMessage: "parameter $\(index + 1) contains a NUL byte", step: "bind")
+            }
+        }
     }
 
     /// Keeps the parameter C strings alive for the duration of `body`, as libpq requires.

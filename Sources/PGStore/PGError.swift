@@ -6,7 +6,7 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     /// What failed, as a growable set of codes.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Kind: Hashable, Sendable {
-            case connection, query, transaction, decoding, migration, pipeline
+            case connection, query, transaction, decoding, migration, pipeline, parameter
         }
 
         private let kind: Kind
@@ -16,6 +16,8 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         public static let decoding = Code(kind: .decoding)
         public static let migration = Code(kind: .migration)
         public static let pipeline = Code(kind: .pipeline)
+        /// A value that cannot be sent (a NUL byte in text); never reaches the server.
+        public static let parameter = Code(kind: .parameter)
 
         public var description: String { "\(kind)" }
     }

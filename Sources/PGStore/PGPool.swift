@@ -7,12 +7,15 @@ import ServiceKit
 public final class PGPool: Sendable {
     private let clients: [PGClient]
     private let slots: SlotQueue
+    /// What the pool connects with.
+    public let conninfo: String
 
     /// - Parameters:
     ///   - conninfo: a `postgres://` URL or `key=value` string.
     ///   - size: how many connections at most. Default: 4.
     public init(conninfo: String, size: Int = 4) {
         let count = max(size, 1)
+        self.conninfo = conninfo
         clients = (0..<count).map { PGClient(conninfo: conninfo, name: "pg-\($0)") }
         slots = SlotQueue(count: count)
     }

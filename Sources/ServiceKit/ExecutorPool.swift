@@ -10,9 +10,10 @@ public final class ExecutorPool: Sendable {
     /// - Parameters:
     ///   - name: thread name prefix.
     ///   - size: number of threads (at least one).
-    public init(name: String, size: Int) {
+    ///   - niceness: added to the threads' nice value (see `ThreadExecutor`). Default: 0.
+    public init(name: String, size: Int, niceness: Int32 = 0) {
         let count = max(size, 1)
-        executors = (0..<count).map { ThreadExecutor(name: "\(name)-\($0)") }
+        executors = (0..<count).map { ThreadExecutor(name: "\(name)-\($0)", niceness: niceness) }
         slots = SlotQueue(count: count)
     }
 

@@ -22,11 +22,19 @@ public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Send
     public var isCurrentThread: Bool { threadID.load(ordering: .acquiring) == UInt(pthread_self()) }
 
     /// Starts the thread.
-    /// - Parameter name: the thread's name, shown by debuggers and `top -H`.
-    public init(name: String) {
+    /// - Parameters:
+    ///   - name: the thread's name, shown by debuggers and `top -H`.
+    ///   - niceness: added to the thread's nice value, so its work yields the CPU to the rest of the
+    ///     process when both want it (Linux schedules threads' nice values separately). Default: 0.
+    public init(name: String, niceness: Int32 = 0) {
         let thread = Thread { [self] in
             // Named from inside: on Linux the name given before start does not always stick.
             Thread.current.name = name
+            if niceness != 0 {
+                // `who` 0 is the calling thread on Linux; raising the value needs no privilege.
+                let which = __priority_which_t(PRIO_PROCESS.rawValue)
+                _ = setpriority(which, 0, getpriority(which, 0) + niceness)
+            }
             self.threadID.store(UInt(pthread_self()), ordering: .releasing)
             self.runLoop()
         }

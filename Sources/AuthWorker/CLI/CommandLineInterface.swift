@@ -121,9 +121,9 @@ public struct CommandLineInterface: Sendable {
 
     private func migrate() async throws {
         let configuration = try configuration()
-        let connection = try PGConnection(conninfo: configuration.databaseURL)
-        let applied = try PGMigrator.migrate(connection, migrations: Migrations.all)
-        let version = try PGMigrator.currentVersion(connection) ?? 0
+        let store = PostgresStore(pool: PGPool(conninfo: configuration.databaseURL, size: 1))
+        let applied = try await store.migrate()
+        let version = try await store.schemaVersion() ?? 0
         output(
             applied.isEmpty
                 ? "schema is up to date (version \(version))"
@@ -299,48 +299,55 @@ public struct CommandLineInterface: Sendable {
             throw UsageError(message: "usage: auth-worker users delete ID (a user id)")
         }
         let configuration = try configuration()
-        let connection = try PGConnection(conninfo: configuration.databaseURL)
+        let store = PostgresStore(pool: PGPool(conninfo: configuration.databaseURL, size: 1))
         guard
-            let deletion = try AccountOperations(configuration: configuration).deleteUser(
-                id, reason: "operator", connection: connection)
+            let deletion = try await AccountDeletion.deleteUser(
+                id, reason: "operator", store: store, configuration: configuration, clock: SystemClock())
         else {
             errorOutput("auth-worker: no user \(arguments[0])")
             return 1
         }
-        await publishNow(deletion.events, configuration: configuration, connection: connection)
+        await publishNow(store: store, configuration: configuration)
         output("deleted user \(id.lowercasedString); revoked \(deletion.sessionsRevoked) session(s)")
         return 0
     }
 
     private func purgeGuests(_ arguments: [String]) async throws -> Int32 {
-        guard arguments.count == 2, arguments[0] == "--older-than", let age = AccountOperations.duration(arguments[1])
+        guard arguments.count == 2, arguments[0] == "--older-than", let age = Self.duration(arguments[1])
         else { throw UsageError(message: "usage: auth-worker guests purge --older-than DURATION (e.g. 30d, 12h)") }
         let configuration = try configuration()
-        let connection = try PGConnection(conninfo: configuration.databaseURL)
-        let deletion = try AccountOperations(configuration: configuration).purgeGuests(
-            createdBefore: Date() - age, connection: connection)
-        await publishNow(deletion.events, configuration: configuration, connection: connection)
-        output("purged \(deletion.users.count) guest(s) created before \(Timestamp.format(Date() - age))")
+        let store = PostgresStore(pool: PGPool(conninfo: configuration.databaseURL, size: 1))
+        let cutoff = Date() - age
+        let deletion = try await AccountDeletion.purgeGuests(
+            createdBefore: cutoff, store: store, configuration: configuration, clock: SystemClock())
+        await publishNow(store: store, configuration: configuration)
+        output("purged \(deletion.users) guest(s) created before \(Timestamp.format(cutoff))")
         return 0
     }
 
-    /// Publishes events the command wrote to the outbox; if the broker is unreachable, the running
-    /// worker's outbox relay publishes them later.
-    private func publishNow(_ events: [OutboxEvent], configuration: WorkerConfiguration, connection: PGConnection) async
-    {
-        guard !events.isEmpty else { return }
+    /// Publishes the events the command wrote to the outbox; if the broker is unreachable, the
+    /// running worker's outbox relay publishes them later.
+    private func publishNow(store: PostgresStore, configuration: WorkerConfiguration) async {
         let logger = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
         do {
             var producerConfiguration = configuration.producerConfiguration
             producerConfiguration.deliveryTimeout = .seconds(10)
             let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
             defer { producer.close(timeout: .seconds(5)) }
-            try await producer.send(events.map(\.record))
-            let ids = events.map(\.id.pgText)
-            try connection.query("UPDATE outbox SET published_at = now() WHERE event_id = ANY(\(ids)::uuid[])")
+            let relay = OutboxRelay(store: store, producer: producer, clock: SystemClock(), logger: logger, grace: -60)
+            while try await relay.publishPending() > 0 {}
         } catch {
             errorOutput("auth-worker: events stay in the outbox for the worker to publish (\(error))")
         }
+    }
+
+    /// Parses `30d`, `12h`, `90m`, `3600s` (or plain seconds).
+    static func duration(_ text: String) -> TimeInterval? {
+        let units: [Character: TimeInterval] = ["s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604_800]
+        guard let last = text.last else { return nil }
+        if let unit = units[last], let value = Double(text.dropLast()), value > 0 { return value * unit }
+        if let value = Double(text), value > 0 { return value }
+        return nil
     }
 
     // MARK: - users show
@@ -348,8 +355,8 @@ public struct CommandLineInterface: Sendable {
     private func showUser(_ arguments: [String]) async throws -> Int32 {
         guard arguments.count == 1 else { throw UsageError(message: "usage: auth-worker users show ID_OR_EMAIL") }
         let configuration = try configuration()
-        let connection = try PGConnection(conninfo: configuration.databaseURL)
-        guard let report = try UserReport.load(arguments[0], connection: connection) else {
+        let store = PostgresStore(pool: PGPool(conninfo: configuration.databaseURL, size: 1))
+        guard let report = try await store.userReport(arguments[0]) else {
             errorOutput("auth-worker: no user \(arguments[0])")
             return 1
         }

@@ -63,7 +63,17 @@ extension WorkerConfiguration {
             config.sessions.refreshReuseGrace = value
         }
         if let value = try reader.bool("AUTH_REQUIRE_REPLY_KEY") { config.sessions.requireReplyKey = value }
-        if let value = try reader.integer("AUTH_BATCH_SIZE") { config.processing.batchSize = value }
+        // AUTH_BATCH_SIZE is the name of earlier releases.
+        if let value = try reader.integer("AUTH_BATCH_MAX") ?? reader.integer("AUTH_BATCH_SIZE") {
+            config.processing.batchMax = value
+        }
+        if let value = try reader.integer("AUTH_MAX_IN_FLIGHT") { config.processing.maxInFlight = value }
+        if let value = try reader.integer("AUTH_KAFKA_FETCH_WAIT_MS") {
+            config.processing.kafkaFetchWait = .milliseconds(value)
+        }
+        if let value = try reader.integer("AUTH_KAFKA_LINGER_MS") {
+            config.processing.kafkaLinger = .milliseconds(value)
+        }
         if let value = try reader.integer("AUTH_BATCH_WAIT_MS") { config.processing.batchWait = .milliseconds(value) }
         if let value = try reader.integer("AUTH_DB_POOL_SIZE") { config.processing.databasePoolSize = value }
         if let value = try reader.integer("AUTH_MAX_RETRY_DELAY_MS") {

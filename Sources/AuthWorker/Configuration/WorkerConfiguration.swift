@@ -158,11 +158,19 @@ public struct WorkerConfiguration: Sendable {
 
     /// How the consume loop batches and parallelises.
     public struct Processing: Sendable, Equatable {
-        /// Messages per batch at most. Env: `AUTH_BATCH_SIZE`. Default: 256.
-        public var batchSize = 256
-        /// How long a poll waits for the first message. Env: `AUTH_BATCH_WAIT_MS`. Default: 100 ms.
+        /// Messages taken from one poll at most: a batch is whatever is there, never waited for.
+        /// Env: `AUTH_BATCH_MAX`. Default: 500.
+        public var batchMax = 500
+        /// Messages in flight at most (read and not finished: slow password logins, waits for a
+        /// provider's keys); past it, polling pauses. Env: `AUTH_MAX_IN_FLIGHT`. Default: 5000.
+        public var maxInFlight = 5000
+        /// How long an idle poll waits for the first message. Env: `AUTH_BATCH_WAIT_MS`. Default: 100 ms.
         public var batchWait: Duration = .milliseconds(100)
-        /// PostgreSQL connections, and so messages processed at once. Env: `AUTH_DB_POOL_SIZE`. Default: 4.
+        /// How long a batch waits for the preparations it started (token checks, hashing) before it
+        /// is written with those that finished; the others join a later batch. Default: 20 ms.
+        public var prepareWait: Duration = .milliseconds(20)
+        /// PostgreSQL connections: one writes the batches, the others serve lookups and password
+        /// attempts. Env: `AUTH_DB_POOL_SIZE`. Default: 4.
         public var databasePoolSize = 4
         /// First delay when retrying a transient failure; doubles up to `maxRetryDelay`. Default: 200 ms.
         public var initialRetryDelay: Duration = .milliseconds(200)
@@ -170,6 +178,11 @@ public struct WorkerConfiguration: Sendable {
         public var maxRetryDelay: Duration = .seconds(10)
         /// Consumer session timeout. Env: `AUTH_KAFKA_SESSION_TIMEOUT_MS`. Default: 10 s.
         public var kafkaSessionTimeout: Duration = .seconds(10)
+        /// How long the broker may hold a fetch waiting for data: the latency floor on a broker that
+        /// does not answer a waiting fetch early (Tansu). Env: `AUTH_KAFKA_FETCH_WAIT_MS`. Default: 5 ms.
+        public var kafkaFetchWait: Duration = .milliseconds(5)
+        /// How long the producer waits to fill a batch. Env: `AUTH_KAFKA_LINGER_MS`. Default: 1 ms.
+        public var kafkaLinger: Duration = .milliseconds(1)
         public init() {}
     }
 
@@ -199,8 +212,15 @@ public struct WorkerConfiguration: Sendable {
                 reason:
                     "is required when AUTH_ACCESS_TOKEN_FORMAT is jwt (make one with `auth-worker keys generate FILE`)")
         }
-        guard processing.batchSize > 0, processing.databasePoolSize > 0 else {
-            throw ConfigurationError(variable: "AUTH_BATCH_SIZE", reason: "batch and pool sizes must be positive")
+        guard processing.batchMax > 0 else {
+            throw ConfigurationError(variable: "AUTH_BATCH_MAX", reason: "must be positive")
+        }
+        guard processing.maxInFlight >= processing.batchMax else {
+            throw ConfigurationError(variable: "AUTH_MAX_IN_FLIGHT", reason: "must be at least AUTH_BATCH_MAX")
+        }
+        guard processing.databasePoolSize > 1 else {
+            throw ConfigurationError(
+                variable: "AUTH_DB_POOL_SIZE", reason: "must be at least 2 (one connection writes the batches)")
         }
         guard sessions.accessTokenLifetime > 0, sessions.refreshTokenLifetime > 0, sessions.sessionLifetime > 0 else {
             throw ConfigurationError(variable: "AUTH_ACCESS_TOKEN_TTL_SECONDS", reason: "lifetimes must be positive")
@@ -211,7 +231,9 @@ public struct WorkerConfiguration: Sendable {
     public var producerConfiguration: KafkaProducerConfiguration {
         var kafka = KafkaConfiguration(bootstrapServers: kafkaBrokers)
         kafka.properties = kafkaProperties
-        return KafkaProducerConfiguration(kafka: kafka)
+        var producer = KafkaProducerConfiguration(kafka: kafka)
+        producer.linger = processing.kafkaLinger
+        return producer
     }
 
     /// Consumer settings for librdkafka.
@@ -220,6 +242,7 @@ public struct WorkerConfiguration: Sendable {
         kafka.properties = kafkaProperties
         var consumer = KafkaConsumerConfiguration(kafka: kafka, groupID: kafkaGroup)
         consumer.sessionTimeout = processing.kafkaSessionTimeout
+        consumer.fetchWaitMax = processing.kafkaFetchWait
         return consumer
     }
 }

@@ -2,7 +2,48 @@ import PGStore
 
 /// The database schema, as ordered migrations. Released versions are never edited: add a new one.
 public enum Migrations {
-    public static let all: [PGMigration] = [initialSchema, refreshSuccessors, storedResults]
+    public static let all: [PGMigration] = [initialSchema, refreshSuccessors, storedResults, batchedPipeline]
+
+    /// A request id is bound to a digest of its request, so a second request reusing the id is
+    /// refused instead of answered with the first one's result; password attempts are counted
+    /// before they are verified, in one atomic step shared by every replica.
+    static let batchedPipeline = PGMigration(
+        version: 4, name: "batched pipeline",
+        sql: """
+            ALTER TABLE processed_requests ADD COLUMN request_digest bytea;
+            CREATE INDEX outbox_published ON outbox (published_at) WHERE published_at IS NOT NULL;
+            CREATE INDEX login_throttle_last_failure ON login_throttle (last_failure_at);
+            CREATE INDEX rate_limits_window ON rate_limits (window_start);
+
+            -- Counts an attempt for an account before its password is checked. A locked account's
+            -- attempt is refused and not counted; failures older than the window start over; reaching
+            -- the threshold locks the account for base * 2^(failures - threshold), at most max.
+            CREATE FUNCTION auth_reserve_password_attempt(
+                p_key text, p_at timestamptz, p_window interval, p_threshold integer, p_base interval,
+                p_max interval)
+            RETURNS TABLE (allowed boolean, failures integer, locked_until timestamptz)
+            LANGUAGE plpgsql AS $$
+            DECLARE
+                current login_throttle%ROWTYPE;
+                counted integer;
+                lock_end timestamptz;
+            BEGIN
+                INSERT INTO login_throttle (account_key, failures, last_failure_at)
+                VALUES (p_key, 0, p_at) ON CONFLICT (account_key) DO NOTHING;
+                SELECT * INTO current FROM login_throttle WHERE account_key = p_key FOR UPDATE;
+                IF current.locked_until IS NOT NULL AND current.locked_until > p_at THEN
+                    RETURN QUERY SELECT false, current.failures, current.locked_until;
+                    RETURN;
+                END IF;
+                counted := CASE WHEN current.last_failure_at < p_at - p_window THEN 1 ELSE current.failures + 1 END;
+                lock_end := CASE WHEN counted >= p_threshold
+                                 THEN p_at + LEAST(p_base * power(2, LEAST(counted - p_threshold, 30)), p_max) END;
+                UPDATE login_throttle SET failures = counted, last_failure_at = p_at, locked_until = lock_end
+                WHERE account_key = p_key;
+                RETURN QUERY SELECT true, counted, lock_end;
+            END
+            $$;
+            """)
 
     /// The answer to each processed request, sealed with the results key, so a redelivered request
     /// is answered with the same result (tokens included) without any token stored readable.

@@ -25,11 +25,12 @@ public struct Identifiers: Sendable {
             ))
     }
 
-    /// A handle: the slug of `name` (or `guest`/`user`) plus `_` and a short random hex suffix.
-    public func handle(name: String?, isGuest: Bool) throws -> String {
+    /// A handle: the slug of `name` (or `guest`/`user`) plus `_` and a random hex suffix of
+    /// `bytes` bytes (default: 3 for guests, 2 for named users).
+    public func handle(name: String?, isGuest: Bool, bytes: Int? = nil) throws -> String {
         let slug = name.map(Self.slug) ?? ""
         let base = slug.isEmpty ? (isGuest ? "guest" : "user") : slug
-        return base + "_" + Hex.encode(try random.bytes(isGuest ? 3 : 2))
+        return base + "_" + Hex.encode(try random.bytes(bytes ?? (isGuest ? 3 : 2)))
     }
 
     /// Lower-case ASCII letters and digits joined by `_`, accents folded, at most 24 characters.

@@ -4,6 +4,12 @@ public enum LogKey {
     public static let userID = "auth.user_id"
     public static let method = "auth.method"
     public static let errorCode = "auth.error_code"
+    /// `ok`, an error code, `replayed`, `expired`, `dead_letter`.
+    public static let outcome = "auth.outcome"
+    /// Milliseconds from the poll that read a request to its answer's acknowledgement.
+    public static let duration = "auth.duration_ms"
+    /// The trace id of the request's `traceparent`.
+    public static let traceID = "trace_id"
     public static let error = "error"
     public static let topic = "kafka.topic"
     public static let partition = "kafka.partition"

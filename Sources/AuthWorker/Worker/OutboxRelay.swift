@@ -3,26 +3,34 @@ import Kafka
 import ServiceKit
 import Synchronization
 
-/// Publishes outbox events that a crash left unpublished, in the order they were written.
+/// Publishes outbox events that a crash left unpublished, in the order they were written, and
+/// forgets what has expired (request ids, published events, old throttle and rate-limit rows).
 ///
 /// The consume loop publishes its own events right after commit; this relay only picks up rows
 /// older than `grace`, so the two rarely overlap (and a consumer deduplicates by event id if they do).
 public final class OutboxRelay: Service {
-    private let store: any AuthStore
+    private let store: PostgresStore
     private let producer: KafkaProducer
     private let clock: any WorkerClock
     private let logger: Logger
     private let interval: Duration
     private let grace: TimeInterval
+    private let throttleWindow: TimeInterval
+    private let rateLimitWindow: TimeInterval
     private let stopping = Atomic<Bool>(false)
 
     /// - Parameters:
     ///   - interval: how often to look. Default: 5 s.
     ///   - grace: how old an unpublished event must be to be taken. Default: 30 s.
+    ///   - throttleWindow: how long failed password attempts count. Default: a day.
+    ///   - rateLimitWindow: the longest rate-limit window. Default: an hour.
     public init(
-        store: any AuthStore, producer: KafkaProducer, clock: any WorkerClock, logger: Logger,
-        interval: Duration = .seconds(5), grace: TimeInterval = 30
+        store: PostgresStore, producer: KafkaProducer, clock: any WorkerClock, logger: Logger,
+        interval: Duration = .seconds(5), grace: TimeInterval = 30, throttleWindow: TimeInterval = 86400,
+        rateLimitWindow: TimeInterval = 3600
     ) {
+        self.throttleWindow = throttleWindow
+        self.rateLimitWindow = rateLimitWindow
         self.store = store
         self.producer = producer
         self.clock = clock
@@ -43,9 +51,19 @@ public final class OutboxRelay: Service {
                 if published > 0 { logger.info("Relayed outbox events", metadata: [LogKey.count: String(published)]) }
                 if ContinuousClock.now - lastPurge > .seconds(600) {
                     lastPurge = ContinuousClock.now
-                    let purged = try await store.purgeExpiredRequests(before: clock.now())
-                    if purged > 0 {
-                        logger.info("Forgot expired request ids", metadata: [LogKey.count: String(purged)])
+                    let now = clock.now()
+                    // Published events are kept a day, for operators looking into a delivery.
+                    let purged = try await store.purgeExpired(
+                        at: now, publishedBefore: now - 86400, throttleWindow: throttleWindow,
+                        rateLimitWindow: rateLimitWindow)
+                    if purged.total > 0 {
+                        logger.info(
+                            "Forgot expired rows",
+                            metadata: [
+                                "purge.requests": String(purged.requests), "purge.events": String(purged.events),
+                                "purge.throttles": String(purged.throttles),
+                                "purge.rate_limits": String(purged.rateLimits),
+                            ])
                     }
                 }
             } catch {

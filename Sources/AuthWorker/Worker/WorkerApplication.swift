@@ -12,7 +12,8 @@ public struct WorkerApplication: Sendable {
     public let pool: PGPool
     public let producer: KafkaProducer
     public let consumer: KafkaConsumer
-    public let worker: LoginWorker
+    public let store: PostgresStore
+    public let worker: RequestPipeline
     public let relay: OutboxRelay
     public let metrics: WorkerMetrics
     public let health: HealthServer?
@@ -35,18 +36,19 @@ public struct WorkerApplication: Sendable {
         }
         let passwords = try PasswordService(
             parameters: configuration.accounts.argon2, threads: configuration.accounts.hashingThreads)
-        let pool = PGPool(conninfo: configuration.databaseURL, size: configuration.processing.databasePoolSize)
+        // One connection of AUTH_DB_POOL_SIZE writes the batches; the store opens it itself.
+        let pool = PGPool(conninfo: configuration.databaseURL, size: configuration.processing.databasePoolSize - 1)
+        let store = PostgresStore(pool: pool)
         if configuration.migrateOnStart {
-            let applied = try await pool.withConnection { try PGMigrator.migrate($0, migrations: Migrations.all) }
+            let applied = try await store.migrate()
             if !applied.isEmpty {
                 logger.info(
                     "Migrations applied", metadata: ["db.versions": applied.map(String.init).joined(separator: ",")])
             }
         }
-        let store = PostgresAuthStore(pool: pool)
-        let service = LoginService(
-            configuration: configuration, store: store, accessTokens: accessTokens, providers: providers,
-            passwords: passwords, clock: clock, identifiers: identifiers, logger: logger.child(label: "auth.flows"))
+        let flows = LoginFlows(
+            configuration: configuration, accessTokens: accessTokens, providers: providers, passwords: passwords,
+            attempts: store, clock: clock, identifiers: identifiers, logger: logger.child(label: "auth.flows"))
         let producer = try KafkaProducer(
             configuration: configuration.producerConfiguration, logger: logger.child(label: "kafka.producer"))
         let consumer = try KafkaConsumer(
@@ -54,30 +56,32 @@ public struct WorkerApplication: Sendable {
             topics: [configuration.topics.requests, configuration.topics.notifications],
             logger: logger.child(label: "kafka.consumer"))
         let metrics = WorkerMetrics()
-        let worker = LoginWorker(
-            configuration: configuration, consumer: consumer, producer: producer, service: service, store: store,
-            notifications: AppleNotificationHandler(
-                provider: providers["apple"], pool: pool, configuration: configuration, clock: clock,
-                logger: logger.child(label: "auth.notifications")),
-            clock: clock, metrics: metrics, logger: logger.child(label: "auth.worker"))
+        metrics.track(passwords)
+        let worker = try RequestPipeline(
+            configuration: configuration, consumer: consumer, producer: producer, flows: flows,
+            notifications: AppleNotificationFlow(
+                provider: providers["apple"], configuration: configuration, clock: clock),
+            store: store, clock: clock, metrics: metrics, logger: logger.child(label: "auth.worker"))
         let relay = OutboxRelay(
             store: store, producer: producer, clock: clock, logger: logger.child(label: "auth.outbox"),
             interval: .seconds(max(1, min(5, Int(configuration.outboxRelayGrace)))),
-            grace: configuration.outboxRelayGrace)
+            grace: configuration.outboxRelayGrace, throttleWindow: configuration.accounts.throttle.window,
+            rateLimitWindow: configuration.accounts.guestRateLimit.window)
         let health = configuration.healthPort.map { port in
             makeHealthServer(
                 port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,
                 logger: logger.child(label: "auth.health"))
         }
         return WorkerApplication(
-            configuration: configuration, pool: pool, producer: producer, consumer: consumer, worker: worker,
+            configuration: configuration, pool: pool, producer: producer, consumer: consumer, store: store,
+            worker: worker,
             relay: relay, metrics: metrics, health: health, logger: logger)
     }
 
     /// `/livez`: the consume loop showed progress recently. `/readyz`: PostgreSQL and a broker answer.
     /// `/metrics`: Prometheus text.
     static func makeHealthServer(
-        port: UInt16, configuration: WorkerConfiguration, producer: KafkaProducer, worker: LoginWorker,
+        port: UInt16, configuration: WorkerConfiguration, producer: KafkaProducer, worker: RequestPipeline,
         metrics: WorkerMetrics, logger: Logger
     ) -> HealthServer {
         let probe = PGClient(conninfo: configuration.databaseURL, name: "pg-health")
@@ -141,11 +145,11 @@ public struct WorkerApplication: Sendable {
             try await group.run()
         } catch {
             producer.close(timeout: .seconds(5))
-            await pool.close()
+            await store.close()
             throw error
         }
         producer.close(timeout: .seconds(10))
-        await pool.close()
+        await store.close()
         logger.info("Stopped cleanly")
     }
 }

@@ -23,6 +23,14 @@ public final class WorkerMetrics: Sendable {
     public let deadLettered = Counter(name: "auth_requests_dead_lettered_total")
     public let retries = Counter(name: "auth_transient_retries_total")
     public let expired = Counter(name: "auth_requests_expired_total")
+    /// Argon2/bcrypt verifications, read from the password service.
+    public var passwordVerifications: Counter { passwordCounter.withLock { $0 } ?? Counter(name: "") }
+    private let passwordCounter = Mutex<Counter?>(nil)
+
+    /// Counts the verifications of `passwords` as `auth_password_verifications_total`.
+    func track(_ passwords: PasswordService?) {
+        passwordCounter.withLock { $0 = passwords?.verifications }
+    }
     private let results = Mutex<[String: Int]>([:])
     private let latency = Mutex<(count: Int, sumSeconds: Double)>((0, 0))
 
@@ -48,7 +56,9 @@ public final class WorkerMetrics: Sendable {
         for (code, count) in resultsByCode.sorted(by: { $0.key < $1.key }) {
             lines.append("auth_results_total{code=\"\(code)\"} \(count)")
         }
-        for counter in [duplicates, deadLettered, retries, expired] {
+        for counter in [duplicates, deadLettered, retries, expired]
+            + [passwordCounter.withLock { $0 }].compactMap({ $0 })
+        {
             lines.append("# TYPE \(counter.name) counter")
             lines.append("\(counter.name) \(counter.count)")
         }

@@ -174,14 +174,9 @@ import Testing
         let databaseURL = try IntegrationEnvironment.makeMigratedDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let connection = try PGConnection(conninfo: databaseURL)
-        let clock = ManualClock(Date())
-        var config = WorkerConfiguration()
-        config.accessTokenFormat = .opaque
-        let service = LoginService(
-            configuration: config, store: PostgresAuthStore(pool: PGPool(conninfo: databaseURL, size: 1)),
-            accessTokens: OpaqueTokenIssuer(identifiers: Identifiers(clock: clock)),
-            passwords: try PasswordService(parameters: fastArgon2, threads: 1), clock: clock,
-            identifiers: Identifiers(clock: clock), logger: IntegrationEnvironment.quietLogger)
+        let service = try await FlowHarness(
+            clock: SystemClock(), passwords: try PasswordService(parameters: fastArgon2, threads: 1),
+            databaseURL: databaseURL)
         func guest() async throws -> String {
             let request = LoginRequest(
                 id: UUID().uuidString, source: "/t", time: nil, traceparent: nil, method: .guest,

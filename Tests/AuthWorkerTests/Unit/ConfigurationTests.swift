@@ -25,7 +25,7 @@ import Testing
             "AUTH_TOPIC_REQUESTS": "r", "AUTH_TOPIC_RESULTS": "s", "AUTH_TOPIC_EVENTS": "e",
             "AUTH_TOPIC_NOTIFICATIONS": "n", "AUTH_TOPIC_DLQ": "d", "AUTH_APPLE_AUDIENCES": "com.example.app",
             "AUTH_GOOGLE_AUDIENCES": "a.apps.googleusercontent.com,b", "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
-            "AUTH_SIGNING_KEYS": "/k/new.pem,/k/old.pem", "AUTH_LOG_LEVEL": "debug", "AUTH_BATCH_SIZE": "64",
+            "AUTH_SIGNING_KEYS": "/k/new.pem,/k/old.pem", "AUTH_LOG_LEVEL": "debug", "AUTH_BATCH_MAX": "64",
             "AUTH_GUEST_ABILITIES": "guest,read", "AUTH_MIGRATE_ON_START": "false",
         ])
         #expect(config.kafkaBrokers == ["k1:9092", "k2:9092"])
@@ -38,13 +38,13 @@ import Testing
         #expect(config.accessTokenFormat == .opaque)
         #expect(config.signingKeyPaths == ["/k/new.pem", "/k/old.pem"])
         #expect(config.logLevel == .debug)
-        #expect(config.processing.batchSize == 64)
+        #expect(config.processing.batchMax == 64)
         #expect(config.sessions.guestAbilities == ["guest", "read"])
         #expect(!config.migrateOnStart)
     }
 
     @Test(arguments: [
-        ("AUTH_ACCESS_TOKEN_FORMAT", "paseto"), ("AUTH_LOG_LEVEL", "loud"), ("AUTH_BATCH_SIZE", "many"),
+        ("AUTH_ACCESS_TOKEN_FORMAT", "paseto"), ("AUTH_LOG_LEVEL", "loud"), ("AUTH_BATCH_MAX", "many"),
         ("AUTH_MIGRATE_ON_START", "maybe"), ("AUTH_KAFKA_PROPERTIES_FILE", "/nonexistent/file"),
     ])
     func badValuesNameTheirVariable(variable: String, value: String) {
@@ -87,7 +87,8 @@ import Testing
         #expect(
             producer == [
                 "bootstrap.servers": "a:1,b:2", "client.id": "worker-1", "enable.idempotence": "true", "acks": "all",
-                "linger.ms": "5", "message.timeout.ms": "30000", "compression.codec": "lz4",
+                "linger.ms": "1", "message.timeout.ms": "30000", "compression.codec": "lz4",
+                "socket.nagle.disable": "true",
             ])
         var consumerConfig = KafkaConsumerConfiguration(kafka: kafka, groupID: "auth-worker")
         consumerConfig.sessionTimeout = .seconds(6)
@@ -97,8 +98,21 @@ import Testing
                 "bootstrap.servers": "a:1,b:2", "client.id": "worker-1", "group.id": "auth-worker",
                 "session.timeout.ms": "6000", "max.poll.interval.ms": "300000", "auto.offset.reset": "earliest",
                 "enable.auto.commit": "true", "auto.commit.interval.ms": "1000", "enable.auto.offset.store": "false",
-                "enable.partition.eof": "false",
+                "enable.partition.eof": "false", "fetch.wait.max.ms": "100", "socket.nagle.disable": "true",
             ])
+    }
+
+    /// The worker is interactive: a few milliseconds of fetch wait and linger, both adjustable.
+    @Test func theWorkersKafkaSettingsAreForAnInteractiveService() throws {
+        let defaults = WorkerConfiguration()
+        #expect(defaults.consumerConfiguration.librdkafkaProperties["fetch.wait.max.ms"] == "5")
+        #expect(defaults.producerConfiguration.librdkafkaProperties["linger.ms"] == "1")
+        let tuned = try WorkerConfiguration.fromEnvironment([
+            "AUTH_KAFKA_FETCH_WAIT_MS": "50", "AUTH_KAFKA_LINGER_MS": "10", "AUTH_BATCH_SIZE": "32",
+        ])
+        #expect(tuned.consumerConfiguration.librdkafkaProperties["fetch.wait.max.ms"] == "50")
+        #expect(tuned.producerConfiguration.librdkafkaProperties["linger.ms"] == "10")
+        #expect(tuned.processing.batchMax == 32, "the earlier name of AUTH_BATCH_MAX still works")
     }
 
     func providersFile(_ json: String) throws -> String {

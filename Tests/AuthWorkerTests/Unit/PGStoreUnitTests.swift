@@ -58,7 +58,7 @@ import Testing
     @Test func theWorkerLogsNoRowValuesFromPostgreSQL() {
         let error = PGError(
             .query, sqlState: "23502", serverMessage: "Failing row contains (password, a@b.c, $argon2id$v=19$m=…)")
-        let logged = LoginWorker.loggable(error)
+        let logged = ErrorPolicy.loggable(error)
         #expect(logged.contains("23502"))
         #expect(!logged.contains("argon2") && !logged.contains("a@b.c"))
     }

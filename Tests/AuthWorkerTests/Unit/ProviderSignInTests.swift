@@ -3,14 +3,14 @@ import Foundation
 import JOSE
 import JOSEFixtures
 import Messages
+import PGStore
 import ServiceKit
 import Testing
 
 @testable import AuthWorker
 
-@Suite struct ProviderSignInTests {
+@Suite(.requiresDatabase) struct ProviderSignInTests {
     let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
-    let store = InMemoryAuthStore()
     let logs = InMemoryLogHandler()
     let keyPath: String
 
@@ -18,9 +18,7 @@ import Testing
         keyPath = try TestKeys.temporaryKeyFile().path
     }
 
-    func service(providers extra: [IdentityProvider] = []) throws -> LoginService {
-        var config = WorkerConfiguration()
-        config.signingKeyPaths = [keyPath]
+    func service(providers extra: [IdentityProvider] = []) async throws -> FlowHarness {
         let logger = Logger(label: "test", level: .debug, handler: logs)
         let keys = KeySetCache(
             fixed: try JWKSet(json: TestSigner.keySet([Signers.rsa2048, Signers.p256])), clock: clock, logger: logger)
@@ -37,9 +35,10 @@ import Testing
         firebase.algorithms = [.es256]
         let providers = IdentityProviders(
             [apple, google, IdentityProvider(configuration: firebase, keySet: keys, clock: clock)] + extra)
-        return LoginService(
-            configuration: config, store: store, accessTokens: try JWTAccessTokenIssuer(configuration: config),
-            providers: providers, clock: clock, identifiers: Identifiers(clock: clock), logger: logger)
+        return try await FlowHarness(clock: clock, providers: providers, logger: logger) { [keyPath] config in
+            config.accessTokenFormat = .jwt
+            config.signingKeyPaths = [keyPath]
+        }
     }
 
     func appleToken(
@@ -69,8 +68,9 @@ import Testing
     }
 
     @Test func firstAppleLoginCreatesTheUserWithTheProfileName() async throws {
+        let service = try await service()
         let outcome = try #require(
-            try await service().handle(
+            try await service.handle(
                 request(.apple, token: appleToken(), profile: .init(givenName: "Mario", familyName: "Rossi"))))
         let user = try #require(outcome.result.user)
         #expect(outcome.result.newUser == true)
@@ -93,12 +93,14 @@ import Testing
         let claims = try #require(try JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any])
         #expect(claims["sub"] as? String == user.id)
         #expect(claims["guest"] as? Bool == false)
-        #expect(store.sessions.first?.accessTokenHash == SHA256.hash(session.accessToken))
+        let stored = try await service.query("SELECT token_hash FROM access_tokens").first?.decode(
+            "token_hash", as: PGBytes.self)
+        #expect(stored?.bytes == SHA256.hash(session.accessToken))
         #expect(session.abilities == ["*"])
     }
 
     @Test func laterLoginsFindTheUserAndKeepNameAndEmail() async throws {
-        let service = try service()
+        let service = try await service()
         let first = try #require(
             try await service.handle(
                 request(.apple, token: appleToken(), profile: .init(givenName: "Mario", familyName: "Rossi"))))
@@ -111,8 +113,8 @@ import Testing
         #expect(second.result.user?.name == "Mario Rossi")
         #expect(second.result.user?.email == "x7@privaterelay.appleid.com")
         #expect(second.events.isEmpty, "nothing new to announce")
-        #expect(store.users.count == 1)
-        #expect(store.sessions.count == 2)
+        #expect(try await service.count("users") == 1)
+        #expect(try await service.count("sessions") == 2)
     }
 
     @Test func usersWithoutANameStillGetOneAndAHandle() async throws {
@@ -159,7 +161,7 @@ import Testing
 
     /// Every error code of this flow, produced.
     @Test func errorCodes() async throws {
-        let service = try service()
+        let service = try await service()
         let parts = appleToken().split(separator: ".").map(String.init)
         let tampered = parts[0] + "." + TokenParts.encode(["sub": "someone-else"]) + "." + parts[2]
         await #expect(throws: LoginError(.invalidToken, "")) {
@@ -193,23 +195,18 @@ import Testing
         await #expect(throws: LoginError(.invalidToken, "")) {
             try await service.handle(request(.apple, token: es256, nonce: nil))
         }
-        #expect(store.users.isEmpty, "no failed login leaves a user behind")
+        #expect(try await service.count("users") == 0, "no failed login leaves a user behind")
     }
 
     @Test func disabledProvidersAndUnavailableKeys() async throws {
-        var config = WorkerConfiguration()
-        config.accessTokenFormat = .opaque
         let unreachable = IdentityProvider(
             configuration: .google(audiences: ["web-client"], keysURL: URL(string: "http://127.0.0.1:1/keys")!),
             keySet: KeySetCache(
                 source: .keysURL(URL(string: "http://127.0.0.1:1/keys")!), fetcher: HTTPDocumentFetcher(timeout: 2),
                 clock: clock, settings: .init(), logger: Logger(label: "test", handler: logs)),
             clock: clock)
-        let service = LoginService(
-            configuration: config, store: store,
-            accessTokens: OpaqueTokenIssuer(identifiers: Identifiers(clock: clock)),
-            providers: IdentityProviders([unreachable]), clock: clock, identifiers: Identifiers(clock: clock),
-            logger: Logger(label: "test", handler: logs))
+        let service = try await FlowHarness(
+            clock: clock, providers: IdentityProviders([unreachable]), logger: Logger(label: "test", handler: logs))
         await #expect(throws: LoginError(.unsupportedMethod, "")) {
             try await service.handle(request(.apple, token: appleToken()))
         }
@@ -231,8 +228,9 @@ import Testing
     @Test func aLinkToThatIsNoAccessTokenIsRefused() async throws {
         var linked = request(.apple, token: appleToken())
         linked.data.linkTo = "some-guest-token"
-        await #expect(throws: LoginError(.invalidToken, "")) { try await service().handle(linked) }
-        #expect(store.users.isEmpty)
+        let service = try await service()
+        await #expect(throws: LoginError(.invalidToken, "")) { try await service.handle(linked) }
+        #expect(try await service.count("users") == 0)
     }
 
     @Test func tokensNeverReachTheLog() async throws {

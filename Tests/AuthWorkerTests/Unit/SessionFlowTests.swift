@@ -2,127 +2,130 @@ import AuthCrypto
 import Foundation
 import JOSE
 import Messages
+import PGStore
 import ServiceKit
 import Testing
 
 @testable import AuthWorker
 
-@Suite struct SessionFlowTests {
+@Suite(.requiresDatabase) struct SessionFlowTests {
     let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
-    let store = InMemoryAuthStore()
     let keyPath: String
 
     init() throws {
         keyPath = try TestKeys.temporaryKeyFile().path
     }
 
-    func service(_ configure: (inout WorkerConfiguration) -> Void = { _ in }) throws -> LoginService {
-        var config = WorkerConfiguration()
-        config.signingKeyPaths = [keyPath]
-        configure(&config)
-        let issuer: any AccessTokenIssuer =
-            config.accessTokenFormat == .jwt
-            ? try JWTAccessTokenIssuer(configuration: config)
-            : OpaqueTokenIssuer(identifiers: Identifiers(clock: clock))
-        return LoginService(
-            configuration: config, store: store, accessTokens: issuer, clock: clock,
-            identifiers: Identifiers(clock: clock), logger: Logger(label: "test", handler: InMemoryLogHandler()))
+    func harness(passwords: PasswordService? = nil, _ configure: (inout WorkerConfiguration) -> Void = { _ in })
+        async throws -> FlowHarness
+    {
+        try await FlowHarness(clock: clock, passwords: passwords) {
+            $0.accessTokenFormat = .jwt
+            $0.signingKeyPaths = [keyPath]
+            configure(&$0)
+        }
     }
 
-    func request(_ method: LoginMethod, _ fill: (inout LoginRequestData) -> Void = { _ in }) -> LoginRequest {
-        var data = LoginRequestData(method: method.rawValue)
-        fill(&data)
-        return LoginRequest(
-            id: UUID().uuidString, source: "/test", time: nil, traceparent: nil, method: method, data: data)
+    func signIn(_ harness: FlowHarness) async throws -> SessionPayload {
+        try #require(try await harness.handle(makeRequest(.guest))?.result.session)
     }
 
-    func signIn(_ service: LoginService) async throws -> SessionPayload {
-        try #require(try await service.handle(request(.guest))?.result.session)
+    func refresh(_ harness: FlowHarness, _ token: String?) async throws -> FlowHarness.Outcome {
+        try #require(try await harness.handle(makeRequest(.refresh) { $0.refreshToken = token }))
     }
 
-    func refresh(_ service: LoginService, _ token: String?) async throws -> SessionPayload {
-        try #require(try await service.handle(request(.refresh) { $0.refreshToken = token })?.result.session)
+    func rotated(_ harness: FlowHarness, _ token: String?) async throws -> SessionPayload {
+        try #require(try await refresh(harness, token).result.session)
     }
 
     @Test func everyRefreshRotates() async throws {
-        let service = try service()
-        let first = try await signIn(service)
+        let harness = try await harness()
+        let first = try await signIn(harness)
         clock.advance(by: 60)
-        let second = try await refresh(service, first.refreshToken)
+        let second = try await rotated(harness, first.refreshToken)
         #expect(second.refreshToken != first.refreshToken)
         #expect(second.accessToken != first.accessToken)
         #expect(second.abilities == ["guest"])
         clock.advance(by: 60)
-        let third = try await refresh(service, second.refreshToken)
+        let third = try await rotated(harness, second.refreshToken)
         #expect(third.refreshToken != second.refreshToken)
     }
 
     @Test func twoTabsRefreshingAtOnceGetTheSameSuccessor() async throws {
-        let service = try service()
-        let first = try await signIn(service)
-        let tabA = try await refresh(service, first.refreshToken)
+        let harness = try await harness()
+        let first = try await signIn(harness)
+        let tabA = try await rotated(harness, first.refreshToken)
         clock.advance(by: 3)
-        let tabB = try await refresh(service, first.refreshToken)
+        let tabB = try await rotated(harness, first.refreshToken)
         #expect(tabA == tabB)
     }
 
+    @Test func twoTabsInOneBatchGetTheSameSuccessor() async throws {
+        let harness = try await harness()
+        let first = try await signIn(harness)
+        let answers = try await harness.handleBatch([
+            makeRequest(.refresh) { $0.refreshToken = first.refreshToken },
+            makeRequest(.refresh) { $0.refreshToken = first.refreshToken },
+        ])
+        let tabA = try #require(try answers[0].get().result.session)
+        let tabB = try #require(try answers[1].get().result.session)
+        #expect(tabA == tabB, "the second sees the first's rotation, though both were read together")
+        #expect(try await harness.count("refresh_tokens") == 2)
+    }
+
     @Test func reuseAfterTheGraceIntervalEndsTheFamily() async throws {
-        let service = try service()
-        let first = try await signIn(service)
-        let successor = try await refresh(service, first.refreshToken)
+        let harness = try await harness()
+        let first = try await signIn(harness)
+        let successor = try await rotated(harness, first.refreshToken)
         clock.advance(by: 6)
-        do {
-            _ = try await service.handle(request(.refresh) { $0.refreshToken = first.refreshToken })
-            Issue.record("expected refresh_token_reused")
-        } catch let reuse as RefreshReuse {
-            #expect(reuse.loginError.code == .refreshTokenReused)
-            let event = try MessageCoding.decode(
-                CloudEvent<SessionRevokedData>.self, from: try #require(reuse.events.first).payload)
-            #expect(event.type == "auth.session.revoked")
-            #expect(event.data.reason == "refresh_reuse")
-        }
+        let reuse = try await refresh(harness, first.refreshToken)
+        #expect(reuse.result.error?.code == .refreshTokenReused)
+        let event = try MessageCoding.decode(
+            CloudEvent<SessionRevokedData>.self, from: try #require(reuse.events.first).payload)
+        #expect(event.type == "auth.session.revoked")
+        #expect(event.data.reason == "refresh_reuse")
         // The whole family is gone: the successor the thief or the user holds is dead too.
         await #expect(throws: LoginError(.invalidRefreshToken, "")) {
-            try await service.handle(request(.refresh) { $0.refreshToken = successor.refreshToken })
+            try await harness.handle(makeRequest(.refresh) { $0.refreshToken = successor.refreshToken })
         }
-        #expect(store.revokedSessions.count == 1)
+        #expect(try await harness.count("sessions", where: "revoked_reason = 'refresh_reuse'") == 1)
     }
 
     @Test func unknownAndExpiredRefreshTokens() async throws {
-        let service = try service { $0.sessions.refreshTokenLifetime = 600 }
+        let harness = try await harness { $0.sessions.refreshTokenLifetime = 600 }
         await #expect(throws: LoginError(.invalidRefreshToken, "")) {
-            try await service.handle(request(.refresh) { $0.refreshToken = "rt_nope" })
+            try await harness.handle(makeRequest(.refresh) { $0.refreshToken = "rt_nope" })
         }
-        let first = try await signIn(service)
+        let first = try await signIn(harness)
         clock.advance(by: 601)
         await #expect(throws: LoginError(.invalidRefreshToken, "")) {
-            try await service.handle(request(.refresh) { $0.refreshToken = first.refreshToken })
+            try await harness.handle(makeRequest(.refresh) { $0.refreshToken = first.refreshToken })
         }
     }
 
     @Test func theAbsoluteSessionLifetimeBoundsEverything() async throws {
-        let service = try service { $0.sessions.sessionLifetime = 1000 }
-        var session = try await signIn(service)
+        let harness = try await harness { $0.sessions.sessionLifetime = 1000 }
+        var session = try await signIn(harness)
         #expect(session.refreshExpiresAt == "2026-11-29T12:16:40Z")
         clock.advance(by: 900)
-        session = try await refresh(service, session.refreshToken)
+        session = try await rotated(harness, session.refreshToken)
         #expect(session.expiresAt == "2026-11-29T12:16:40Z", "no token outlives its session")
         clock.advance(by: 101)
         await #expect(throws: LoginError(.invalidRefreshToken, "")) {
-            try await service.handle(request(.refresh) { $0.refreshToken = session.refreshToken })
+            try await harness.handle(makeRequest(.refresh) { $0.refreshToken = session.refreshToken })
         }
     }
 
     @Test(arguments: [WorkerConfiguration.AccessTokenFormat.jwt, .opaque])
     func logoutEndsTheSession(format: WorkerConfiguration.AccessTokenFormat) async throws {
-        let service = try service { $0.accessTokenFormat = format }
-        let guest = try #require(try await service.handle(request(.guest)))
+        let harness = try await harness { $0.accessTokenFormat = format }
+        let guest = try #require(try await harness.handle(makeRequest(.guest)))
         let first = try #require(guest.result.session)
         // The session's current tokens, after a rotation.
-        let other = try await refresh(service, first.refreshToken)
+        let other = try await rotated(harness, first.refreshToken)
         let outcome = try #require(
-            try await service.handle(
-                request(.logout) {
+            try await harness.handle(
+                makeRequest(.logout) {
                     $0.accessToken = other.accessToken
                     $0.scope = "device"
                 }))
@@ -133,52 +136,41 @@ import Testing
             CloudEvent<SessionRevokedData>.self, from: try #require(outcome.events.first).payload)
         #expect(event.data.reason == "logout")
         await #expect(throws: LoginError(.invalidRefreshToken, "")) {
-            try await service.handle(request(.refresh) { $0.refreshToken = other.refreshToken })
+            try await harness.handle(makeRequest(.refresh) { $0.refreshToken = other.refreshToken })
         }
         await #expect(throws: LoginError(.invalidToken, "")) {
-            try await service.handle(request(.logout) { $0.accessToken = "garbage" })
+            try await harness.handle(makeRequest(.logout) { $0.accessToken = "garbage" })
         }
     }
 
-    @Test func opaqueAccessTokensExpire() async throws {
-        let service = try service { $0.accessTokenFormat = .opaque }
-        let passwords = try PasswordService(parameters: fastArgon2, threads: 1)
-        var config = WorkerConfiguration()
-        config.accessTokenFormat = .opaque
-        let accounts = LoginService(
-            configuration: config, store: store,
-            accessTokens: OpaqueTokenIssuer(identifiers: Identifiers(clock: clock)),
-            passwords: passwords, clock: clock, identifiers: Identifiers(clock: clock),
-            logger: Logger(label: "test", handler: InMemoryLogHandler()))
-        let guest = try await signIn(service)
+    @Test func opaqueAccessTokensExpireAndRecordTheirUse() async throws {
+        let harness = try await harness(passwords: try PasswordService(parameters: fastArgon2, threads: 1)) {
+            $0.accessTokenFormat = .opaque
+        }
+        let guest = try await signIn(harness)
         #expect(guest.accessToken.wholeMatch(of: /[0-9a-f-]{36}\|[A-Za-z0-9]{40}/) != nil)
+        clock.advance(by: 60)
+        _ = try await harness.handle(makeRequest(.logout) { $0.accessToken = guest.accessToken })
+        let used = try await harness.query("SELECT last_used_at FROM access_tokens").first?.decode(
+            "last_used_at", as: Date?.self)
+        #expect(used == clock.now(), "presenting the token is a use")
+        let other = try await signIn(harness)
         clock.advance(by: 901)
         // Past its 15 minutes the token no longer proves the guest's account for linking.
         await #expect(throws: LoginError(.invalidToken, "")) {
-            try await accounts.handle(
-                request(.register) {
+            try await harness.handle(
+                makeRequest(.register) {
                     $0.email = "late@example.com"
                     $0.password = "correct horse"
-                    $0.linkTo = guest.accessToken
+                    $0.linkTo = other.accessToken
                 })
         }
     }
 
     @Test func logoutAllEndsEverySessionOfTheUser() async throws {
-        let service = try service()
-        let password = try PasswordService(parameters: fastArgon2, threads: 1)
-        let accounts = LoginService(
-            configuration: {
-                var c = WorkerConfiguration(); c.signingKeyPaths = [keyPath]; return c
-            }(), store: store,
-            accessTokens: try JWTAccessTokenIssuer(
-                configuration: {
-                    var c = WorkerConfiguration(); c.signingKeyPaths = [keyPath]; return c
-                }()),
-            passwords: password, clock: clock, identifiers: Identifiers(clock: clock),
-            logger: Logger(label: "test", handler: InMemoryLogHandler()))
-        _ = try await accounts.handle(
-            request(.register) {
+        let harness = try await harness(passwords: try PasswordService(parameters: fastArgon2, threads: 1))
+        _ = try await harness.handle(
+            makeRequest(.register) {
                 $0.email = "all@example.com"
                 $0.password = "correct horse"
             })
@@ -186,15 +178,15 @@ import Testing
         for _ in 0..<3 {
             sessions.append(
                 try #require(
-                    try await accounts.handle(
-                        request(.password) {
+                    try await harness.handle(
+                        makeRequest(.password) {
                             $0.email = "all@example.com"
                             $0.password = "correct horse"
                         })?.result.session))
         }
         let outcome = try #require(
-            try await service.handle(
-                request(.logout) {
+            try await harness.handle(
+                makeRequest(.logout) {
                     $0.accessToken = sessions[0].accessToken
                     $0.scope = "all"
                 }))
@@ -202,34 +194,35 @@ import Testing
         #expect(outcome.events.allSatisfy { String(decoding: $0.payload, as: UTF8.self).contains("logout_all") })
         for session in sessions {
             await #expect(throws: LoginError(.invalidRefreshToken, "")) {
-                try await service.handle(request(.refresh) { $0.refreshToken = session.refreshToken })
+                try await harness.handle(makeRequest(.refresh) { $0.refreshToken = session.refreshToken })
             }
         }
     }
 
     @Test func replyKeysSealTheSessionAndBadOnesAreRefusedFirst() async throws {
-        let service = try service()
+        let harness = try await harness()
         let recipient = try X25519.generateKeyPair()
         let outcome = try #require(
-            try await service.handle(request(.guest) { $0.replyKey = Base64URL.encode(recipient.publicKey) }))
+            try await harness.handle(makeRequest(.guest) { $0.replyKey = Base64URL.encode(recipient.publicKey) }))
         #expect(outcome.result.session == nil)
         let jwe = try #require(outcome.result.sealedSession)
         #expect(jwe.split(separator: ".", omittingEmptySubsequences: false).count == 5)
         #expect(!jwe.contains("rt_"))
 
         await #expect(throws: LoginError(.malformedRequest, "")) {
-            try await service.handle(request(.guest) { $0.replyKey = "not-a-key" })
+            try await harness.handle(makeRequest(.guest) { $0.replyKey = "not-a-key" })
         }
-        let strict = try self.service { $0.sessions.requireReplyKey = true }
-        await #expect(throws: LoginError(.malformedRequest, "")) { try await strict.handle(request(.guest)) }
-        #expect(store.users.count == 1, "refused before anything was written")
+        let strict = try await self.harness { $0.sessions.requireReplyKey = true }
+        await #expect(throws: LoginError(.malformedRequest, "")) { try await strict.handle(makeRequest(.guest)) }
+        #expect(try await harness.count("users") == 1, "refused before anything was written")
+        #expect(try await strict.count("users") == 0)
     }
 
     @Test(.requiresIndependentJOSE) func theGatewayOpensTheSealedSessionWithItsPrivateKey() async throws {
-        let service = try service()
+        let harness = try await harness()
         let recipient = try X25519.generateKeyPair()
         let outcome = try #require(
-            try await service.handle(request(.guest) { $0.replyKey = Base64URL.encode(recipient.publicKey) }))
+            try await harness.handle(makeRequest(.guest) { $0.replyKey = Base64URL.encode(recipient.publicKey) }))
         let script = """
             import sys, json
             from jwcrypto import jwk, jwe

@@ -2,8 +2,8 @@ import Foundation
 import PGStore
 
 /// What `auth-worker users show` prints: the user, identities and sessions, never a secret.
-struct UserReport: Codable {
-    struct Identity: Codable {
+public struct UserReport: Codable, Sendable {
+    public struct Identity: Codable, Sendable {
         var provider: String
         var subject: String
         var email: String?
@@ -19,7 +19,7 @@ struct UserReport: Codable {
         }
     }
 
-    struct Session: Codable {
+    public struct Session: Codable, Sendable {
         var id: String
         var provider: String
         var device: String?

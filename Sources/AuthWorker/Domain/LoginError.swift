@@ -1,3 +1,4 @@
+import Foundation
 import Messages
 
 /// A definite answer that is not a success: becomes an error result with the contract's code.
@@ -25,5 +26,16 @@ public struct LoginError: Error, Equatable, CustomStringConvertible {
     /// The result's error object.
     public var payload: ErrorPayload {
         ErrorPayload(code: code, message: message, retriable: retriable, field: field, retryAfter: retryAfter)
+    }
+}
+
+extension LoginError {
+    /// `too_many_attempts`, saying when to try again.
+    static func tooManyAttempts(until date: Date, message: String = "too many failed attempts for this account")
+        -> LoginError
+    {
+        var error = LoginError(.tooManyAttempts, message)
+        error.retryAfter = Timestamp.format(date)
+        return error
     }
 }

@@ -1,0 +1,204 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import Messages
+
+/// Apple's server-to-server notifications, forwarded by the gateway as received (`{"payload": "<JWT>"}`
+/// in the `data` of an `auth.provider.notification` CloudEvent).
+///
+/// The JWT is verified with Apple's keys and the app's audience; its `events` claim (itself a JSON
+/// string) says what happened: `consent-revoked` ends the identity's sessions, `account-delete`
+/// (and `account-deleted`) deletes the user, `email-disabled` / `email-enabled` record the relay
+/// address's status. Each notification acts once, keyed by its verified content.
+public struct AppleNotificationFlow: Sendable {
+    struct Body: Codable, Sendable {
+        var payload: String
+    }
+
+    /// Why a notification can never be applied; it goes to the dead-letter topic.
+    public struct Refusal: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    private let provider: IdentityProvider?
+    private let configuration: WorkerConfiguration
+    private let clock: any WorkerClock
+    private let identifiers: Identifiers
+
+    public init(provider: IdentityProvider?, configuration: WorkerConfiguration, clock: any WorkerClock) {
+        self.provider = provider
+        self.configuration = configuration
+        self.clock = clock
+        self.identifiers = Identifiers(clock: clock)
+    }
+
+    /// Verifies a notification and says what it asks for.
+    /// - Throws: `Refusal` for what can never be applied; `JOSEError.keySetUnavailable` while
+    ///   Apple's keys cannot be fetched (try again later).
+    public func prepare(_ value: [UInt8]) async throws -> AppleNotification {
+        guard let provider else { throw Refusal(description: "Sign in with Apple is not enabled") }
+        let body: Body
+        do {
+            body = try MessageCoding.decode(CloudEvent<Body>.self, from: value).data
+        } catch {
+            throw Refusal(description: "not an auth.provider.notification with a payload")
+        }
+        var policy = provider.configuration.claimsPolicy
+        policy.requireSubject = false
+        let claims: IDTokenClaims
+        do {
+            let jws = try CompactJWS(body.payload)
+            let keys = try await provider.keySet.keys(forKeyID: jws.header.kid)
+            claims = try JWSVerifier.verifyIDToken(
+                jws, keys: keys, allowed: provider.configuration.algorithms, policy: policy, now: clock.now(),
+                nonce: nil)
+        } catch let error as JOSEError where error.code == .keySetUnavailable {
+            throw error
+        } catch let error as JOSEError {
+            throw Refusal(description: "the notification's token is not Apple's: \(error)")
+        }
+        guard let text = claims.events, let members = try? JSONReader.object(Array(text.utf8)),
+            case .string(let type)? = members["type"], case .string(let subject)? = members["sub"]
+        else { throw Refusal(description: "the notification has no usable events claim") }
+        var email: String?
+        if case .string(let value)? = members["email"] { email = value.lowercased() }
+        // Keyed by what was verified, not by the bytes that carried it: a resent copy with other
+        // whitespace around the token is the same notification.
+        var jti = ""
+        if case .string(let value)? = claims.members["jti"] { jti = value }
+        let digest = SHA256.hash(Array("\(jti)\u{0}\(claims.issuedAt ?? 0)\u{0}\(text)".utf8))
+        let now = clock.now()
+        return AppleNotification(
+            key: "apple-notification:" + Hex.encode(digest), type: type, subject: subject, email: email,
+            events: EventFactory(
+                identifiers: identifiers, topic: configuration.topics.events, source: configuration.eventSource,
+                traceparent: nil, now: now),
+            rememberedUntil: now + configuration.sessions.idempotencyLifetime, now: now)
+    }
+}
+
+/// A verified Apple notification, ready to apply.
+public struct AppleNotification: Sendable, Equatable {
+    /// What the notification is remembered by, so it acts once.
+    public let key: String
+    public let type: String
+    /// The Apple user (`sub`) it concerns.
+    public let subject: String
+    public let email: String?
+    let events: EventFactory
+    let rememberedUntil: Date
+    let now: Date
+
+    public static func == (lhs: AppleNotification, rhs: AppleNotification) -> Bool {
+        lhs.key == rhs.key && lhs.type == rhs.type && lhs.subject == rhs.subject && lhs.email == rhs.email
+    }
+
+    var prefetch: Prefetch {
+        var prefetch = Prefetch()
+        prefetch.identities = [IdentityKey(provider: "apple", subject: subject)]
+        return prefetch
+    }
+
+    /// Applies the notification once.
+    /// - Returns: how many events it wrote.
+    func write(_ unit: any UnitOfWork) throws -> Int {
+        guard !(try unit.isRecorded(requestID: key)) else { return 0 }
+        try unit.recordRequest(
+            RequestRecord(
+                requestID: key, method: "apple_notification", status: "ok", digest: nil, userID: nil, sessionID: nil,
+                resultSealed: nil, processedAt: now, expiresAt: rememberedUntil))
+        guard let identity = try unit.identity(provider: "apple", subject: subject) else { return 0 }
+        switch type {
+        case "consent-revoked":
+            let sessions = try unit.liveSessions(userID: identity.userID, at: now)
+            try unit.revokeSessions(sessions, reason: "consent_revoked", at: now)
+            for session in sessions {
+                try unit.appendEvent(
+                    try events.sessionRevoked(user: identity.userID, session: session, reason: "consent_revoked"))
+            }
+            return sessions.count
+        case "account-delete", "account-deleted":
+            return try AccountDeletion.delete(
+                [identity.userID], reason: "apple_account_deleted", revokeSessions: true, unit: unit, events: events
+            ).events
+        case "email-disabled", "email-enabled":
+            try unit.setEmailStatus(
+                provider: "apple", subject: subject, status: type == "email-enabled" ? "enabled" : "disabled")
+            return 0
+        default:
+            return 0
+        }
+    }
+}
+
+/// Deleting users, for operators and for Apple's account deletions: every live session's end
+/// and the deletion itself are announced, in the transaction that deletes.
+public enum AccountDeletion {
+    /// What a deletion did.
+    public struct Summary: Sendable, Equatable {
+        public var users: Int = 0
+        public var sessionsRevoked: Int = 0
+        public var events: Int = 0
+    }
+
+    static func delete(
+        _ ids: [UUID], reason: String, revokeSessions: Bool, unit: any UnitOfWork, events: EventFactory
+    ) throws -> Summary {
+        var summary = Summary()
+        for id in ids {
+            if revokeSessions {
+                for session in try unit.liveSessions(userID: id, at: events.now) {
+                    try unit.appendEvent(try events.sessionRevoked(user: id, session: session, reason: "user_deleted"))
+                    summary.sessionsRevoked += 1
+                    summary.events += 1
+                }
+            }
+            try unit.appendEvent(try events.userDeleted(user: id, reason: reason))
+            summary.events += 1
+        }
+        try unit.deleteUsers(ids)
+        summary.users = ids.count
+        return summary
+    }
+
+    /// Deletes one user (`auth-worker users delete`).
+    /// - Returns: nil when there is no such user.
+    public static func deleteUser(
+        _ id: UUID, reason: String, store: PostgresStore, configuration: WorkerConfiguration, clock: any WorkerClock
+    ) async throws -> Summary? {
+        let events = EventFactory(
+            identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
+            source: configuration.eventSource, traceparent: nil, now: clock.now())
+        return try await store.transaction { unit in
+            guard try unit.user(id: id) != nil else { return nil }
+            return try delete([id], reason: reason, revokeSessions: true, unit: unit, events: events)
+        }
+    }
+
+    /// Deletes guests created before `cutoff` that never became members, in batches
+    /// (`auth-worker guests purge`); each is announced with reason `guest_expired`.
+    public static func purgeGuests(
+        createdBefore cutoff: Date, batchSize: Int = 500, store: PostgresStore, configuration: WorkerConfiguration,
+        clock: any WorkerClock
+    ) async throws -> Summary {
+        var total = Summary()
+        while true {
+            let ids = try await store.staleGuests(createdBefore: cutoff, limit: batchSize)
+            guard !ids.isEmpty else { return total }
+            let events = EventFactory(
+                identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
+                source: configuration.eventSource, traceparent: nil, now: clock.now())
+            let summary = try await store.transaction { unit in
+                // Only those still guests without an identity now, inside the transaction.
+                let still = try ids.filter { id in
+                    guard let user = try unit.user(id: id) else { return false }
+                    return user.isGuest && user.providers.isEmpty
+                }
+                return try delete(still, reason: "guest_expired", revokeSessions: false, unit: unit, events: events)
+            }
+            total.users += summary.users
+            total.events += summary.events
+            if ids.count < batchSize { return total }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+import Foundation
+import Messages
+
+/// Makes the lifecycle events of `auth.user.events`: one way to build each, with a fresh
+/// (UUIDv7) id, the request's trace and the time it was decided.
+struct EventFactory: Sendable {
+    let identifiers: Identifiers
+    let topic: String
+    let source: String
+    let traceparent: String?
+    let now: Date
+
+    func userCreated(_ user: StoredUser, provider: String) throws -> OutboxEvent {
+        try make(
+            UserEventType.created,
+            UserCreatedData(
+                userId: user.id.lowercasedString, handle: user.handle, name: user.name, email: user.email,
+                emailVerified: user.emailVerified, isPrivateEmail: user.isPrivateEmail, isGuest: user.isGuest,
+                provider: provider, createdAt: Timestamp.format(user.createdAt)),
+            user: user.id)
+    }
+
+    func userUpgraded(_ user: StoredUser, provider: String) throws -> OutboxEvent {
+        try make(
+            UserEventType.upgraded,
+            UserUpgradedData(userId: user.id.lowercasedString, provider: provider, email: user.email, name: user.name),
+            user: user.id)
+    }
+
+    func identityLinked(user: UUID, provider: String, subject: String) throws -> OutboxEvent {
+        try make(
+            UserEventType.identityLinked,
+            IdentityLinkedData(userId: user.lowercasedString, provider: provider, subject: subject), user: user)
+    }
+
+    func sessionRevoked(user: UUID, session: UUID, reason: String) throws -> OutboxEvent {
+        try make(
+            UserEventType.sessionRevoked,
+            SessionRevokedData(userId: user.lowercasedString, sessionId: session.lowercasedString, reason: reason),
+            user: user)
+    }
+
+    func userDeleted(user: UUID, reason: String) throws -> OutboxEvent {
+        try make(UserEventType.deleted, UserDeletedData(userId: user.lowercasedString, reason: reason), user: user)
+    }
+
+    /// Events are keyed by their user, so one user's events stay in order.
+    private func make<Payload: Codable & Sendable>(_ type: String, _ data: Payload, user: UUID) throws -> OutboxEvent {
+        let id = try identifiers.uuid()
+        let envelope = CloudEvent(
+            id: id.lowercasedString, source: source, type: type, time: now, traceparent: traceparent, data: data)
+        return OutboxEvent(
+            id: id, topic: topic, key: user.lowercasedString, payload: try MessageCoding.encode(envelope),
+            createdAt: now)
+    }
+}

@@ -1,0 +1,315 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import Messages
+import Passwords
+import ServiceKit
+
+extension LoginFlows {
+    // MARK: - Provider sign-in (Apple, Google, OpenID Connect)
+
+    /// `apple`, `google`, `oidc`: the provider's ID token names the identity; its first sign-in
+    /// creates the user.
+    func prepareProviderSignIn(_ request: LoginRequest) async throws -> any PreparedWrite {
+        let data = request.data
+        let name = request.method == .oidc ? (data.provider ?? "") : request.method.rawValue
+        guard let provider = providers[name] else {
+            if request.method == .oidc {
+                throw LoginError(
+                    .unknownProvider, "provider \(name.prefix(64)) is not configured", field: "data.provider")
+            }
+            throw LoginError(.unsupportedMethod, "\(name) sign-in is not enabled (no audiences configured)")
+        }
+        let now = clock.now()
+        let linkTo = try data.linkTo.map {
+            try presentedToken($0, field: "data.link_to", allowExpired: false, at: now)
+        }
+        let verified: VerifiedIdentity
+        do {
+            verified = try await provider.verify(token: data.identityToken ?? "", nonce: data.nonce).identity
+        } catch let error as JOSEError {
+            throw LoginError(error)
+        }
+        let profileName = Self.profileName(data.profile)
+        let identity = NewIdentity(
+            provider: verified.provider, subject: verified.subject, email: verified.email,
+            emailVerified: verified.emailVerified, isPrivateEmail: verified.isPrivateEmail, passwordHash: nil)
+        return try identitySignIn(
+            request, mode: .findOrCreate, identity: identity, name: profileName ?? verified.name,
+            newUserName: profileName ?? verified.name ?? Self.fallbackName(verified), linkTo: linkTo, at: now,
+            linkByVerifiedEmail: configuration.accounts.linkByVerifiedEmail)
+    }
+
+    /// Apple's first-authorization name, as the app received it.
+    static func profileName(_ profile: LoginRequestData.Profile?) -> String? {
+        let parts = [profile?.givenName, profile?.familyName].compactMap {
+            $0?.trimmingCharacters(in: .whitespacesAndNewlines)
+        }.filter { !$0.isEmpty }
+        return parts.isEmpty ? nil : parts.joined(separator: " ")
+    }
+
+    /// A display name for someone the provider gave no name: the e-mail's local part when it is a
+    /// real address, else "<Provider> user".
+    static func fallbackName(_ identity: VerifiedIdentity) -> String {
+        if let email = identity.email, !identity.isPrivateEmail, let local = email.split(separator: "@").first,
+            !local.isEmpty
+        {
+            return String(local)
+        }
+        return identity.provider.prefix(1).uppercased() + identity.provider.dropFirst() + " user"
+    }
+
+    // MARK: - Registration and password login
+
+    /// `register`: a new e-mail and password account (or a guest keeping its id, with `link_to`).
+    func prepareRegistration(_ request: LoginRequest) async throws -> any PreparedWrite {
+        let passwords = try passwordService()
+        let data = request.data
+        guard let email = EmailAddress.normalize(data.email ?? "") else {
+            throw LoginError(.malformedRequest, "not a valid e-mail address", field: "data.email")
+        }
+        let password = data.password ?? ""
+        do {
+            try passwords.policy.check(password, email: email)
+        } catch let weakness as PasswordPolicy.Weakness {
+            throw LoginError(.weakPassword, "the password \(weakness.reason)", field: "data.password")
+        }
+        let now = clock.now()
+        let linkTo = try data.linkTo.map {
+            try presentedToken($0, field: "data.link_to", allowExpired: false, at: now)
+        }
+        let hash = try await passwords.hash(password)
+        let name = data.name?.trimmingCharacters(in: .whitespacesAndNewlines).nilIfEmpty
+        // The address is unverified: nobody has proven they receive mail there.
+        let identity = NewIdentity(
+            provider: "password", subject: email, email: email, emailVerified: false, isPrivateEmail: false,
+            passwordHash: hash)
+        return try identitySignIn(
+            request, mode: .createOnly, identity: identity, name: name,
+            newUserName: name ?? String(email.split(separator: "@").first ?? "user"), linkTo: linkTo, at: now)
+    }
+
+    /// `password`: the attempt is counted before the hash is checked, so a burst of guesses for
+    /// one account, however parallel, gets no more verifications than the limit allows.
+    func preparePasswordLogin(_ request: LoginRequest) async throws -> any PreparedWrite {
+        let passwords = try passwordService()
+        let data = request.data
+        // An implausible address is answered like a wrong one: the same code, the same work.
+        let email = EmailAddress.normalize(data.email ?? "")
+        let throttleKey = "password:" + (email ?? (data.email ?? "").lowercased())
+        let now = clock.now()
+        let attempt = try await attempts.reservePasswordAttempt(
+            key: throttleKey, email: email, at: now, policy: configuration.accounts.throttle)
+        guard attempt.allowed else {
+            throw LoginError.tooManyAttempts(until: attempt.lockedUntil ?? now)
+        }
+        // Unknown e-mails are checked against a dummy hash: the same code and a similar time.
+        let password = data.password ?? ""
+        let verification = try await passwords.verify(password, against: attempt.credential?.passwordHash)
+        guard let email, attempt.credential != nil, verification.matches else {
+            logger.info(
+                "Password login refused",
+                metadata: [LogKey.requestID: request.id, "auth.failures": String(attempt.failures)])
+            throw LoginError(.invalidCredentials, "wrong e-mail address or password")
+        }
+        let identity = NewIdentity(
+            provider: "password", subject: email, email: nil, emailVerified: false, isPrivateEmail: false,
+            passwordHash: nil)
+        var signIn = try identitySignIn(
+            request, mode: .findOnly, identity: identity, name: nil, newUserName: email, linkTo: nil, at: now)
+        signIn.throttleKey = throttleKey
+        if verification.needsRehash { signIn.replacementPasswordHash = try await passwords.hash(password) }
+        return signIn
+    }
+
+    func passwordService() throws -> PasswordService {
+        guard let passwords else {
+            throw LoginError(.unsupportedMethod, "password accounts are not enabled on this worker")
+        }
+        return passwords
+    }
+
+    // MARK: - Shared by every identity sign-in
+
+    func identitySignIn(
+        _ request: LoginRequest, mode: SignInMode, identity: NewIdentity, name: String?, newUserName: String,
+        linkTo: PresentedAccessToken?, at now: Date, linkByVerifiedEmail: Bool = false
+    ) throws -> IdentitySignIn {
+        IdentitySignIn(
+            requestID: request.id, mode: mode, identity: identity, name: name,
+            newUser: NewUser(
+                id: try identifiers.uuid(), name: newUserName, email: identity.email,
+                emailVerified: identity.emailVerified, isPrivateEmail: identity.isPrivateEmail, isGuest: false,
+                createdAt: now),
+            handles: try handleCandidates(name: newUserName, isGuest: false), linkTo: linkTo,
+            linkByVerifiedEmail: linkByVerifiedEmail, pending: try pendingSession(at: now, isGuest: false),
+            device: request.data.device, events: events(for: request, at: now), now: now)
+    }
+}
+
+/// How a sign-in may treat the identity it names.
+enum SignInMode: Sendable, Equatable {
+    /// Find the identity's user, or create one (provider logins).
+    case findOrCreate
+    /// The identity must already exist (password logins).
+    case findOnly
+    /// The identity must not exist yet (registration).
+    case createOnly
+}
+
+/// What a sign-in did to the account, for the events and the result.
+enum SignInKind: Sendable, Equatable {
+    /// An existing identity signed in.
+    case existing
+    /// A new user was created with the identity.
+    case created
+    /// A guest got the identity and became a full account.
+    case upgraded
+    /// The identity was added to an existing full account.
+    case linked
+}
+
+/// A sign-in with an identity (provider, password or registration), ready to write.
+struct IdentitySignIn: PreparedWrite {
+    let requestID: String
+    let mode: SignInMode
+    /// The identity as the request proves it now.
+    let identity: NewIdentity
+    /// A name for the user: set on a new user, and on an existing one that has none.
+    let name: String?
+    /// The user to create if the identity is new and not linked.
+    let newUser: NewUser
+    let handles: [String]
+    /// Attach a new identity to the account this token signs in to (typically a guest).
+    let linkTo: PresentedAccessToken?
+    /// Attach a new identity to the one full account with the same verified, non-relay e-mail.
+    let linkByVerifiedEmail: Bool
+    let pending: PendingSession
+    let device: LoginRequestData.Device?
+    let events: EventFactory
+    let now: Date
+    /// Password logins: the throttle row to clear on success.
+    var throttleKey: String?
+    /// Password logins: a fresh hash to store (the old one was outdated).
+    var replacementPasswordHash: String?
+
+    var prefetch: Prefetch {
+        var prefetch = Prefetch()
+        prefetch.identities = [IdentityKey(provider: identity.provider, subject: identity.subject)]
+        prefetch.handles = handles
+        if let linkTo { prefetch.merge(linkTo.prefetch) }
+        return prefetch
+    }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let existing = try unit.identity(provider: identity.provider, subject: identity.subject)
+        switch (mode, existing) {
+        case (.createOnly, .some):
+            throw LoginError(.emailTaken, "an account with this e-mail address exists", field: "data.email")
+        case (.findOnly, nil):
+            throw LoginError(.invalidCredentials, "wrong e-mail address or password")
+        default:
+            break
+        }
+        let linkUser = try linkTo?.session(in: unit, at: now, allowExpired: false, field: "data.link_to").userID
+        if let existing, let linkUser, existing.userID != linkUser { throw linkConflict }
+
+        var user: StoredUser
+        let kind: SignInKind
+        if let existing {
+            try unit.updateIdentity(
+                existing.updated(with: identity, passwordHash: replacementPasswordHash), lastLoginAt: now)
+            guard let stored = try unit.user(id: existing.userID) else { throw linkConflict }
+            user = stored.filledIn(name: name, from: identity)
+            if user != stored { try unit.updateUser(user, upgradedAt: nil, at: now) }
+            kind = .existing
+        } else if let target = try linkTarget(linkUser, unit) {
+            try unit.insertIdentity(identity, userID: target.id, at: now)
+            kind = target.isGuest ? .upgraded : .linked
+            user = target.filledIn(name: name, from: identity)
+            user.isGuest = false
+            user.providers.append(identity.provider)
+            try unit.updateUser(user, upgradedAt: kind == .upgraded ? now : nil, at: now)
+        } else {
+            user = try unit.insertUser(newUser, handles: handles)
+            try unit.insertIdentity(identity, userID: user.id, at: now)
+            user.providers = [identity.provider]
+            kind = .created
+        }
+        if let throttleKey { try unit.resetThrottle(key: throttleKey) }
+
+        let accessToken = try pending.accessToken(for: user.id)
+        try unit.insertSession(
+            pending.session(provider: identity.provider, device: device, accessToken: accessToken), userID: user.id)
+        switch kind {
+        case .existing: break
+        case .created: try unit.appendEvent(try events.userCreated(user, provider: identity.provider))
+        case .upgraded: try unit.appendEvent(try events.userUpgraded(user, provider: identity.provider))
+        case .linked:
+            try unit.appendEvent(
+                try events.identityLinked(user: user.id, provider: identity.provider, subject: identity.subject))
+        }
+        return FlowAnswer(
+            result: .ok(
+                requestID: requestID, user: user.payload, newUser: kind == .created,
+                session: pending.payload(accessToken: accessToken)),
+            userID: user.id, sessionID: pending.sessionID)
+    }
+
+    /// The account a new identity joins instead of a new user: the `link_to` account, or the one
+    /// full account with the same verified e-mail when that is enabled.
+    private func linkTarget(_ linkUser: UUID?, _ unit: any UnitOfWork) throws -> StoredUser? {
+        if let linkUser {
+            guard let target = try unit.user(id: linkUser) else { throw linkConflict }
+            return target
+        }
+        guard linkByVerifiedEmail, let email = identity.email, identity.emailVerified, !identity.isPrivateEmail
+        else { return nil }
+        let matches = try unit.usersWithVerifiedEmail(email)
+        guard matches.count == 1, let match = matches.first else { return nil }
+        return try unit.user(id: match)
+    }
+
+    private var linkConflict: LoginError {
+        LoginError(
+            .linkConflict, "this \(identity.provider) identity already belongs to another account",
+            field: "data.link_to")
+    }
+}
+
+// MARK: - What a sign-in changes
+
+extension IdentityRecord {
+    /// The identity updated with what a sign-in proves now: a newer e-mail and its verification
+    /// (a missing e-mail never erases the stored one) and a replacement password hash.
+    func updated(with proof: NewIdentity, passwordHash replacement: String?) -> IdentityRecord {
+        var updated = self
+        if let email = proof.email {
+            updated.email = email
+            updated.emailVerified = proof.emailVerified
+            updated.isPrivateEmail = proof.isPrivateEmail
+        }
+        if let replacement { updated.passwordHash = replacement }
+        return updated
+    }
+}
+
+extension StoredUser {
+    /// The user with what it lacks filled in from a sign-in: a name or an e-mail is never
+    /// overwritten, nor erased. An e-mail the user already has becomes verified when the
+    /// identity's copy of it is.
+    func filledIn(name newName: String?, from identity: NewIdentity) -> StoredUser {
+        var filled = self
+        if filled.name == nil { filled.name = newName }
+        if let current = email {
+            if let proven = identity.email, proven.lowercased() == current.lowercased(), identity.emailVerified {
+                filled.emailVerified = true
+            }
+        } else if let proven = identity.email {
+            filled.email = proven
+            filled.emailVerified = identity.emailVerified
+            filled.isPrivateEmail = identity.isPrivateEmail
+        }
+        return filled
+    }
+}

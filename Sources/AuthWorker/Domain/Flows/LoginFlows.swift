@@ -1,0 +1,238 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import Messages
+import ServiceKit
+
+/// A request prepared for its write: everything decided that needs no database.
+///
+/// `write` runs inside the batch's transaction, on the database's thread, after every request
+/// before it in the batch: it reads what it must decide on through the unit of work, writes, and
+/// returns the answer. Throwing a `LoginError` refuses the request and drops its writes.
+public protocol PreparedWrite: Sendable {
+    /// The rows `write` will read, fetched for the whole batch in one round trip (a hint: reads
+    /// of anything else still work, one round trip each).
+    var prefetch: Prefetch { get }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer
+}
+
+/// What a request's write decided: the answer, and what it concerns.
+public struct FlowAnswer: Sendable {
+    public var result: LoginResultData
+    public var userID: UUID?
+    public var sessionID: UUID?
+
+    public init(result: LoginResultData, userID: UUID?, sessionID: UUID?) {
+        self.result = result
+        self.userID = userID
+        self.sessionID = sessionID
+    }
+}
+
+/// Counts password attempts before they are verified, and reads the credential to verify.
+public protocol PasswordAttempts: Sendable {
+    func reservePasswordAttempt(key: String, email: String?, at date: Date, policy: ThrottlePolicy) async throws
+        -> PasswordAttempt
+}
+
+/// The login flows. Each reads top to bottom in two steps: `prepare` validates the request and
+/// computes what needs no database (verifies tokens, hashes passwords, makes ids and secrets),
+/// in parallel with the rest of the batch; the prepared value's `write` then decides and writes
+/// through the batch's unit of work.
+///
+/// Definite refusals are thrown as `LoginError`; anything else thrown (a database that is down,
+/// a key set that cannot be fetched for a notification) is for the caller to retry.
+public struct LoginFlows: Sendable {
+    let configuration: WorkerConfiguration
+    let accessTokens: any AccessTokenIssuer
+    let providers: IdentityProviders
+    let passwords: PasswordService?
+    let attempts: any PasswordAttempts
+    let clock: any WorkerClock
+    let identifiers: Identifiers
+    let logger: Logger
+
+    public init(
+        configuration: WorkerConfiguration, accessTokens: any AccessTokenIssuer,
+        providers: IdentityProviders = IdentityProviders([]), passwords: PasswordService? = nil,
+        attempts: any PasswordAttempts, clock: any WorkerClock, identifiers: Identifiers, logger: Logger
+    ) {
+        self.configuration = configuration
+        self.accessTokens = accessTokens
+        self.providers = providers
+        self.passwords = passwords
+        self.attempts = attempts
+        self.clock = clock
+        self.identifiers = identifiers
+        self.logger = logger
+    }
+
+    /// Validates and computes everything `request` needs before its write.
+    /// - Throws: `LoginError` for a definite refusal; other errors are transient.
+    public func prepare(_ request: LoginRequest) async throws -> any PreparedWrite {
+        switch request.method {
+        case .guest: try prepareGuest(request)
+        case .apple, .google, .oidc: try await prepareProviderSignIn(request)
+        case .register: try await prepareRegistration(request)
+        case .password: try await preparePasswordLogin(request)
+        case .refresh: try prepareRefresh(request)
+        case .logout: try prepareLogout(request)
+        }
+    }
+
+    /// The events a request causes, stamped with its trace and time.
+    func events(for request: LoginRequest, at date: Date) -> EventFactory {
+        EventFactory(
+            identifiers: identifiers, topic: configuration.topics.events, source: configuration.eventSource,
+            traceparent: request.traceparent, now: date)
+    }
+
+    /// A new session's ids, secrets and lifetimes.
+    func pendingSession(at date: Date, isGuest: Bool) throws -> PendingSession {
+        try PendingSession(
+            identifiers: identifiers, lifetimes: configuration.sessions, now: date, isGuest: isGuest,
+            issuer: accessTokens)
+    }
+
+    /// Handles to try for a new user, shortest first: the random part grows until one is free,
+    /// so a handle is always found however crowded a name is.
+    func handleCandidates(name: String?, isGuest: Bool) throws -> [String] {
+        try (isGuest ? [3, 4, 6] : [2, 3, 4, 6]).map { try identifiers.handle(name: name, isGuest: isGuest, bytes: $0) }
+    }
+
+    // MARK: - Access tokens presented by clients
+
+    /// An access token a request presents (`link_to`, logout), checked as far as it can be without
+    /// the database: a JWT's signature, issuer, audience and (unless `allowExpired`) expiry.
+    /// - Throws: `invalid_token` naming `field`.
+    func presentedToken(_ token: String, field: String, allowExpired: Bool, at date: Date) throws
+        -> PresentedAccessToken
+    {
+        if token.split(separator: ".", omittingEmptySubsequences: false).count == 3,
+            let jwt = accessTokens as? JWTAccessTokenIssuer
+        {
+            guard let claims = try? jwt.verify(token, now: allowExpired ? .distantPast : date) else {
+                throw PresentedAccessToken.invalid(field: field)
+            }
+            return .jwt(claims)
+        }
+        return .opaque(hash: SHA256.hash(token))
+    }
+}
+
+/// An access token presented by a client, before its session is looked up.
+enum PresentedAccessToken: Sendable {
+    case jwt(AccessTokenClaims)
+    /// An opaque token, by its SHA-256 (the only form the database knows).
+    case opaque(hash: [UInt8])
+
+    var prefetch: Prefetch {
+        var prefetch = Prefetch()
+        switch self {
+        case .jwt(let claims): prefetch.sessions = [claims.sessionID]
+        case .opaque(let hash): prefetch.accessTokens = [hash]
+        }
+        return prefetch
+    }
+
+    static func invalid(field: String) -> LoginError {
+        LoginError(.invalidToken, "\(field.dropFirst(5)) is not a valid access token", field: field)
+    }
+
+    /// The live session the token belongs to; an opaque token's use is recorded.
+    /// - Parameter allowExpired: accept a token whose short lifetime has passed while its session
+    ///   lives (logging out with a stale token is fine; linking is not).
+    /// - Throws: `invalid_token` naming `field`.
+    func session(in unit: any UnitOfWork, at date: Date, allowExpired: Bool, field: String) throws -> SessionRecord {
+        switch self {
+        case .jwt(let claims):
+            guard let session = try unit.session(id: claims.sessionID), session.userID == claims.userID,
+                session.revokedAt == nil, allowExpired || session.expiresAt > date
+            else { throw Self.invalid(field: field) }
+            return session
+        case .opaque(let hash):
+            guard let token = try unit.accessToken(hash: hash), token.session.revokedAt == nil,
+                allowExpired || min(token.expiresAt, token.session.expiresAt) > date
+            else { throw Self.invalid(field: field) }
+            try unit.recordAccessTokenUse(tokenID: token.id, at: date)
+            return token.session
+        }
+    }
+}
+
+/// A session whose ids, refresh token and lifetimes are decided before the write; its access
+/// token is signed once the user is known (a JWT names its user).
+struct PendingSession: Sendable {
+    let sessionID: UUID
+    let accessID: UUID
+    let refreshID: UUID
+    let refreshToken: String
+    let now: Date
+    let accessExpiry: Date
+    let refreshExpiry: Date
+    let sessionExpiry: Date
+    let abilities: [String]
+    let isGuest: Bool
+    let issuer: any AccessTokenIssuer
+
+    init(
+        identifiers: Identifiers, lifetimes: WorkerConfiguration.Sessions, now: Date, isGuest: Bool,
+        issuer: any AccessTokenIssuer
+    ) throws {
+        sessionID = try identifiers.uuid()
+        accessID = try identifiers.uuid()
+        refreshID = try identifiers.uuid()
+        refreshToken = "rt_" + (try identifiers.secret(characters: 48))
+        self.now = now
+        sessionExpiry = now + lifetimes.sessionLifetime
+        accessExpiry = min(now + lifetimes.accessTokenLifetime, sessionExpiry)
+        refreshExpiry = min(now + lifetimes.refreshTokenLifetime, sessionExpiry)
+        abilities = isGuest ? lifetimes.guestAbilities : lifetimes.memberAbilities
+        self.isGuest = isGuest
+        self.issuer = issuer
+    }
+
+    /// Signs (or makes) the access token for `userID`.
+    func accessToken(for userID: UUID) throws -> String {
+        try issuer.issue(
+            AccessTokenClaims(
+                tokenID: accessID, userID: userID, sessionID: sessionID, abilities: abilities, isGuest: isGuest,
+                issuedAt: now, expiresAt: accessExpiry))
+    }
+
+    /// The session row with its tokens' hashes.
+    func session(provider: String, device: LoginRequestData.Device?, accessToken: String) -> NewSession {
+        NewSession(
+            id: sessionID, provider: provider, deviceName: device?.name, devicePlatform: device?.platform,
+            abilities: abilities, createdAt: now, expiresAt: sessionExpiry, accessTokenID: accessID,
+            accessTokenHash: SHA256.hash(accessToken), accessTokenExpiresAt: accessExpiry, refreshTokenID: refreshID,
+            refreshTokenHash: SHA256.hash(refreshToken), refreshTokenExpiresAt: refreshExpiry)
+    }
+
+    /// What the client receives.
+    func payload(accessToken: String) -> SessionPayload {
+        SessionPayload(
+            accessToken: accessToken, expiresAt: Timestamp.format(accessExpiry), refreshToken: refreshToken,
+            refreshExpiresAt: Timestamp.format(refreshExpiry), abilities: abilities)
+    }
+}
+
+extension StoredUser {
+    /// The user as results show it.
+    var payload: UserPayload {
+        UserPayload(
+            id: id.lowercasedString, handle: handle, name: name, email: email, emailVerified: emailVerified,
+            isPrivateEmail: isPrivateEmail, isGuest: isGuest, providers: providers,
+            createdAt: Timestamp.format(createdAt))
+    }
+}
+
+extension UUID {
+    /// The canonical lower-case form used on the wire.
+    public var lowercasedString: String { uuidString.lowercased() }
+}
+
+extension String {
+    var nilIfEmpty: String? { isEmpty ? nil : self }
+}

@@ -1,0 +1,266 @@
+import Foundation
+
+/// What one batch's flows read and write, inside the batch's one database transaction.
+///
+/// A flow's write step calls these synchronously, top to bottom: read what it must decide on,
+/// then write. Rows read here stay locked until the batch commits, so a decision holds for the
+/// writes it leads to, across replicas. Writes are collected and sent with the rest of the
+/// batch; reads see every write of the requests before them in the batch.
+///
+/// A flow that throws (a refusal) leaves none of its writes behind.
+public protocol UnitOfWork: AnyObject {
+    // MARK: - Reads
+
+    /// The identity keyed by (provider, subject).
+    func identity(provider: String, subject: String) throws -> IdentityRecord?
+    /// A user with its providers.
+    func user(id: UUID) throws -> StoredUser?
+    /// Full accounts (not guests) whose verified, non-relay e-mail is `email`, at most two.
+    func usersWithVerifiedEmail(_ email: String) throws -> [UUID]
+    /// The refresh token with this SHA-256, with its session.
+    func refreshToken(hash: [UInt8]) throws -> RefreshTokenRecord?
+    /// A session by id (JWT access tokens name theirs in `sid`).
+    func session(id: UUID) throws -> SessionRecord?
+    /// The session an opaque access token (by its SHA-256) belongs to, with the token's own expiry.
+    func accessToken(hash: [UInt8]) throws -> AccessTokenRecord?
+    /// The user's sessions that are neither revoked nor expired at `date`.
+    func liveSessions(userID: UUID, at date: Date) throws -> [UUID]
+    /// Uses of a rate-limited action in the window that contains `date`, before this request.
+    func rateLimitUsage(bucket: String, at date: Date, window: TimeInterval) throws -> Int
+    /// True when a request id (or a notification's key) was recorded before this one.
+    func isRecorded(requestID: String) throws -> Bool
+
+    // MARK: - Writes
+
+    /// Inserts a user with the first of `handles` no other user has; returns it as stored.
+    func insertUser(_ user: NewUser, handles: [String]) throws -> StoredUser
+    func insertIdentity(_ identity: NewIdentity, userID: UUID, at date: Date) throws
+    /// Stores what an identity proves now (e-mail, verification, a replacement password hash) and
+    /// when it was last used.
+    func updateIdentity(_ identity: IdentityRecord, lastLoginAt: Date) throws
+    /// Stores a user's changed profile (name, e-mail, guest status).
+    func updateUser(_ user: StoredUser, upgradedAt: Date?, at date: Date) throws
+    /// Inserts a session with its first access and refresh tokens (hashes only).
+    func insertSession(_ session: NewSession, userID: UUID) throws
+    /// Marks a refresh token used, keeping its successor sealed for the grace interval, and
+    /// inserts the successor and the new access token.
+    func rotate(_ rotation: TokenRotation) throws
+    /// Records that an opaque access token was presented.
+    func recordAccessTokenUse(tokenID: UUID, at date: Date) throws
+    /// Ends sessions.
+    func revokeSessions(_ ids: [UUID], reason: String, at date: Date) throws
+    /// Counts one use of a rate-limited action.
+    func countRateLimited(bucket: String, at date: Date, window: TimeInterval) throws
+    /// Forgets an account's failed password attempts.
+    func resetThrottle(key: String) throws
+    /// Deletes users with their identities, sessions and tokens.
+    func deleteUsers(_ ids: [UUID]) throws
+    /// Records the relay e-mail status Apple reported for an identity.
+    func setEmailStatus(provider: String, subject: String, status: String) throws
+    /// Writes an event to the outbox, to be published after the commit.
+    func appendEvent(_ event: OutboxEvent) throws
+    /// Records a processed request (or notification) with its sealed answer, so a redelivery is
+    /// answered again and never acted on twice.
+    func recordRequest(_ record: RequestRecord) throws
+}
+
+// MARK: - Records
+
+/// A way of signing in as stored, keyed by (provider, subject).
+public struct IdentityRecord: Sendable, Equatable {
+    public var provider: String
+    public var subject: String
+    public var userID: UUID
+    public var email: String?
+    public var emailVerified: Bool
+    public var isPrivateEmail: Bool
+    public var passwordHash: String?
+
+    public init(
+        provider: String, subject: String, userID: UUID, email: String?, emailVerified: Bool, isPrivateEmail: Bool,
+        passwordHash: String?
+    ) {
+        self.provider = provider
+        self.subject = subject
+        self.userID = userID
+        self.email = email
+        self.emailVerified = emailVerified
+        self.isPrivateEmail = isPrivateEmail
+        self.passwordHash = passwordHash
+    }
+}
+
+/// A session as stored, with what its tokens need to know about its user.
+public struct SessionRecord: Sendable, Equatable {
+    public var id: UUID
+    public var userID: UUID
+    public var expiresAt: Date
+    public var revokedAt: Date?
+    public var abilities: [String]
+    public var deviceName: String?
+    public var userIsGuest: Bool
+
+    public init(
+        id: UUID, userID: UUID, expiresAt: Date, revokedAt: Date?, abilities: [String], deviceName: String?,
+        userIsGuest: Bool
+    ) {
+        self.id = id
+        self.userID = userID
+        self.expiresAt = expiresAt
+        self.revokedAt = revokedAt
+        self.abilities = abilities
+        self.deviceName = deviceName
+        self.userIsGuest = userIsGuest
+    }
+
+    /// Neither revoked nor past its absolute lifetime.
+    public func isLive(at date: Date) -> Bool { revokedAt == nil && expiresAt > date }
+}
+
+/// A refresh token as stored, with its session.
+public struct RefreshTokenRecord: Sendable, Equatable {
+    public var id: UUID
+    public var expiresAt: Date
+    /// When it was rotated; nil while it is the session's current refresh token.
+    public var usedAt: Date?
+    /// The successor it was rotated to, sealed with a key only the token's holder can derive.
+    public var successorSealed: [UInt8]?
+    public var session: SessionRecord
+
+    public init(id: UUID, expiresAt: Date, usedAt: Date?, successorSealed: [UInt8]?, session: SessionRecord) {
+        self.id = id
+        self.expiresAt = expiresAt
+        self.usedAt = usedAt
+        self.successorSealed = successorSealed
+        self.session = session
+    }
+}
+
+/// An opaque access token as stored, with its session.
+public struct AccessTokenRecord: Sendable, Equatable {
+    public var id: UUID
+    public var expiresAt: Date
+    public var session: SessionRecord
+
+    public init(id: UUID, expiresAt: Date, session: SessionRecord) {
+        self.id = id
+        self.expiresAt = expiresAt
+        self.session = session
+    }
+}
+
+/// A refresh: the used token, its successor and the new access token (hashes only).
+public struct TokenRotation: Sendable, Equatable {
+    public var sessionID: UUID
+    public var usedTokenID: UUID
+    public var successorID: UUID
+    public var successorHash: [UInt8]
+    public var successorExpiresAt: Date
+    /// The answer's session, sealed under a key derived from the used token.
+    public var successorSealed: [UInt8]
+    public var accessTokenID: UUID
+    public var accessTokenHash: [UInt8]
+    public var accessTokenExpiresAt: Date
+    public var abilities: [String]
+    public var deviceName: String?
+    public var at: Date
+
+    public init(
+        sessionID: UUID, usedTokenID: UUID, successorID: UUID, successorHash: [UInt8], successorExpiresAt: Date,
+        successorSealed: [UInt8], accessTokenID: UUID, accessTokenHash: [UInt8], accessTokenExpiresAt: Date,
+        abilities: [String], deviceName: String?, at: Date
+    ) {
+        self.sessionID = sessionID
+        self.usedTokenID = usedTokenID
+        self.successorID = successorID
+        self.successorHash = successorHash
+        self.successorExpiresAt = successorExpiresAt
+        self.successorSealed = successorSealed
+        self.accessTokenID = accessTokenID
+        self.accessTokenHash = accessTokenHash
+        self.accessTokenExpiresAt = accessTokenExpiresAt
+        self.abilities = abilities
+        self.deviceName = deviceName
+        self.at = at
+    }
+}
+
+/// A processed request as recorded with its effects.
+public struct RequestRecord: Sendable, Equatable {
+    public var requestID: String
+    public var method: String
+    /// The answer's status: `ok` or `error` (an error that changed something, such as a reused
+    /// refresh token ending its session).
+    public var status: String
+    /// A keyed digest of the request's content: the id is bound to it.
+    public var digest: [UInt8]?
+    public var userID: UUID?
+    public var sessionID: UUID?
+    /// The answer, sealed with the results key; nil when there is no key.
+    public var resultSealed: [UInt8]?
+    public var processedAt: Date
+    public var expiresAt: Date
+
+    public init(
+        requestID: String, method: String, status: String, digest: [UInt8]?, userID: UUID?, sessionID: UUID?,
+        resultSealed: [UInt8]?, processedAt: Date, expiresAt: Date
+    ) {
+        self.requestID = requestID
+        self.method = method
+        self.status = status
+        self.digest = digest
+        self.userID = userID
+        self.sessionID = sessionID
+        self.resultSealed = resultSealed
+        self.processedAt = processedAt
+        self.expiresAt = expiresAt
+    }
+}
+
+/// A request id as found before a batch: processed before, with its digest and kept answer.
+public struct KeptRequest: Sendable, Equatable {
+    public var requestID: String
+    public var digest: [UInt8]?
+    public var resultSealed: [UInt8]?
+
+    public init(requestID: String, digest: [UInt8]?, resultSealed: [UInt8]?) {
+        self.requestID = requestID
+        self.digest = digest
+        self.resultSealed = resultSealed
+    }
+}
+
+/// The rows a batch's flows will read, fetched (and locked) for the whole batch in one round
+/// trip. Only a hint: a read of anything not named here goes to the database.
+public struct Prefetch: Sendable, Equatable {
+    public var identities: [IdentityKey] = []
+    public var users: [UUID] = []
+    public var refreshTokens: [[UInt8]] = []
+    public var sessions: [UUID] = []
+    public var accessTokens: [[UInt8]] = []
+    public var handles: [String] = []
+    public var rateLimitBuckets: [String] = []
+
+    public init() {}
+
+    public mutating func merge(_ other: Prefetch) {
+        identities += other.identities
+        users += other.users
+        refreshTokens += other.refreshTokens
+        sessions += other.sessions
+        accessTokens += other.accessTokens
+        handles += other.handles
+        rateLimitBuckets += other.rateLimitBuckets
+    }
+}
+
+/// (provider, subject): how an identity is named.
+public struct IdentityKey: Hashable, Sendable {
+    public var provider: String
+    public var subject: String
+
+    public init(provider: String, subject: String) {
+        self.provider = provider
+        self.subject = subject
+    }
+}

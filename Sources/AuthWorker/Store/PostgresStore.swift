@@ -1,0 +1,315 @@
+import Foundation
+import PGStore
+
+/// Everything the service keeps in PostgreSQL, behind one type: the batch transaction the flows
+/// write through, the reads that come before a batch, and the chores of the relay and operators.
+///
+/// All of the service's SQL lives in this folder.
+public final class PostgresStore: Sendable {
+    private let pool: PGPool
+    /// The connection batches are written on: never queued behind lookups and password attempts.
+    private let writer: PGClient
+
+    /// - Parameter pool: connections for everything but batches, which get one of their own.
+    public init(pool: PGPool) {
+        self.pool = pool
+        writer = PGClient(conninfo: pool.conninfo, name: "pg-writer")
+    }
+
+    /// Closes every connection.
+    public func close() async {
+        await pool.close()
+        await writer.close()
+    }
+
+    /// Brings the schema up to date (under an advisory lock, so replicas may race).
+    /// - Returns: the versions applied now.
+    @discardableResult
+    public func migrate() async throws -> [Int] {
+        try await pool.withConnection { try PGMigrator.migrate($0, migrations: Migrations.all) }
+    }
+
+    /// The highest applied migration, or nil for an empty database.
+    public func schemaVersion() async throws -> Int? {
+        try await pool.withConnection { try PGMigrator.currentVersion($0) }
+    }
+
+    // MARK: - Batches
+
+    /// How one item of a batch ended.
+    public enum ItemOutcome<Output: Sendable>: Sendable {
+        /// Written; the output is what the body returned, with the events it wrote to the outbox.
+        case written(Output, events: [OutboxEvent])
+        /// The body refused it (its writes were dropped), with the error it threw.
+        case refused(any Error)
+    }
+
+    /// Runs `body` for each item, in order, in one transaction, and commits.
+    ///
+    /// `head` runs first in the transaction (bookkeeping such as marking events published);
+    /// `prefetch` names the rows the bodies will read, fetched and locked in the same round trip.
+    /// A body that throws leaves none of its writes behind and does not disturb the others.
+    ///
+    /// When the batch's writes fail on the server (a row another replica wrote meanwhile), the
+    /// batch runs again carefully: each item in a savepoint of its own, reading every row afresh,
+    /// and an item that still fails is refused with the database's error; the others commit.
+    /// - Throws: a retriable `PGError` (the server is unreachable, a deadlock): nothing was
+    ///   committed, and the whole batch can be tried again.
+    public func runBatch<Item: Sendable, Output: Sendable>(
+        _ items: [Item], head: [PGQuery] = [], prefetch: Prefetch,
+        _ body: @escaping @Sendable (Item, any UnitOfWork) throws -> Output
+    ) async throws -> [ItemOutcome<Output>] {
+        try await writer.withConnection { connection in
+            do {
+                return try Self.runTogether(items, head: head, prefetch: prefetch, connection: connection, body)
+            } catch let error as PGError where !error.isRetriable {
+                _ = try? connection.execute(unsafeSQL: "ROLLBACK")
+                return try Self.runCarefully(items, head: head, connection: connection, body)
+            } catch {
+                _ = try? connection.execute(unsafeSQL: "ROLLBACK")
+                throw error
+            }
+        }
+    }
+
+    /// Runs `body` in a transaction of its own (a notification, an operator command).
+    public func transaction<Output: Sendable>(_ body: @escaping @Sendable (any UnitOfWork) throws -> Output)
+        async throws -> Output
+    {
+        let outcomes = try await runBatch([0], prefetch: Prefetch()) { _, unit in try body(unit) }
+        switch outcomes.first {
+        case .written(let output, _): return output
+        case .refused(let error): throw error
+        case nil: throw StoreError.handlesExhausted
+        }
+    }
+
+    /// The fast way: cached reads, every item's writes sent together with the `COMMIT`.
+    private static func runTogether<Item, Output>(
+        _ items: [Item], head: [PGQuery], prefetch: Prefetch, connection: PGConnection,
+        _ body: (Item, any UnitOfWork) throws -> Output
+    ) throws -> [ItemOutcome<Output>] {
+        let unit = PostgresUnitOfWork(connection: connection)
+        try unit.begin(head: head, prefetch: prefetch)
+        var outcomes: [ItemOutcome<Output>] = []
+        outcomes.reserveCapacity(items.count)
+        for item in items {
+            unit.beginRequest()
+            do {
+                let output = try body(item, unit)
+                outcomes.append(.written(output, events: unit.currentEvents))
+                unit.endRequest()
+            } catch let error as PGError {
+                // A failed statement aborts the transaction: no item can go on in it.
+                throw error
+            } catch {
+                unit.discardRequest()
+                outcomes.append(.refused(error))
+            }
+        }
+        try unit.commit()
+        return outcomes
+    }
+
+    /// The careful way: one savepoint per item, every read from the server.
+    private static func runCarefully<Item, Output>(
+        _ items: [Item], head: [PGQuery], connection: PGConnection, _ body: (Item, any UnitOfWork) throws -> Output
+    ) throws -> [ItemOutcome<Output>] {
+        let unit = PostgresUnitOfWork(connection: connection, usesCache: false)
+        try unit.begin(head: head, prefetch: Prefetch())
+        var outcomes: [ItemOutcome<Output>] = []
+        for item in items {
+            var attempt = 1
+            while true {
+                try connection.execute(unsafeSQL: "SAVEPOINT item")
+                unit.beginRequest()
+                do {
+                    let output = try body(item, unit)
+                    let events = unit.currentEvents
+                    unit.endRequest()
+                    try unit.flush()
+                    try connection.execute(unsafeSQL: "RELEASE SAVEPOINT item")
+                    outcomes.append(.written(output, events: events))
+                    break
+                } catch let error as PGError where error.isRetriable {
+                    throw error
+                } catch let error as PGError {
+                    unit.discardRequest()
+                    try connection.execute(unsafeSQL: "ROLLBACK TO SAVEPOINT item")
+                    try connection.execute(unsafeSQL: "RELEASE SAVEPOINT item")
+                    // Once more with what the server holds now (another replica's row, say).
+                    guard attempt == 2 else {
+                        attempt += 1
+                        continue
+                    }
+                    outcomes.append(.refused(error))
+                    break
+                } catch {
+                    unit.discardRequest()
+                    try connection.execute(unsafeSQL: "ROLLBACK TO SAVEPOINT item")
+                    try connection.execute(unsafeSQL: "RELEASE SAVEPOINT item")
+                    outcomes.append(.refused(error))
+                    break
+                }
+            }
+        }
+        try unit.commit()
+        return outcomes
+    }
+
+    /// Marks outbox events published, as the first statement of a batch's transaction.
+    public static func markPublished(_ eventIDs: [UUID], at date: Date) -> PGQuery {
+        """
+        UPDATE outbox SET published_at = \(date)
+        WHERE event_id = ANY(\(PGArray(eventIDs))::uuid[]) AND published_at IS NULL
+        """
+    }
+
+    // MARK: - Before a batch
+
+    /// The request ids among `ids` that were processed before, with their digests and kept answers.
+    public func keptRequests(_ ids: [String]) async throws -> [String: KeptRequest] {
+        guard !ids.isEmpty else { return [:] }
+        let rows = try await pool.withConnection { connection in
+            try connection.query(
+                """
+                SELECT request_id, request_digest, result_sealed FROM processed_requests
+                WHERE request_id = ANY(\(PGArray(ids))::text[])
+                """)
+        }
+        var found: [String: KeptRequest] = [:]
+        for row in rows {
+            let kept = KeptRequest(
+                requestID: try row.decode("request_id"),
+                digest: try row.decode("request_digest", as: PGBytes?.self)?.bytes,
+                resultSealed: try row.decode("result_sealed", as: PGBytes?.self)?.bytes)
+            found[kept.requestID] = kept
+        }
+        return found
+    }
+
+    /// Counts a password attempt before it is verified, and reads the credential to verify it
+    /// against, in one round trip. Counting first is what holds the limit when many attempts for
+    /// one account arrive at once, on one replica or several.
+    /// - Parameter email: the normalised address, nil when implausible (counted all the same).
+    public func reservePasswordAttempt(key: String, email: String?, at date: Date, policy: ThrottlePolicy)
+        async throws -> PasswordAttempt
+    {
+        let results = try await pool.withConnection { connection in
+            try connection.pipeline([
+                """
+                SELECT allowed, failures, locked_until FROM auth_reserve_password_attempt(
+                    \(key), \(date), make_interval(secs => \(policy.window)), \(policy.threshold),
+                    make_interval(secs => \(policy.baseDelay)), make_interval(secs => \(policy.maximumDelay)))
+                """,
+                """
+                SELECT user_id, password_hash FROM identities
+                WHERE provider = 'password' AND subject = \(email) AND password_hash IS NOT NULL
+                """,
+            ])
+        }
+        guard results.count == 2, let reservation = results[0].first else {
+            throw PGError(.decoding, serverMessage: "the attempt was not counted")
+        }
+        let credential = try results[1].first.map {
+            PasswordCredential(userID: try $0.decode("user_id"), passwordHash: try $0.decode("password_hash"))
+        }
+        return PasswordAttempt(
+            allowed: try reservation.decode("allowed"), failures: try reservation.decode("failures"),
+            lockedUntil: try reservation.decode("locked_until", as: Date?.self), credential: credential)
+    }
+
+    // MARK: - The outbox
+
+    /// Marks events published.
+    public func markPublished(_ eventIDs: [UUID], at date: Date) async throws {
+        guard !eventIDs.isEmpty else { return }
+        try await pool.withConnection { try $0.query(Self.markPublished(eventIDs, at: date)) }
+    }
+
+    /// Events left unpublished (oldest first), for the relay that runs after a crash.
+    public func unpublishedEvents(olderThan date: Date, limit: Int) async throws -> [OutboxEvent] {
+        try await pool.withConnection { connection in
+            try connection.query(
+                """
+                SELECT event_id, topic, message_key, payload, created_at FROM outbox
+                WHERE published_at IS NULL AND created_at < \(date)
+                ORDER BY seq LIMIT \(limit)
+                """
+            ).map { row in
+                OutboxEvent(
+                    id: try row.decode("event_id"), topic: try row.decode("topic"), key: try row.decode("message_key"),
+                    payload: try row.decode("payload", as: PGBytes.self).bytes, createdAt: try row.decode("created_at"))
+            }
+        }
+    }
+
+    // MARK: - Housekeeping
+
+    /// What `purgeExpired` removed.
+    public struct Purge: Sendable, Equatable {
+        public var requests = 0
+        public var events = 0
+        public var throttles = 0
+        public var rateLimits = 0
+
+        public var total: Int { requests + events + throttles + rateLimits }
+    }
+
+    /// Forgets what has expired: request ids past their expiry, events published before
+    /// `publishedBefore`, throttle rows whose failures and lock are over, rate-limit buckets whose
+    /// window has passed.
+    public func purgeExpired(
+        at date: Date, publishedBefore: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval
+    )
+        async throws -> Purge
+    {
+        let results = try await pool.withConnection { connection in
+            try connection.pipeline([
+                "DELETE FROM processed_requests WHERE expires_at < \(date)",
+                "DELETE FROM outbox WHERE published_at < \(publishedBefore)",
+                """
+                DELETE FROM login_throttle
+                WHERE last_failure_at < \(date - throttleWindow) AND (locked_until IS NULL OR locked_until < \(date))
+                """,
+                "DELETE FROM rate_limits WHERE window_start < \(date - rateLimitWindow)",
+            ])
+        }
+        var purge = Purge()
+        if results.count == 4 {
+            purge.requests = results[0].affectedRows
+            purge.events = results[1].affectedRows
+            purge.throttles = results[2].affectedRows
+            purge.rateLimits = results[3].affectedRows
+        }
+        return purge
+    }
+
+    // MARK: - Operators
+
+    /// Guests created before `cutoff` that never gained an identity, oldest first.
+    public func staleGuests(createdBefore cutoff: Date, limit: Int) async throws -> [UUID] {
+        try await pool.withConnection { connection in
+            try connection.query(
+                """
+                SELECT id FROM users
+                WHERE is_guest AND created_at < \(cutoff)
+                  AND NOT EXISTS (SELECT 1 FROM identities WHERE identities.user_id = users.id)
+                ORDER BY created_at LIMIT \(limit)
+                """
+            ).map { try $0.decode("id", as: UUID.self) }
+        }
+    }
+
+    /// What `auth-worker users show` prints: the user, identities and sessions, never a secret.
+    public func userReport(_ idOrEmail: String) async throws -> UserReport? {
+        try await pool.withConnection { try UserReport.load(idOrEmail, connection: $0) }
+    }
+
+    /// `SELECT 1`, for readiness.
+    public func ping() async throws {
+        try await pool.withConnection { _ = try $0.query("SELECT 1 AS one") }
+    }
+}
+
+extension PostgresStore: PasswordAttempts {}

@@ -1,0 +1,756 @@
+import Foundation
+import PGStore
+
+/// `UnitOfWork` over one PostgreSQL connection, inside one transaction.
+///
+/// Reads are served from rows fetched (and locked) for the whole batch in one round trip, or
+/// else queried when asked. Writes are collected per request: a request that ends well adds its
+/// writes to the batch's, a refused one drops them. The batch's writes go to the server as a few
+/// multi-row statements in one pipelined round trip: when a read needs the server to see them,
+/// and with the `COMMIT`.
+///
+/// A row a request writes leaves the cache, so a later request of the batch reads it from the
+/// server, after the writes before it.
+final class PostgresUnitOfWork: UnitOfWork {
+    private let connection: PGConnection
+    /// Off in the careful retry of a batch: every read then goes to the server.
+    var usesCache: Bool
+    private var cache = Cache()
+    /// Writes of the requests that ended well, not yet sent.
+    private var batch = Writes()
+    /// Writes of the request in progress.
+    private var current = Writes()
+    /// Handles given to users inserted by this batch.
+    private var handlesInUse: Set<String> = []
+    /// Rate-limit uses counted by the batch's finished requests, by bucket.
+    private var rateLimitUses: [String: Int] = [:]
+    /// The events the request in progress wrote to the outbox.
+    var currentEvents: [OutboxEvent] { current.events }
+
+    init(connection: PGConnection, usesCache: Bool = true) {
+        self.connection = connection
+        self.usesCache = usesCache
+    }
+
+    // MARK: - Requests
+
+    /// Starts collecting one request's writes.
+    func beginRequest() {
+        current = Writes()
+    }
+
+    /// Keeps the request's writes for the batch.
+    func endRequest() {
+        for (bucket, count) in current.rateLimitCounts { rateLimitUses[bucket, default: 0] += count }
+        batch.append(current)
+        current = Writes()
+    }
+
+    /// Drops the request's writes: a refused request leaves nothing behind.
+    func discardRequest() {
+        current = Writes()
+    }
+
+    // MARK: - Round trips
+
+    /// Sends `BEGIN`, `head` (statements that belong at the start of the transaction) and the
+    /// prefetch queries in one round trip, and fills the cache.
+    func begin(head: [PGQuery], prefetch: Prefetch) throws {
+        let reads = PrefetchQueries(prefetch)
+        let results = try connection.pipeline(["BEGIN"] + head + reads.queries)
+        guard usesCache else { return }
+        try reads.fill(&cache, from: Array(results.dropFirst(1 + head.count)))
+    }
+
+    /// Sends the batch's writes so far, in one round trip.
+    func flush() throws {
+        let statements = batch.queries()
+        batch = Writes()
+        // Counted uses are now on the server: read the buckets from there again.
+        rateLimitUses = [:]
+        cache.rateLimits = [:]
+        guard !statements.isEmpty else { return }
+        try connection.pipeline(statements)
+    }
+
+    /// Sends the remaining writes and `COMMIT` in one round trip.
+    func commit() throws {
+        let statements = batch.queries() + ["COMMIT"]
+        batch = Writes()
+        try connection.pipeline(statements)
+    }
+
+    /// Flushes before a read the cache cannot answer, so the server sees the batch's writes.
+    private func query(_ query: PGQuery) throws -> PGRows {
+        try flush()
+        return try connection.query(query)
+    }
+
+    // MARK: - Reads
+
+    func identity(provider: String, subject: String) throws -> IdentityRecord? {
+        let key = IdentityKey(provider: provider, subject: subject)
+        if usesCache, let cached = cache.identities[key] { return cached }
+        let found = try query(
+            """
+            SELECT provider, subject, user_id, email, email_verified, is_private_email, password_hash
+            FROM identities WHERE provider = \(provider) AND subject = \(subject) FOR UPDATE
+            """
+        ).first.map(Decode.identity)
+        cache.identities[key] = .some(found)
+        return found
+    }
+
+    func user(id: UUID) throws -> StoredUser? {
+        if usesCache, let cached = cache.users[id] { return cached }
+        let found = try query(
+            "\(unsafeRaw: PrefetchQueries.userColumns) WHERE u.id = \(id) FOR UPDATE OF u"
+        ).first.map(Decode.user)
+        cache.users[id] = .some(found)
+        return found
+    }
+
+    func usersWithVerifiedEmail(_ email: String) throws -> [UUID] {
+        try query(
+            """
+            SELECT id FROM users
+            WHERE lower(email) = lower(\(email)) AND email_verified AND NOT is_private_email AND NOT is_guest
+            ORDER BY id LIMIT 2 FOR UPDATE
+            """
+        ).map { try $0.decode("id", as: UUID.self) }
+    }
+
+    func refreshToken(hash: [UInt8]) throws -> RefreshTokenRecord? {
+        if usesCache, let cached = cache.refreshTokens[hash] { return cached }
+        let found = try query(
+            "\(unsafeRaw: PrefetchQueries.refreshColumns) WHERE r.token_hash = \(PGBytes(hash)) FOR UPDATE OF r, s"
+        ).first.map(Decode.refreshToken)
+        cache.refreshTokens[hash] = .some(found)
+        return found
+    }
+
+    func session(id: UUID) throws -> SessionRecord? {
+        if usesCache, let cached = cache.sessions[id] { return cached }
+        let found = try query(
+            "\(unsafeRaw: PrefetchQueries.sessionColumns) WHERE s.id = \(id) FOR UPDATE OF s"
+        ).first.map { try Decode.session($0, idColumn: "id") }
+        cache.sessions[id] = .some(found)
+        return found
+    }
+
+    func accessToken(hash: [UInt8]) throws -> AccessTokenRecord? {
+        if usesCache, let cached = cache.accessTokens[hash] { return cached }
+        let found = try query(
+            "\(unsafeRaw: PrefetchQueries.accessTokenColumns) WHERE a.token_hash = \(PGBytes(hash)) FOR UPDATE OF s"
+        ).first.map(Decode.accessToken)
+        cache.accessTokens[hash] = .some(found)
+        return found
+    }
+
+    func liveSessions(userID: UUID, at date: Date) throws -> [UUID] {
+        try query(
+            """
+            SELECT id FROM sessions WHERE user_id = \(userID) AND revoked_at IS NULL AND expires_at > \(date)
+            ORDER BY id FOR UPDATE
+            """
+        ).map { try $0.decode("id", as: UUID.self) }
+    }
+
+    func rateLimitUsage(bucket: String, at date: Date, window: TimeInterval) throws -> Int {
+        let stored: RateLimitRow?
+        if usesCache, let cached = cache.rateLimits[bucket] {
+            stored = cached
+        } else {
+            stored = try query(
+                "SELECT bucket, window_start, count FROM rate_limits WHERE bucket = \(bucket) FOR UPDATE"
+            ).first.map(Decode.rateLimit)
+            cache.rateLimits[bucket] = .some(stored)
+        }
+        let counted = stored.map { $0.windowStart > date - window ? $0.count : 0 } ?? 0
+        return counted + rateLimitUses[bucket, default: 0]
+    }
+
+    func isRecorded(requestID: String) throws -> Bool {
+        try !query("SELECT 1 AS found FROM processed_requests WHERE request_id = \(requestID)").isEmpty
+    }
+
+    // MARK: - Writes
+
+    func insertUser(_ user: NewUser, handles: [String]) throws -> StoredUser {
+        let unknown = handles.filter { cache.takenHandles[$0] == nil && !handlesInUse.contains($0) }
+        if !unknown.isEmpty {
+            let taken = Set(
+                try query("SELECT handle FROM users WHERE handle = ANY(\(PGArray(unknown))::text[])").map {
+                    try $0.decode("handle", as: String.self)
+                })
+            for handle in unknown { cache.takenHandles[handle] = taken.contains(handle) }
+        }
+        guard let handle = handles.first(where: { cache.takenHandles[$0] == false && !handlesInUse.contains($0) })
+        else { throw StoreError.handlesExhausted }
+        handlesInUse.insert(handle)
+        current.users.append(NewUserRow(user: user, handle: handle))
+        cache.users[user.id] = nil
+        return StoredUser(
+            id: user.id, handle: handle, name: user.name, email: user.email, emailVerified: user.emailVerified,
+            isPrivateEmail: user.isPrivateEmail, isGuest: user.isGuest, providers: [], createdAt: user.createdAt)
+    }
+
+    func insertIdentity(_ identity: NewIdentity, userID: UUID, at date: Date) throws {
+        current.identities.append(NewIdentityRow(identity: identity, userID: userID, at: date))
+        cache.identities[IdentityKey(provider: identity.provider, subject: identity.subject)] = nil
+        cache.users[userID] = nil
+    }
+
+    func updateIdentity(_ identity: IdentityRecord, lastLoginAt: Date) throws {
+        current.statements.append(
+            """
+            UPDATE identities SET email = \(identity.email), email_verified = \(identity.emailVerified),
+                is_private_email = \(identity.isPrivateEmail), password_hash = \(identity.passwordHash),
+                last_login_at = \(lastLoginAt)
+            WHERE provider = \(identity.provider) AND subject = \(identity.subject)
+            """)
+        cache.identities[IdentityKey(provider: identity.provider, subject: identity.subject)] = nil
+    }
+
+    func updateUser(_ user: StoredUser, upgradedAt: Date?, at date: Date) throws {
+        current.statements.append(
+            """
+            UPDATE users SET name = \(user.name), email = \(user.email), email_verified = \(user.emailVerified),
+                is_private_email = \(user.isPrivateEmail), is_guest = \(user.isGuest),
+                upgraded_at = COALESCE(\(upgradedAt), upgraded_at), updated_at = \(date)
+            WHERE id = \(user.id)
+            """)
+        cache.users[user.id] = nil
+    }
+
+    func insertSession(_ session: NewSession, userID: UUID) throws {
+        current.sessions.append(NewSessionRow(session: session, userID: userID))
+        current.accessTokens.append(
+            NewAccessTokenRow(
+                id: session.accessTokenID, sessionID: session.id, hash: session.accessTokenHash,
+                name: session.deviceName, abilities: session.abilities, createdAt: session.createdAt,
+                expiresAt: session.accessTokenExpiresAt))
+        current.refreshTokens.append(
+            NewRefreshTokenRow(
+                id: session.refreshTokenID, sessionID: session.id, hash: session.refreshTokenHash, parentID: nil,
+                createdAt: session.createdAt, expiresAt: session.refreshTokenExpiresAt))
+        cache.sessions[session.id] = nil
+    }
+
+    func rotate(_ rotation: TokenRotation) throws {
+        current.statements.append(
+            """
+            UPDATE refresh_tokens SET used_at = \(rotation.at), replaced_by = \(rotation.successorID),
+                successor_sealed = \(PGBytes(rotation.successorSealed))
+            WHERE id = \(rotation.usedTokenID)
+            """)
+        current.refreshTokens.append(
+            NewRefreshTokenRow(
+                id: rotation.successorID, sessionID: rotation.sessionID, hash: rotation.successorHash,
+                parentID: rotation.usedTokenID, createdAt: rotation.at, expiresAt: rotation.successorExpiresAt))
+        current.accessTokens.append(
+            NewAccessTokenRow(
+                id: rotation.accessTokenID, sessionID: rotation.sessionID, hash: rotation.accessTokenHash,
+                name: rotation.deviceName, abilities: rotation.abilities, createdAt: rotation.at,
+                expiresAt: rotation.accessTokenExpiresAt))
+        cache.forgetSession(rotation.sessionID)
+    }
+
+    func recordAccessTokenUse(tokenID: UUID, at date: Date) throws {
+        current.statements.append("UPDATE access_tokens SET last_used_at = \(date) WHERE id = \(tokenID)")
+    }
+
+    func revokeSessions(_ ids: [UUID], reason: String, at date: Date) throws {
+        guard !ids.isEmpty else { return }
+        current.statements.append(
+            """
+            UPDATE sessions SET revoked_at = \(date), revoked_reason = \(reason)
+            WHERE id = ANY(\(PGArray(ids))::uuid[]) AND revoked_at IS NULL
+            """)
+        for id in ids { cache.forgetSession(id) }
+    }
+
+    func countRateLimited(bucket: String, at date: Date, window: TimeInterval) throws {
+        current.rateLimitCounts[bucket, default: 0] += 1
+        current.rateLimitWindows[bucket] = (date, window)
+    }
+
+    func resetThrottle(key: String) throws {
+        current.statements.append("DELETE FROM login_throttle WHERE account_key = \(key)")
+    }
+
+    func deleteUsers(_ ids: [UUID]) throws {
+        guard !ids.isEmpty else { return }
+        current.statements.append("DELETE FROM users WHERE id = ANY(\(PGArray(ids))::uuid[])")
+        // Deleting cascades through identities, sessions and tokens: trust no cached row after it.
+        cache = Cache(takenHandles: cache.takenHandles)
+    }
+
+    func setEmailStatus(provider: String, subject: String, status: String) throws {
+        current.statements.append(
+            "UPDATE identities SET email_status = \(status) WHERE provider = \(provider) AND subject = \(subject)")
+    }
+
+    func appendEvent(_ event: OutboxEvent) throws {
+        current.events.append(event)
+    }
+
+    func recordRequest(_ record: RequestRecord) throws {
+        current.requests.append(record)
+    }
+}
+
+/// Why the store could not do what was asked; never caused by a request's content.
+enum StoreError: Error, CustomStringConvertible {
+    /// Every handle candidate of a new user is taken.
+    case handlesExhausted
+
+    var description: String {
+        switch self {
+        case .handlesExhausted: "every handle candidate is taken"
+        }
+    }
+}
+
+// MARK: - The cache
+
+/// Rows read for the batch, by key; a nil value is a row known not to exist.
+private struct Cache {
+    var identities: [IdentityKey: IdentityRecord?] = [:]
+    var users: [UUID: StoredUser?] = [:]
+    var refreshTokens: [[UInt8]: RefreshTokenRecord?] = [:]
+    var sessions: [UUID: SessionRecord?] = [:]
+    var accessTokens: [[UInt8]: AccessTokenRecord?] = [:]
+    var rateLimits: [String: RateLimitRow?] = [:]
+    /// Handle → taken (true) or known free (false).
+    var takenHandles: [String: Bool] = [:]
+
+    /// A session changed: its rows, and every token row that carries it, must be read again.
+    mutating func forgetSession(_ id: UUID) {
+        sessions[id] = nil
+        for (hash, token) in refreshTokens where token?.session.id == id { refreshTokens[hash] = nil }
+        for (hash, token) in accessTokens where token?.session.id == id { accessTokens[hash] = nil }
+    }
+}
+
+struct RateLimitRow {
+    var windowStart: Date
+    var count: Int
+}
+
+// MARK: - Collected writes
+
+struct NewUserRow {
+    var user: NewUser
+    var handle: String
+}
+
+struct NewIdentityRow {
+    var identity: NewIdentity
+    var userID: UUID
+    var at: Date
+}
+
+struct NewSessionRow {
+    var session: NewSession
+    var userID: UUID
+}
+
+struct NewAccessTokenRow {
+    var id: UUID
+    var sessionID: UUID
+    var hash: [UInt8]
+    var name: String?
+    var abilities: [String]
+    var createdAt: Date
+    var expiresAt: Date
+}
+
+struct NewRefreshTokenRow {
+    var id: UUID
+    var sessionID: UUID
+    var hash: [UInt8]
+    var parentID: UUID?
+    var createdAt: Date
+    var expiresAt: Date
+}
+
+/// Writes waiting to be sent: rows to insert by table, and statements to run in order.
+private struct Writes {
+    var requests: [RequestRecord] = []
+    var users: [NewUserRow] = []
+    var identities: [NewIdentityRow] = []
+    var sessions: [NewSessionRow] = []
+    var accessTokens: [NewAccessTokenRow] = []
+    var refreshTokens: [NewRefreshTokenRow] = []
+    var statements: [PGQuery] = []
+    var rateLimitCounts: [String: Int] = [:]
+    var rateLimitWindows: [String: (at: Date, window: TimeInterval)] = [:]
+    var events: [OutboxEvent] = []
+
+    var count: Int {
+        requests.count + users.count + identities.count + sessions.count + accessTokens.count + refreshTokens.count
+            + statements.count + rateLimitCounts.count + events.count
+    }
+
+    mutating func append(_ other: Writes) {
+        requests += other.requests
+        users += other.users
+        identities += other.identities
+        sessions += other.sessions
+        accessTokens += other.accessTokens
+        refreshTokens += other.refreshTokens
+        statements += other.statements
+        for (bucket, count) in other.rateLimitCounts { rateLimitCounts[bucket, default: 0] += count }
+        for (bucket, window) in other.rateLimitWindows { rateLimitWindows[bucket] = window }
+        events += other.events
+    }
+
+    /// The statements that write all of it: one multi-row insert per table, parents before
+    /// children, then the updates in the order the requests made them.
+    ///
+    /// Updates can follow the inserts: a request only updates a row it read, and a read of a row
+    /// an earlier request wrote sends that request's writes first.
+    func queries() -> [PGQuery] {
+        var out: [PGQuery] = []
+        if !requests.isEmpty {
+            out.append(
+                """
+                INSERT INTO processed_requests (request_id, method, status, user_id, session_id, processed_at,
+                                                expires_at, request_digest, result_sealed)
+                SELECT * FROM unnest(\(PGArray(requests.map(\.requestID)))::text[],
+                                     \(PGArray(requests.map(\.method)))::text[],
+                                     \(PGArray(requests.map(\.status)))::text[],
+                                     \(PGArray(requests.map(\.userID)))::uuid[],
+                                     \(PGArray(requests.map(\.sessionID)))::uuid[],
+                                     \(PGArray(requests.map(\.processedAt)))::timestamptz[],
+                                     \(PGArray(requests.map(\.expiresAt)))::timestamptz[],
+                                     \(PGArray(requests.map { $0.digest.map(PGBytes.init) }))::bytea[],
+                                     \(PGArray(requests.map { $0.resultSealed.map(PGBytes.init) }))::bytea[])
+                """)
+        }
+        if !users.isEmpty {
+            out.append(
+                """
+                INSERT INTO users (id, handle, name, email, email_verified, is_private_email, is_guest, created_at,
+                                   updated_at)
+                SELECT id, handle, name, email, verified, private, guest, created, created
+                FROM unnest(\(PGArray(users.map(\.user.id)))::uuid[], \(PGArray(users.map(\.handle)))::text[],
+                            \(PGArray(users.map(\.user.name)))::text[], \(PGArray(users.map(\.user.email)))::text[],
+                            \(PGArray(users.map(\.user.emailVerified)))::boolean[],
+                            \(PGArray(users.map(\.user.isPrivateEmail)))::boolean[],
+                            \(PGArray(users.map(\.user.isGuest)))::boolean[],
+                            \(PGArray(users.map(\.user.createdAt)))::timestamptz[])
+                    AS t(id, handle, name, email, verified, private, guest, created)
+                """)
+        }
+        if !identities.isEmpty {
+            out.append(
+                """
+                INSERT INTO identities (provider, subject, user_id, email, email_verified, is_private_email,
+                                        password_hash, created_at, last_login_at)
+                SELECT provider, subject, user_id, email, verified, private, hash, at, at
+                FROM unnest(\(PGArray(identities.map(\.identity.provider)))::text[],
+                            \(PGArray(identities.map(\.identity.subject)))::text[],
+                            \(PGArray(identities.map(\.userID)))::uuid[],
+                            \(PGArray(identities.map(\.identity.email)))::text[],
+                            \(PGArray(identities.map(\.identity.emailVerified)))::boolean[],
+                            \(PGArray(identities.map(\.identity.isPrivateEmail)))::boolean[],
+                            \(PGArray(identities.map(\.identity.passwordHash)))::text[],
+                            \(PGArray(identities.map(\.at)))::timestamptz[])
+                    AS t(provider, subject, user_id, email, verified, private, hash, at)
+                """)
+        }
+        if !sessions.isEmpty {
+            out.append(
+                """
+                INSERT INTO sessions (id, user_id, provider, device_name, device_platform, abilities, created_at,
+                                      expires_at)
+                SELECT id, user_id, provider, device, platform, abilities::text[], created, expires
+                FROM unnest(\(PGArray(sessions.map(\.session.id)))::uuid[], \(PGArray(sessions.map(\.userID)))::uuid[],
+                            \(PGArray(sessions.map(\.session.provider)))::text[],
+                            \(PGArray(sessions.map(\.session.deviceName)))::text[],
+                            \(PGArray(sessions.map(\.session.devicePlatform)))::text[],
+                            \(PGArray(sessions.map(\.session.abilities)))::text[],
+                            \(PGArray(sessions.map(\.session.createdAt)))::timestamptz[],
+                            \(PGArray(sessions.map(\.session.expiresAt)))::timestamptz[])
+                    AS t(id, user_id, provider, device, platform, abilities, created, expires)
+                """)
+        }
+        if !accessTokens.isEmpty {
+            out.append(
+                """
+                INSERT INTO access_tokens (id, session_id, token_hash, name, abilities, created_at, expires_at)
+                SELECT id, session_id, hash, name, abilities::text[], created, expires
+                FROM unnest(\(PGArray(accessTokens.map(\.id)))::uuid[],
+                            \(PGArray(accessTokens.map(\.sessionID)))::uuid[],
+                            \(PGArray(accessTokens.map { PGBytes($0.hash) }))::bytea[],
+                            \(PGArray(accessTokens.map(\.name)))::text[],
+                            \(PGArray(accessTokens.map(\.abilities)))::text[],
+                            \(PGArray(accessTokens.map(\.createdAt)))::timestamptz[],
+                            \(PGArray(accessTokens.map(\.expiresAt)))::timestamptz[])
+                    AS t(id, session_id, hash, name, abilities, created, expires)
+                """)
+        }
+        if !refreshTokens.isEmpty {
+            out.append(
+                """
+                INSERT INTO refresh_tokens (id, session_id, token_hash, parent_id, created_at, expires_at)
+                SELECT * FROM unnest(\(PGArray(refreshTokens.map(\.id)))::uuid[],
+                                     \(PGArray(refreshTokens.map(\.sessionID)))::uuid[],
+                                     \(PGArray(refreshTokens.map { PGBytes($0.hash) }))::bytea[],
+                                     \(PGArray(refreshTokens.map(\.parentID)))::uuid[],
+                                     \(PGArray(refreshTokens.map(\.createdAt)))::timestamptz[],
+                                     \(PGArray(refreshTokens.map(\.expiresAt)))::timestamptz[])
+                """)
+        }
+        out += statements
+        out += rateLimitStatements()
+        if !events.isEmpty {
+            out.append(
+                """
+                INSERT INTO outbox (event_id, topic, message_key, payload, created_at)
+                SELECT * FROM unnest(\(PGArray(events.map(\.id)))::uuid[], \(PGArray(events.map(\.topic)))::text[],
+                                     \(PGArray(events.map(\.key)))::text[],
+                                     \(PGArray(events.map { PGBytes($0.payload) }))::bytea[],
+                                     \(PGArray(events.map(\.createdAt)))::timestamptz[])
+                """)
+        }
+        return out
+    }
+
+    /// One upsert per window length: a bucket whose window has passed starts again at the new count.
+    private func rateLimitStatements() -> [PGQuery] {
+        var byWindow: [TimeInterval: [(bucket: String, at: Date, count: Int)]] = [:]
+        for (bucket, count) in rateLimitCounts.sorted(by: { $0.key < $1.key }) {
+            guard let (at, window) = rateLimitWindows[bucket] else { continue }
+            byWindow[window, default: []].append((bucket, at, count))
+        }
+        return byWindow.sorted(by: { $0.key < $1.key }).map { window, rows in
+            let latest = rows.map(\.at).max() ?? Date()
+            return """
+                INSERT INTO rate_limits (bucket, window_start, count)
+                SELECT * FROM unnest(\(PGArray(rows.map(\.bucket)))::text[], \(PGArray(rows.map(\.at)))::timestamptz[],
+                                     \(PGArray(rows.map(\.count)))::integer[])
+                ON CONFLICT (bucket) DO UPDATE SET
+                    count = CASE WHEN rate_limits.window_start <= \(latest - window) THEN EXCLUDED.count
+                                 ELSE rate_limits.count + EXCLUDED.count END,
+                    window_start = CASE WHEN rate_limits.window_start <= \(latest - window) THEN EXCLUDED.window_start
+                                        ELSE rate_limits.window_start END
+                """
+        }
+    }
+}
+
+// MARK: - Prefetch
+
+/// The queries that fetch and lock a batch's rows in one round trip, and how their rows fill the
+/// cache. Locks are taken in one order (identities, sessions and tokens, users, rate limits), so
+/// two replicas' batches do not deadlock on each other.
+private struct PrefetchQueries {
+    static let userColumns = """
+        SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_private_email, u.is_guest, u.created_at,
+               ARRAY(SELECT provider FROM identities WHERE user_id = u.id ORDER BY created_at, provider) AS providers
+        FROM users u
+        """
+    static let sessionColumns = """
+        SELECT s.id, s.user_id, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest
+        FROM sessions s JOIN users u ON u.id = s.user_id
+        """
+    static let refreshColumns = """
+        SELECT r.id AS token_id, r.token_hash, r.expires_at AS token_expires_at, r.used_at, r.successor_sealed,
+               s.id AS session_id, s.user_id, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest
+        FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id JOIN users u ON u.id = s.user_id
+        """
+    static let accessTokenColumns = """
+        SELECT a.id AS token_id, a.token_hash, a.expires_at AS token_expires_at,
+               s.id AS session_id, s.user_id, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest
+        FROM access_tokens a JOIN sessions s ON s.id = a.session_id JOIN users u ON u.id = s.user_id
+        """
+
+    let prefetch: Prefetch
+    private(set) var queries: [PGQuery] = []
+    private var slots: [Slot] = []
+
+    private enum Slot {
+        case identities, refreshTokens, sessions, accessTokens, users, handles, rateLimits
+    }
+
+    init(_ prefetch: Prefetch) {
+        self.prefetch = prefetch
+        let identities = Self.unique(prefetch.identities)
+        let refresh = Self.unique(prefetch.refreshTokens).map(PGBytes.init)
+        let sessions = Self.unique(prefetch.sessions)
+        let accessTokens = Self.unique(prefetch.accessTokens).map(PGBytes.init)
+        if !identities.isEmpty {
+            add(
+                .identities,
+                """
+                SELECT i.provider, i.subject, i.user_id, i.email, i.email_verified, i.is_private_email, i.password_hash
+                FROM identities i
+                JOIN unnest(\(PGArray(identities.map(\.provider)))::text[], \(PGArray(identities.map(\.subject)))::text[])
+                    AS k(provider, subject) ON i.provider = k.provider AND i.subject = k.subject
+                ORDER BY i.provider, i.subject FOR UPDATE OF i
+                """)
+        }
+        if !refresh.isEmpty {
+            add(
+                .refreshTokens,
+                """
+                \(unsafeRaw: Self.refreshColumns)
+                WHERE r.token_hash = ANY(\(PGArray(refresh))::bytea[]) ORDER BY s.id, r.id FOR UPDATE OF r, s
+                """)
+        }
+        if !sessions.isEmpty {
+            add(
+                .sessions,
+                """
+                \(unsafeRaw: Self.sessionColumns)
+                WHERE s.id = ANY(\(PGArray(sessions))::uuid[]) ORDER BY s.id FOR UPDATE OF s
+                """)
+        }
+        if !accessTokens.isEmpty {
+            add(
+                .accessTokens,
+                """
+                \(unsafeRaw: Self.accessTokenColumns)
+                WHERE a.token_hash = ANY(\(PGArray(accessTokens))::bytea[]) ORDER BY s.id FOR UPDATE OF s
+                """)
+        }
+        let users = Self.unique(prefetch.users)
+        if !users.isEmpty || !identities.isEmpty || !refresh.isEmpty || !sessions.isEmpty || !accessTokens.isEmpty {
+            // The users of every identity, token and session read above, and the users named.
+            add(
+                .users,
+                """
+                \(unsafeRaw: Self.userColumns)
+                WHERE u.id = ANY(\(PGArray(users))::uuid[])
+                   OR u.id IN (SELECT i.user_id FROM identities i
+                               JOIN unnest(\(PGArray(identities.map(\.provider)))::text[],
+                                           \(PGArray(identities.map(\.subject)))::text[]) AS k(provider, subject)
+                                 ON i.provider = k.provider AND i.subject = k.subject)
+                   OR u.id IN (SELECT s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id
+                               WHERE r.token_hash = ANY(\(PGArray(refresh))::bytea[]))
+                   OR u.id IN (SELECT user_id FROM sessions WHERE id = ANY(\(PGArray(sessions))::uuid[]))
+                   OR u.id IN (SELECT s.user_id FROM access_tokens a JOIN sessions s ON s.id = a.session_id
+                               WHERE a.token_hash = ANY(\(PGArray(accessTokens))::bytea[]))
+                ORDER BY u.id FOR UPDATE OF u
+                """)
+        }
+        let handles = Self.unique(prefetch.handles)
+        if !handles.isEmpty {
+            add(.handles, "SELECT handle FROM users WHERE handle = ANY(\(PGArray(handles))::text[])")
+        }
+        let buckets = Self.unique(prefetch.rateLimitBuckets).sorted()
+        if !buckets.isEmpty {
+            add(
+                .rateLimits,
+                """
+                SELECT bucket, window_start, count FROM rate_limits WHERE bucket = ANY(\(PGArray(buckets))::text[])
+                ORDER BY bucket FOR UPDATE
+                """)
+        }
+    }
+
+    private mutating func add(_ slot: Slot, _ query: PGQuery) {
+        slots.append(slot)
+        queries.append(query)
+    }
+
+    private static func unique<T: Hashable>(_ values: [T]) -> [T] {
+        var seen: Set<T> = []
+        return values.filter { seen.insert($0).inserted }
+    }
+
+    /// Fills the cache from the results of `queries`, in order. What was asked for and not found
+    /// is cached as absent.
+    func fill(_ cache: inout Cache, from results: [PGRows]) throws {
+        for (slot, rows) in zip(slots, results) {
+            switch slot {
+            case .identities:
+                for key in prefetch.identities { cache.identities[key] = .some(nil) }
+                for row in rows {
+                    let identity = try Decode.identity(row)
+                    cache.identities[IdentityKey(provider: identity.provider, subject: identity.subject)] = identity
+                }
+            case .refreshTokens:
+                for hash in prefetch.refreshTokens { cache.refreshTokens[hash] = .some(nil) }
+                for row in rows {
+                    cache.refreshTokens[try row.decode("token_hash", as: PGBytes.self).bytes] = try Decode.refreshToken(
+                        row)
+                }
+            case .sessions:
+                for id in prefetch.sessions { cache.sessions[id] = .some(nil) }
+                for row in rows {
+                    let session = try Decode.session(row, idColumn: "id")
+                    cache.sessions[session.id] = session
+                }
+            case .accessTokens:
+                for hash in prefetch.accessTokens { cache.accessTokens[hash] = .some(nil) }
+                for row in rows {
+                    cache.accessTokens[try row.decode("token_hash", as: PGBytes.self).bytes] = try Decode.accessToken(
+                        row)
+                }
+            case .users:
+                for id in prefetch.users { cache.users[id] = .some(nil) }
+                for row in rows {
+                    let user = try Decode.user(row)
+                    cache.users[user.id] = user
+                }
+            case .handles:
+                for handle in prefetch.handles { cache.takenHandles[handle] = false }
+                for row in rows { cache.takenHandles[try row.decode("handle", as: String.self)] = true }
+            case .rateLimits:
+                for bucket in prefetch.rateLimitBuckets { cache.rateLimits[bucket] = .some(nil) }
+                for row in rows {
+                    cache.rateLimits[try row.decode("bucket", as: String.self)] = try Decode.rateLimit(row)
+                }
+            }
+        }
+    }
+}
+
+// MARK: - Rows to records
+
+enum Decode {
+    static func identity(_ row: PGRow) throws -> IdentityRecord {
+        IdentityRecord(
+            provider: try row.decode("provider"), subject: try row.decode("subject"), userID: try row.decode("user_id"),
+            email: try row.decode("email", as: String?.self), emailVerified: try row.decode("email_verified"),
+            isPrivateEmail: try row.decode("is_private_email"),
+            passwordHash: try row.decode("password_hash", as: String?.self))
+    }
+
+    static func user(_ row: PGRow) throws -> StoredUser {
+        StoredUser(
+            id: try row.decode("id"), handle: try row.decode("handle"), name: try row.decode("name", as: String?.self),
+            email: try row.decode("email", as: String?.self), emailVerified: try row.decode("email_verified"),
+            isPrivateEmail: try row.decode("is_private_email"), isGuest: try row.decode("is_guest"),
+            providers: try row.decode("providers", as: [String].self), createdAt: try row.decode("created_at"))
+    }
+
+    static func session(_ row: PGRow, idColumn: String) throws -> SessionRecord {
+        SessionRecord(
+            id: try row.decode(idColumn), userID: try row.decode("user_id"), expiresAt: try row.decode("expires_at"),
+            revokedAt: try row.decode("revoked_at", as: Date?.self), abilities: try row.decode("abilities"),
+            deviceName: try row.decode("device_name", as: String?.self), userIsGuest: try row.decode("is_guest"))
+    }
+
+    static func refreshToken(_ row: PGRow) throws -> RefreshTokenRecord {
+        RefreshTokenRecord(
+            id: try row.decode("token_id"), expiresAt: try row.decode("token_expires_at"),
+            usedAt: try row.decode("used_at", as: Date?.self),
+            successorSealed: try row.decode("successor_sealed", as: PGBytes?.self)?.bytes,
+            session: try session(row, idColumn: "session_id"))
+    }
+
+    static func accessToken(_ row: PGRow) throws -> AccessTokenRecord {
+        AccessTokenRecord(
+            id: try row.decode("token_id"), expiresAt: try row.decode("token_expires_at"),
+            session: try session(row, idColumn: "session_id"))
+    }
+
+    static func rateLimit(_ row: PGRow) throws -> RateLimitRow {
+        RateLimitRow(windowStart: try row.decode("window_start"), count: try row.decode("count"))
+    }
+}

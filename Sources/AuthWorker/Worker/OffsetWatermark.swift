@@ -1,0 +1,83 @@
+import Kafka
+
+/// Per partition, the offsets read but not finished, so that the offset stored for a partition
+/// never passes a message whose outcome is not yet durable, while later messages of the same
+/// partition (other keys) finish first.
+///
+/// Confined to the consume loop.
+struct OffsetWatermark {
+    private struct Partition {
+        /// Offsets in the order they were read (increasing), with whether each is finished.
+        var offsets: [(offset: Int64, finished: Bool)] = []
+        /// Index of the first entry still in `offsets` (entries before it were dropped).
+        var start = 0
+        /// The assignment this state belongs to: a partition revoked and assigned again starts over.
+        var epoch = 0
+        /// The next offset to consume, as last stored.
+        var stored: Int64?
+
+        var unfinished: Int { offsets.count - start - offsets[start...].filter(\.finished).count }
+    }
+
+    private var partitions: [TopicPartition: Partition] = [:]
+
+    /// Records a message as read; returns the epoch to finish it with.
+    mutating func read(_ message: KafkaMessage) -> Int {
+        let key = message.topicPartition
+        partitions[key, default: Partition()].offsets.append((message.offset, false))
+        return partitions[key]?.epoch ?? 0
+    }
+
+    /// Marks a message finished.
+    mutating func finish(_ partition: TopicPartition, offset: Int64, epoch: Int) {
+        guard var state = partitions[partition], state.epoch == epoch else { return }
+        // Offsets are increasing: find it by binary search.
+        var low = state.start
+        var high = state.offsets.count - 1
+        while low <= high {
+            let middle = (low + high) / 2
+            if state.offsets[middle].offset == offset {
+                state.offsets[middle].finished = true
+                break
+            } else if state.offsets[middle].offset < offset {
+                low = middle + 1
+            } else {
+                high = middle - 1
+            }
+        }
+        partitions[partition] = state
+    }
+
+    /// The positions to store now: per partition whose finished prefix grew, the offset after it.
+    mutating func advance() -> [TopicPartition: Int64] {
+        var positions: [TopicPartition: Int64] = [:]
+        for (key, var state) in partitions {
+            var next: Int64?
+            while state.start < state.offsets.count, state.offsets[state.start].finished {
+                next = state.offsets[state.start].offset + 1
+                state.start += 1
+            }
+            if state.start > 1024 {
+                state.offsets.removeFirst(state.start)
+                state.start = 0
+            }
+            if let next, next != state.stored {
+                state.stored = next
+                positions[key] = next
+            }
+            partitions[key] = state
+        }
+        return positions
+    }
+
+    /// Forgets a revoked partition: messages of it finishing later store nothing.
+    mutating func revoke(_ partition: TopicPartition) {
+        let epoch = (partitions[partition]?.epoch ?? 0) + 1
+        var fresh = Partition()
+        fresh.epoch = epoch
+        partitions[partition] = fresh
+    }
+
+    /// Messages read and not finished, in every partition.
+    var unfinished: Int { partitions.values.reduce(0) { $0 + $1.unfinished } }
+}

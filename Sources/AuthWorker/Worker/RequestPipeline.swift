@@ -1,0 +1,818 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import Kafka
+import Messages
+import PGStore
+import ServiceKit
+import Synchronization
+
+/// The consume loop: login requests and provider notifications, in batches, through stages.
+///
+/// Per poll (whatever is there, up to `AUTH_BATCH_MAX`; it never waits to fill a batch):
+/// 1. decode every message; what cannot be answered goes to the dead-letter topic, what is
+///    invalid is answered `malformed_request`;
+/// 2. look up every request id in one query: a processed request is answered again with its kept
+///    result, a reused id with other content is refused, a late request is refused;
+/// 3. prepare the rest in parallel (token checks, signing, password hashing on its own pool);
+/// 4. write every prepared request in one PostgreSQL transaction (`PostgresStore.runBatch`);
+/// 5. publish results, events and dead letters in one producer batch;
+/// 6. store the offsets of what finished.
+///
+/// Work that is slow (a password hash, a key fetch, a retry) does not hold the batch: it joins a
+/// later batch when done. Per partition and key, requests are still written in order, and a
+/// partition's stored offset never passes a message that is not finished.
+public final class RequestPipeline: Service {
+    private let configuration: WorkerConfiguration
+    private let consumer: KafkaConsumer
+    private let producer: KafkaProducer
+    private let flows: LoginFlows
+    private let notifications: AppleNotificationFlow?
+    private let store: PostgresStore
+    private let clock: any WorkerClock
+    private let metrics: WorkerMetrics
+    private let logger: Logger
+    private let decoder = RequestDecoder()
+    /// The key of request digests: the results key, so digests are stable across replicas.
+    private let digestKey: [UInt8]
+    private let board = CompletionBoard<Prepared>()
+    private let stopping = Atomic<Bool>(false)
+    /// When the loop last showed progress (a poll, or a retry attempt), as Unix seconds.
+    private let heartbeat = Atomic<Int>(Int(Date().timeIntervalSince1970))
+
+    public init(
+        configuration: WorkerConfiguration, consumer: KafkaConsumer, producer: KafkaProducer, flows: LoginFlows,
+        notifications: AppleNotificationFlow?, store: PostgresStore, clock: any WorkerClock, metrics: WorkerMetrics,
+        logger: Logger
+    ) throws {
+        self.configuration = configuration
+        self.consumer = consumer
+        self.producer = producer
+        self.flows = flows
+        self.notifications = notifications
+        self.store = store
+        self.clock = clock
+        self.metrics = metrics
+        self.logger = logger
+        digestKey = try configuration.resultsKey ?? SecureRandom.bytes(32)
+    }
+
+    /// Seconds since the consume loop last showed progress: liveness.
+    public var secondsSinceHeartbeat: Int { Int(Date().timeIntervalSince1970) - heartbeat.load(ordering: .relaxed) }
+
+    private func beat() { heartbeat.store(Int(Date().timeIntervalSince1970), ordering: .relaxed) }
+
+    public func triggerGracefulShutdown() {
+        stopping.store(true, ordering: .releasing)
+    }
+
+    private var isStopping: Bool { stopping.load(ordering: .acquiring) }
+
+    // MARK: - The loop
+
+    public func run() async throws {
+        logger.info(
+            "Consuming",
+            metadata: [
+                LogKey.topic: [configuration.topics.requests, configuration.topics.notifications].joined(separator: ",")
+            ])
+        defer { logger.info("Consumer stopped") }
+        var state = LoopState()
+        do {
+            try await loop(&state)
+            // The last batch's events were acknowledged: say so, or the relay publishes them again.
+            try await markPublishedWhileIdle(&state)
+        } catch is ShutdownDuringRetry {
+            logger.warning(
+                "Work abandoned during shutdown; it will be replayed",
+                metadata: [LogKey.count: String(state.jobs.count)])
+        } catch {
+            await consumer.close()
+            throw error
+        }
+        // Leaving the group commits the stored offsets.
+        await consumer.close()
+    }
+
+    private func loop(_ state: inout LoopState) async throws {
+        let processing = configuration.processing
+        while true {
+            beat()
+            if isStopping, !state.canProgress { break }
+            if !isStopping, state.jobs.count < processing.maxInFlight {
+                // Short waits while work is in flight, so finished work is picked up promptly.
+                let messages = try await consumer.poll(
+                    maxMessages: min(processing.batchMax, processing.maxInFlight - state.jobs.count),
+                    timeout: state.jobs.isEmpty ? processing.batchWait : .milliseconds(2))
+                for partition in consumer.takeRevokedPartitions() { state.watermark.revoke(partition) }
+                admit(messages, &state)
+            }
+            let started = try await start(&state)
+            await board.wait(for: started, timeout: processing.prepareWait)
+            collect(&state)
+            let ready = state.readyJobs()
+            guard !ready.isEmpty else {
+                try await markPublishedWhileIdle(&state)
+                continue
+            }
+            let records = try await write(ready, &state)
+            let published = try await publish(records)
+            state.eventsToMark += published
+            finish(records, &state)
+            await consumer.storeOffsets(state.watermark.advance())
+        }
+    }
+
+    // MARK: - 1. Decode
+
+    private func admit(_ messages: [KafkaMessage], _ state: inout LoopState) {
+        for message in messages {
+            let epoch = state.watermark.read(message)
+            let job = Job(seq: state.nextSeq(), message: message, epoch: epoch)
+            if message.topic == configuration.topics.notifications {
+                job.phase = .lookup
+            } else {
+                decode(job, &state)
+            }
+            state.add(job)
+        }
+    }
+
+    private func decode(_ job: Job, _ state: inout LoopState) {
+        let message = job.message
+        switch decoder.decode(message.value) {
+        case .unanswerable(let reason, let text):
+            metrics.deadLettered.increment()
+            logger.warning(
+                "Request sent to the dead-letter topic",
+                metadata: [
+                    "dlq.reason": reason, LogKey.topic: message.topic, LogKey.partition: String(message.partition),
+                    LogKey.offset: String(message.offset),
+                ])
+            job.phase = .ready(.publish([deadLetter(message, reason: reason, text: text)], outcome: "dead_letter"))
+        case .invalid(let id, let traceparent, let error):
+            let failure = LoginError(error.code, error.description, field: error.field)
+            job.phase = .ready(
+                .publish(
+                    [
+                        resultRecord(
+                            .failure(requestID: id, error: failure.payload), requestID: id, traceparent,
+                            tag: Self.refusalTag(
+                                failure, digest: HMACSHA256.mac(key: digestKey, message: message.value)))
+                    ], outcome: failure.code.rawValue))
+        case .valid(var request):
+            request.partitionKey = message.key.flatMap { String(validating: $0, as: UTF8.self) }
+            let digest = (try? MessageCoding.encode(request.data)).map { HMACSHA256.mac(key: digestKey, message: $0) }
+            job.request = request
+            job.digest = digest ?? HMACSHA256.mac(key: digestKey, message: message.value)
+            job.phase = state.hold(request.id, for: job) ? .lookup : .waitingForID
+        }
+    }
+
+    // MARK: - 2. Look up, 3. prepare
+
+    /// Looks up the request ids of the jobs ready to start, answers what needs no work, and
+    /// starts the preparation of the rest.
+    /// - Returns: the jobs whose preparation started now.
+    private func start(_ state: inout LoopState) async throws -> Set<Int> {
+        let starting = state.jobs.values.filter { if case .lookup = $0.phase { true } else { false } }
+            .sorted { $0.seq < $1.seq }
+        guard !starting.isEmpty else { return [] }
+        let ids = starting.compactMap { $0.request?.id }
+        let kept =
+            ids.isEmpty ? [:] : try await retrying("look up request ids") { try await self.store.keptRequests(ids) }
+        var started: Set<Int> = []
+        let now = clock.now()
+        for job in starting {
+            guard let request = job.request else {
+                startNotification(job)
+                started.insert(job.seq)
+                continue
+            }
+            // The kept answer comes first: a processed request is answered again, however late.
+            if let kept = kept[request.id] {
+                job.phase = .ready(.publish(replay(kept, job: job, request: request), outcome: "replayed"))
+                continue
+            }
+            let sent = request.time ?? job.message.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+            if configuration.requestDeadline > 0, let sent, now.timeIntervalSince(sent) > configuration.requestDeadline
+            {
+                // The gateway has given up on it: acting now would create a session nobody receives.
+                metrics.expired.increment()
+                job.phase = .ready(
+                    .publish(
+                        refusal(
+                            LoginError(
+                                .internalError, "the request expired before it could be processed; send a new one",
+                                retriable: true), job: job, request: request), outcome: "expired"))
+                continue
+            }
+            let replyKey: [UInt8]?
+            do {
+                replyKey = try Self.replyKey(request, required: configuration.sessions.requireReplyKey)
+            } catch let error as LoginError {
+                job.phase = .ready(.publish(refusal(error, job: job, request: request), outcome: error.code.rawValue))
+                continue
+            }
+            job.phase = .preparing
+            started.insert(job.seq)
+            let seq = job.seq
+            let digest = job.digest
+            Task {
+                let outcome: Prepared
+                do {
+                    let prepared = try await self.retrying("prepare request") { try await self.flows.prepare(request) }
+                    outcome = .login(
+                        LoginWork(request: request, digest: digest, replyKey: replyKey, prepared: prepared))
+                } catch is ShutdownDuringRetry {
+                    outcome = .abandoned
+                } catch {
+                    outcome = .refused(error)
+                }
+                self.board.post(seq, outcome)
+            }
+        }
+        return started
+    }
+
+    private func startNotification(_ job: Job) {
+        job.phase = .preparing
+        let seq = job.seq
+        let value = job.message.value
+        Task {
+            let outcome: Prepared
+            guard let notifications = self.notifications else {
+                self.board.post(seq, .notificationRefused("Sign in with Apple is not enabled"))
+                return
+            }
+            do {
+                // Apple's keys unreachable: this notification waits in its own lane; logins go on.
+                let notification = try await self.retrying("verify a provider notification") {
+                    try await notifications.prepare(value)
+                }
+                outcome = .notification(notification)
+            } catch is ShutdownDuringRetry {
+                outcome = .abandoned
+            } catch let refusal as AppleNotificationFlow.Refusal {
+                outcome = .notificationRefused(refusal.description)
+            } catch {
+                outcome = .notificationRefused(ErrorPolicy.loggable(error))
+            }
+            self.board.post(seq, outcome)
+        }
+    }
+
+    /// Moves finished preparations into their jobs.
+    private func collect(_ state: inout LoopState) {
+        for (seq, outcome) in board.take() {
+            guard let job = state.jobs[seq] else { continue }
+            job.phase = step(for: outcome, job: job)
+        }
+    }
+
+    private func step(for outcome: Prepared, job: Job) -> Phase {
+        switch outcome {
+        case .login(let work):
+            return .ready(.writeLogin(work))
+        case .refused(let error):
+            guard let request = job.request else { return .abandoned }
+            return .ready(.publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error)))
+        case .notification(let notification):
+            return .ready(.writeNotification(notification))
+        case .notificationRefused(let reason):
+            logger.warning(
+                "Provider notification refused",
+                metadata: [
+                    LogKey.error: reason, LogKey.partition: String(job.message.partition),
+                    LogKey.offset: String(job.message.offset),
+                ])
+            metrics.deadLettered.increment()
+            return .ready(
+                .publish(
+                    [deadLetter(job.message, reason: "notification_refused", text: String(reason.prefix(200)))],
+                    outcome: "dead_letter"))
+        case .abandoned:
+            return .abandoned
+        }
+    }
+
+    // MARK: - 4. Write
+
+    /// Writes every job that changes something in one transaction, and turns every job into the
+    /// records it publishes.
+    private func write(_ ready: [Job], _ state: inout LoopState) async throws -> [JobRecords] {
+        var items: [WriteItem] = []
+        var prefetch = Prefetch()
+        for job in ready {
+            switch job.phase {
+            case .ready(.writeLogin(let work)):
+                items.append(.login(work))
+                prefetch.merge(work.prepared.prefetch)
+            case .ready(.writeNotification(let notification)):
+                items.append(.notification(notification))
+                prefetch.merge(notification.prefetch)
+            default:
+                continue
+            }
+        }
+        var outcomes: [PostgresStore.ItemOutcome<WriteOutput>] = []
+        if !items.isEmpty {
+            let marks = state.eventsToMark
+            let head = marks.isEmpty ? [] : [PostgresStore.markPublished(marks, at: clock.now())]
+            let resultsKey = configuration.resultsKey
+            let idempotencyLifetime = configuration.sessions.idempotencyLifetime
+            let items = items
+            let prefetch = prefetch
+            let now = clock.now()
+            outcomes = try await retrying("write the batch") {
+                try await self.store.runBatch(items, head: head, prefetch: prefetch) { item, unit in
+                    try Self.write(
+                        item, unit, resultsKey: resultsKey, rememberedUntil: now + idempotencyLifetime, at: now)
+                }
+            }
+            state.eventsToMark.removeAll { marks.contains($0) }
+        }
+        var records: [JobRecords] = []
+        var next = outcomes.makeIterator()
+        for job in ready {
+            switch job.phase {
+            case .ready(.publish(let published, let outcome)):
+                records.append(JobRecords(job: job, records: published, events: [], outcome: outcome))
+            case .ready(.writeLogin(let work)):
+                guard let outcome = next.next() else { continue }
+                records.append(loginRecords(outcome, job: job, work: work))
+            case .ready(.writeNotification(let notification)):
+                guard let outcome = next.next() else { continue }
+                records.append(notificationRecords(outcome, job: job, notification: notification))
+            default:
+                continue
+            }
+        }
+        return records
+    }
+
+    /// One item of the batch's transaction: the flow's write, then the answer sealed (to the
+    /// gateway's `reply_key`, and with the results key) and kept with the request id.
+    static func write(
+        _ item: WriteItem, _ unit: any UnitOfWork, resultsKey: [UInt8]?, rememberedUntil: Date, at now: Date
+    ) throws -> WriteOutput {
+        switch item {
+        case .notification(let notification):
+            return .notification(events: try notification.write(unit))
+        case .login(let work):
+            let answer = try work.prepared.write(unit)
+            var result = answer.result
+            if let replyKey = work.replyKey, let session = result.session {
+                do {
+                    result.sealedSession = try JWE.sealECDHES(try MessageCoding.encode(session), to: replyKey)
+                } catch {
+                    throw LoginError(
+                        .malformedRequest, "reply_key is not a usable X25519 public key", field: "data.reply_key")
+                }
+                result.session = nil
+            }
+            let sealed = try resultsKey.map { key in
+                try AESGCM.seal(try MessageCoding.encode(result), key: key, aad: Array(work.request.id.utf8)).combined
+            }
+            try unit.recordRequest(
+                RequestRecord(
+                    requestID: work.request.id, method: work.request.method.rawValue, status: result.status,
+                    digest: resultsKey == nil ? nil : work.digest, userID: answer.userID, sessionID: answer.sessionID,
+                    resultSealed: sealed, processedAt: now, expiresAt: rememberedUntil))
+            return .login(result)
+        }
+    }
+
+    private func loginRecords(_ outcome: PostgresStore.ItemOutcome<WriteOutput>, job: Job, work: LoginWork)
+        -> JobRecords
+    {
+        let request = work.request
+        switch outcome {
+        case .written(.login(let result), let events):
+            return JobRecords(
+                job: job,
+                records: [
+                    resultRecord(
+                        result, requestID: request.id, request.traceparent, tag: Self.answerTag(digest: work.digest))
+                ], events: events, outcome: result.error?.code.rawValue ?? "ok")
+        case .written(.notification, _):
+            return JobRecords(job: job, records: [], events: [], outcome: "internal_error")
+        case .refused(let error):
+            return JobRecords(
+                job: job, records: refusal(error, job: job, request: request), events: [],
+                outcome: Self.outcome(of: error))
+        }
+    }
+
+    private func notificationRecords(
+        _ outcome: PostgresStore.ItemOutcome<WriteOutput>, job: Job, notification: AppleNotification
+    ) -> JobRecords {
+        switch outcome {
+        case .written(_, let events):
+            logger.info(
+                "Apple notification applied",
+                metadata: ["apple.event": notification.type, LogKey.count: String(events.count)])
+            return JobRecords(job: job, records: [], events: events, outcome: "applied")
+        case .refused(let error):
+            logger.error(
+                "Provider notification could not be applied",
+                metadata: [LogKey.error: ErrorPolicy.loggable(error), LogKey.offset: String(job.message.offset)])
+            metrics.deadLettered.increment()
+            return JobRecords(
+                job: job,
+                records: [deadLetter(job.message, reason: "notification_failed", text: ErrorPolicy.loggable(error))],
+                events: [], outcome: "dead_letter")
+        }
+    }
+
+    // MARK: - 5. Publish
+
+    /// Publishes every job's records in one producer batch; transient failures are sent again.
+    /// - Returns: the ids of the events acknowledged.
+    private func publish(_ jobs: [JobRecords]) async throws -> [UUID] {
+        var pending: [(record: ProducerRecord, event: UUID?)] = []
+        for job in jobs {
+            pending += job.records.map { ($0, nil) }
+            pending += job.events.map { ($0.record, $0.id) }
+        }
+        var acknowledged: [UUID] = []
+        var delay = configuration.processing.initialRetryDelay
+        while !pending.isEmpty {
+            let outcomes = await producer.deliver(pending.map(\.record))
+            var again: [(record: ProducerRecord, event: UUID?)] = []
+            for (entry, outcome) in zip(pending, outcomes) {
+                switch outcome {
+                case .success:
+                    if let event = entry.event { acknowledged.append(event) }
+                case .failure(let error) where error.isRetriable:
+                    again.append(entry)
+                case .failure(let error):
+                    // A record the broker will never take: that record's problem, not the worker's.
+                    logger.error(
+                        "A record could not be published",
+                        metadata: [LogKey.topic: entry.record.topic, LogKey.error: error.description])
+                }
+            }
+            guard !again.isEmpty else { break }
+            if isStopping { throw ShutdownDuringRetry() }
+            beat()
+            metrics.retries.increment()
+            logger.warning(
+                "Transient failure; retrying",
+                metadata: ["retry.operation": "publish", LogKey.count: String(again.count)])
+            try await Task.sleep(for: Self.jitter(delay))
+            delay = min(delay * 2, configuration.processing.maxRetryDelay)
+            pending = again
+        }
+        return acknowledged
+    }
+
+    /// Marks acknowledged events published when no batch came to carry the marks.
+    private func markPublishedWhileIdle(_ state: inout LoopState) async throws {
+        guard !state.eventsToMark.isEmpty else { return }
+        let marks = state.eventsToMark
+        let now = clock.now()
+        try await retrying("mark events published") { try await self.store.markPublished(marks, at: now) }
+        state.eventsToMark.removeAll { marks.contains($0) }
+    }
+
+    // MARK: - 6. Finish
+
+    private func finish(_ done: [JobRecords], _ state: inout LoopState) {
+        let now = ContinuousClock.now
+        for finished in done {
+            let job = finished.job
+            state.watermark.finish(job.message.topicPartition, offset: job.message.offset, epoch: job.epoch)
+            state.remove(job)
+            let took = now - job.admittedAt
+            metrics.observeLatency(took)
+            guard let request = job.request else { continue }
+            // One line per request, so an operator can follow any of them by id or trace.
+            var metadata: Logger.Metadata = [
+                LogKey.requestID: request.id, LogKey.method: request.method.rawValue, LogKey.outcome: finished.outcome,
+                LogKey.duration: String(took.wholeMilliseconds),
+            ]
+            if let trace = request.traceparent?.split(separator: "-").dropFirst().first {
+                metadata[LogKey.traceID] = String(trace)
+            }
+            logger.info("Request handled", metadata: metadata)
+        }
+    }
+
+    // MARK: - Answers
+
+    /// The answer a redelivered request gets: its kept result, with the same event id.
+    private func replay(_ kept: KeptRequest, job: Job, request: LoginRequest) -> [ProducerRecord] {
+        metrics.duplicates.increment()
+        guard let key = configuration.resultsKey, let sealed = kept.resultSealed,
+            let box = AESGCM.Sealed(combined: sealed),
+            let json = AESGCM.open(box, key: key, aad: Array(request.id.utf8)),
+            let result = try? MessageCoding.decode(LoginResultData.self, from: json)
+        else {
+            // No results key, or another one than sealed it: the request was acted on, and its
+            // answer cannot be given again (nor its content compared).
+            logger.warning(
+                "Request already processed; its answer cannot be given again", metadata: [LogKey.requestID: request.id])
+            return refusal(
+                LoginError(
+                    .internalError, "the request was processed, but its answer cannot be given again; send a new one",
+                    retriable: true), job: job, request: request)
+        }
+        // A reused id with other content never gets the first request's answer. The digests are
+        // keyed with the key that opened the answer, so they compare.
+        if let stored = kept.digest, !ConstantTime.equals(stored, job.digest) {
+            logger.warning("Request id reused with other content", metadata: [LogKey.requestID: request.id])
+            return refusal(
+                LoginError(.malformedRequest, "this id belongs to another request; send a new id", field: "id"),
+                job: job, request: request)
+        }
+        logger.info("Request already processed; publishing its result again", metadata: [LogKey.requestID: request.id])
+        return [
+            resultRecord(result, requestID: request.id, request.traceparent, tag: Self.answerTag(digest: job.digest))
+        ]
+    }
+
+    /// The answer of a refused request (nothing written); unexpected errors are logged and
+    /// answered `internal_error`.
+    private func refusal(_ error: any Error, job: Job, request: LoginRequest) -> [ProducerRecord] {
+        let failure: LoginError
+        if let error = error as? LoginError {
+            failure = error
+        } else {
+            logger.error(
+                "Request failed unexpectedly",
+                metadata: [LogKey.requestID: request.id, LogKey.error: ErrorPolicy.loggable(error)])
+            failure = LoginError(.internalError, "internal error; see the worker's log", retriable: true)
+        }
+        return [
+            resultRecord(
+                .failure(requestID: request.id, error: failure.payload), requestID: request.id, request.traceparent,
+                tag: Self.refusalTag(failure, digest: job.digest))
+        ]
+    }
+
+    private static func outcome(of error: any Error) -> String {
+        (error as? LoginError)?.code.rawValue ?? ErrorCode.internalError.rawValue
+    }
+
+    /// The request's X25519 `reply_key`, checked before anything is prepared.
+    static func replyKey(_ request: LoginRequest, required: Bool) throws -> [UInt8]? {
+        guard let text = request.data.replyKey else {
+            if required, request.method != .logout {
+                throw LoginError(
+                    .malformedRequest, "reply_key is required: results are sealed to the gateway's key",
+                    field: "data.reply_key")
+            }
+            return nil
+        }
+        guard let key = Base64URL.decode(text), key.count == 32, key.contains(where: { $0 != 0 }) else {
+            throw LoginError(
+                .malformedRequest, "reply_key must be a base64url X25519 public key", field: "data.reply_key")
+        }
+        return key
+    }
+
+    // MARK: - Records
+
+    /// The result's CloudEvent id: every copy of one answer has the same id (so a gateway can
+    /// deduplicate), and two different answers to one id never do.
+    static func resultEventID(requestID: String, tag: String) -> String {
+        var bytes = Array(SHA256.hash("auth.login.result:" + requestID + "\u{0}" + tag).prefix(16))
+        bytes[6] = 0x80 | (bytes[6] & 0x0F)  // UUIDv8: custom
+        bytes[8] = 0x80 | (bytes[8] & 0x3F)
+        let hex = Hex.encode(bytes)
+        let parts = [
+            hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4),
+            hex.dropFirst(20),
+        ]
+        return parts.joined(separator: "-")
+    }
+
+    static func answerTag(digest: [UInt8]) -> String { "answer:" + Hex.encode(digest) }
+
+    static func refusalTag(_ error: LoginError, digest: [UInt8]) -> String {
+        "refused:\(error.code.rawValue):" + Hex.encode(digest)
+    }
+
+    private func resultRecord(_ result: LoginResultData, requestID: String, _ traceparent: String?, tag: String)
+        -> ProducerRecord
+    {
+        let envelope = CloudEvent(
+            id: Self.resultEventID(requestID: requestID, tag: tag), source: configuration.eventSource,
+            type: LoginResultData.eventType, time: clock.now(), traceparent: traceparent, data: result)
+        // Encoding plain Codable values cannot fail; an empty value would be dead-lettered by the gateway.
+        let value = (try? MessageCoding.encode(envelope)) ?? []
+        metrics.count(result)
+        return ProducerRecord(
+            topic: configuration.topics.results, key: Array(requestID.utf8), value: value,
+            headers: [KafkaHeader(key: "content-type", string: CloudEvent<LoginResultData>.contentType)])
+    }
+
+    private func deadLetter(_ message: KafkaMessage, reason: String, text: String) -> ProducerRecord {
+        let headers =
+            message.headers.filter { !$0.key.hasPrefix("dlq-") } + [
+                KafkaHeader(key: "dlq-reason", string: reason),
+                KafkaHeader(key: "dlq-message", string: text),
+                KafkaHeader(key: "dlq-source-topic", string: message.topic),
+                KafkaHeader(key: "dlq-source-partition", string: String(message.partition)),
+                KafkaHeader(key: "dlq-source-offset", string: String(message.offset)),
+            ]
+        return ProducerRecord(
+            topic: configuration.topics.deadLetters, key: message.key, value: message.value, headers: headers)
+    }
+
+    // MARK: - Retries
+
+    /// Runs `body` until it succeeds or fails definitely; transient failures wait with capped
+    /// exponential backoff and full jitter. Gives up only when the worker is stopping.
+    func retrying<T: Sendable>(_ what: String, _ body: @Sendable () async throws -> T) async throws -> T {
+        var delay = configuration.processing.initialRetryDelay
+        var attempt = 1
+        while true {
+            do {
+                return try await body()
+            } catch let error where ErrorPolicy.classify(error) == .transient {
+                if isStopping { throw ShutdownDuringRetry() }
+                beat()
+                metrics.retries.increment()
+                let jittered = Self.jitter(delay)
+                logger.warning(
+                    "Transient failure; retrying",
+                    metadata: [
+                        "retry.operation": what, LogKey.attempt: String(attempt),
+                        LogKey.delay: String(jittered.wholeMilliseconds), LogKey.error: ErrorPolicy.loggable(error),
+                    ])
+                try await Task.sleep(for: jittered)
+                delay = min(delay * 2, configuration.processing.maxRetryDelay)
+                attempt += 1
+            }
+        }
+    }
+
+    private static func jitter(_ delay: Duration) -> Duration {
+        .milliseconds(Int64.random(in: 0...max(delay.wholeMilliseconds, 1)))
+    }
+}
+
+// MARK: - State of the loop
+
+/// A consumed message on its way through the pipeline. Owned by the loop.
+final class Job {
+    let seq: Int
+    let message: KafkaMessage
+    /// The assignment of its partition when it was read.
+    let epoch: Int
+    let admittedAt = ContinuousClock.now
+    var request: LoginRequest?
+    /// The keyed digest of the request's content (or of the raw value).
+    var digest: [UInt8] = []
+    var phase: Phase = .lookup
+
+    init(seq: Int, message: KafkaMessage, epoch: Int) {
+        self.seq = seq
+        self.message = message
+        self.epoch = epoch
+    }
+
+    /// Messages with the same partition and key are written in order; messages without a key
+    /// are ordered against nothing.
+    var lane: String {
+        guard let key = message.key else { return "\(message.topic)/\(message.partition)/@\(message.offset)" }
+        return "\(message.topic)/\(message.partition)/" + Data(key).base64EncodedString()
+    }
+}
+
+enum Phase {
+    /// Another job with the same request id is in flight: this one waits for its outcome.
+    case waitingForID
+    /// To be looked up (and started) in the next pass.
+    case lookup
+    /// Its preparation runs in the background.
+    case preparing
+    /// Its preparation gave up (shutdown): it and the jobs behind it in its lane are replayed later.
+    case abandoned
+    case ready(Step)
+}
+
+/// What a ready job still needs.
+enum Step {
+    /// Nothing to write: publish these records.
+    case publish([ProducerRecord], outcome: String)
+    case writeLogin(LoginWork)
+    case writeNotification(AppleNotification)
+}
+
+/// A prepared login request.
+struct LoginWork: Sendable {
+    let request: LoginRequest
+    let digest: [UInt8]
+    let replyKey: [UInt8]?
+    let prepared: any PreparedWrite
+}
+
+/// What a background preparation posts.
+enum Prepared: Sendable {
+    case login(LoginWork)
+    case refused(any Error)
+    case notification(AppleNotification)
+    case notificationRefused(String)
+    case abandoned
+}
+
+/// What the batch's transaction writes, per item.
+enum WriteItem: Sendable {
+    case login(LoginWork)
+    case notification(AppleNotification)
+}
+
+enum WriteOutput: Sendable {
+    case login(LoginResultData)
+    case notification(events: Int)
+}
+
+/// What one job publishes: its answer or dead letter, and the events its write caused.
+struct JobRecords {
+    let job: Job
+    let records: [ProducerRecord]
+    let events: [OutboxEvent]
+    let outcome: String
+}
+
+struct LoopState {
+    var jobs: [Int: Job] = [:]
+    /// Job seqs per lane, in the order they were read.
+    var lanes: [String: [Int]] = [:]
+    var watermark = OffsetWatermark()
+    /// Request ids held by a job in flight (a second job with the same id waits).
+    var heldIDs: [String: Int] = [:]
+    /// Events acknowledged by the broker, to mark published in the next transaction.
+    var eventsToMark: [UUID] = []
+    private var seq = 0
+
+    mutating func nextSeq() -> Int {
+        seq += 1
+        return seq
+    }
+
+    mutating func add(_ job: Job) {
+        jobs[job.seq] = job
+        lanes[job.lane, default: []].append(job.seq)
+    }
+
+    /// True when `job` may go ahead with `id`: no other job in flight holds it.
+    mutating func hold(_ id: String, for job: Job) -> Bool {
+        guard heldIDs[id] == nil else { return false }
+        heldIDs[id] = job.seq
+        return true
+    }
+
+    mutating func remove(_ job: Job) {
+        jobs[job.seq] = nil
+        if var lane = lanes[job.lane] {
+            lane.removeAll { $0 == job.seq }
+            lanes[job.lane] = lane.isEmpty ? nil : lane
+        }
+        guard let id = job.request?.id, heldIDs[id] == job.seq else { return }
+        heldIDs[id] = nil
+        // The next job with this id goes ahead now, and will find this one's answer.
+        if let waiting = jobs.values.filter({ $0.request?.id == id && isWaiting($0) }).min(by: { $0.seq < $1.seq }) {
+            heldIDs[id] = waiting.seq
+            waiting.phase = .lookup
+        }
+    }
+
+    private func isWaiting(_ job: Job) -> Bool {
+        if case .waitingForID = job.phase { true } else { false }
+    }
+
+    /// Each lane's jobs that are ready, from its head up to the first that is not, in read order.
+    func readyJobs() -> [Job] {
+        var ready: [Job] = []
+        for seqs in lanes.values {
+            for seq in seqs {
+                guard let job = jobs[seq], case .ready = job.phase else { break }
+                ready.append(job)
+            }
+        }
+        return ready.sorted { $0.seq < $1.seq }
+    }
+
+    /// False when nothing in flight can finish any more (only abandoned jobs and those behind them).
+    var canProgress: Bool {
+        jobs.values.contains { job in
+            switch job.phase {
+            case .lookup, .preparing, .ready: true
+            case .waitingForID, .abandoned: false
+            }
+        }
+    }
+}
+
+extension OutboxEvent {
+    /// The Kafka record that publishes this event.
+    var record: ProducerRecord {
+        ProducerRecord(
+            topic: topic, key: Array(key.utf8), value: payload,
+            headers: [KafkaHeader(key: "content-type", string: CloudEvent<UserCreatedData>.contentType)])
+    }
+}

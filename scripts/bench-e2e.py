@@ -1,0 +1,495 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark of the auth worker through the broker and PostgreSQL.
+
+Run by `scripts/bench e2e` (which sets up the local services and builds the release worker).
+Every number comes from broker timestamps: a request's timestamp is when the gateway produced it,
+a result's when the worker produced it, both on this machine's clock.
+
+Phases, each on a database and topics of its own:
+  guest       N guest logins preloaded on the topic, then the worker started: logins/s
+  apple       N Sign in with Apple logins (RS256 tokens from a local key server): logins/s
+  latency     guest logins paced at half the measured guest rate: p50, p99
+  batch       guest throughput with AUTH_BATCH_MAX of 1, 10, 100, 500
+  limits      pgbench inserting the rows of 100 guest logins per transaction (the ceiling),
+              and `openssl speed` for the signature primitives
+Then a table (stdout, and results.json) and a chart (e2e.png) in the output folder.
+"""
+
+import argparse
+import base64
+import http.server
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+from confluent_kafka import Consumer, Producer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def log(message):
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+# MARK: - Local services
+
+class Services:
+    def __init__(self, args):
+        self.brokers = args.brokers
+        self.broker_admin = args.broker_admin
+        self.pg_server = args.database_server
+        self.worker = args.worker
+        self.tansu = os.path.join(ROOT, ".local", "tansu", "tansu")
+        self.scratch = tempfile.mkdtemp(prefix="auth-bench-")
+
+    def psql(self, database, sql):
+        subprocess.run(
+            ["psql", f"{self.pg_server}/{database}", "-v", "ON_ERROR_STOP=1", "-qAtc", sql],
+            check=True, stdout=subprocess.DEVNULL)
+
+    def database(self, name):
+        self.psql("postgres", f"DROP DATABASE IF EXISTS {name}")
+        self.psql("postgres", f"CREATE DATABASE {name}")
+        url = f"{self.pg_server}/{name}"
+        subprocess.run([self.worker, "migrate"], env={**os.environ, "AUTH_DATABASE_URL": url}, check=True,
+                       stdout=subprocess.DEVNULL)
+        return url
+
+    def topics(self, suffix, partitions=4):
+        names = {kind: f"bench.{kind}.{suffix}" for kind in ("requests", "results", "events", "notifications", "dlq")}
+        for name in names.values():
+            subprocess.run([self.tansu, "topic", "create", "--broker", f"tcp://{self.broker_admin}",
+                            "--partitions", str(partitions), name], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        return names
+
+
+class KeyServer:
+    """Serves an RSA key set as Apple would, and signs Apple ID tokens with its private half."""
+
+    def __init__(self):
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        numbers = self.key.public_key().public_numbers()
+
+        def b64(value):
+            raw = value.to_bytes((value.bit_length() + 7) // 8, "big")
+            return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+        body = json.dumps({"keys": [{"kty": "RSA", "kid": "bench", "use": "sig", "alg": "RS256",
+                                     "n": b64(numbers.n), "e": b64(numbers.e)}]}).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Cache-Control", "max-age=3600")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/keys"
+
+    def token(self, subject, nonce_hash, now):
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        def part(obj):
+            return base64.urlsafe_b64encode(json.dumps(obj, separators=(",", ":")).encode()).rstrip(b"=").decode()
+
+        claims = {"iss": "https://appleid.apple.com", "aud": "com.example.bench", "sub": subject,
+                  "iat": now, "exp": now + 3600, "nonce": nonce_hash, "email": f"{subject}@privaterelay.appleid.com",
+                  "email_verified": "true", "is_private_email": "true"}
+        signing_input = part({"alg": "RS256", "kid": "bench"}) + "." + part(claims)
+        signature = self.key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+        return signing_input + "." + base64.urlsafe_b64encode(signature).rstrip(b"=").decode()
+
+
+# MARK: - The worker
+
+class Worker:
+    def __init__(self, services, database_url, topics, key_server, extra=None):
+        self.services = services
+        keys = os.path.join(services.scratch, "signing.pem")
+        if not os.path.exists(keys):
+            subprocess.run([services.worker, "keys", "generate", keys], check=True, stdout=subprocess.DEVNULL)
+        results_key = os.path.join(services.scratch, "results.key")
+        if not os.path.exists(results_key):
+            with open(results_key, "w") as handle:
+                handle.write(os.urandom(32).hex())
+        self.env = {
+            **os.environ,
+            "AUTH_KAFKA_BROKERS": services.brokers, "AUTH_DATABASE_URL": database_url,
+            "AUTH_KAFKA_GROUP": f"bench-{uuid.uuid4().hex[:8]}",
+            "AUTH_TOPIC_REQUESTS": topics["requests"], "AUTH_TOPIC_RESULTS": topics["results"],
+            "AUTH_TOPIC_EVENTS": topics["events"], "AUTH_TOPIC_NOTIFICATIONS": topics["notifications"],
+            "AUTH_TOPIC_DLQ": topics["dlq"], "AUTH_SIGNING_KEYS": keys, "AUTH_RESULTS_KEY_FILE": results_key,
+            "AUTH_APPLE_AUDIENCES": "com.example.bench", "AUTH_APPLE_KEYS_URL": key_server.url,
+            "AUTH_HEALTH_PORT": "off", "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
+            **(extra or {}),
+        }
+        self.log = open(os.path.join(services.scratch, f"worker-{uuid.uuid4().hex[:6]}.log"), "w")
+        self.process = subprocess.Popen([services.worker, "run"], env=self.env, stdout=self.log,
+                                        stderr=subprocess.STDOUT)
+
+    def memory(self):
+        """(peak RSS, current RSS) in MiB, from /proc."""
+        values = {}
+        with open(f"/proc/{self.process.pid}/status") as status:
+            for line in status:
+                key, _, rest = line.partition(":")
+                if key in ("VmHWM", "VmRSS"):
+                    values[key] = int(rest.split()[0]) / 1024
+        return values.get("VmHWM", 0), values.get("VmRSS", 0)
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+# MARK: - Gateway side
+
+def request(request_id, data):
+    return json.dumps({"specversion": "1.0", "id": request_id, "source": "/gateway/bench",
+                       "type": "auth.login.request", "data": data}, separators=(",", ":")).encode()
+
+
+def producer(services):
+    return Producer({"bootstrap.servers": services.brokers, "linger.ms": 5, "enable.idempotence": True,
+                     "socket.nagle.disable": True})
+
+
+def preload(services, topic, values):
+    """Produces (key, value) pairs; returns their broker timestamps by key."""
+    stamps = {}
+
+    def delivered(error, message):
+        if error is not None:
+            raise RuntimeError(f"produce failed: {error}")
+        stamps[message.key().decode()] = message.timestamp()[1]
+
+    out = producer(services)
+    for index, (key, value) in enumerate(values):
+        while True:
+            try:
+                out.produce(topic, key=key, value=value, on_delivery=delivered)
+                break
+            except BufferError:
+                out.poll(0.05)
+        if index % 1000 == 0:
+            out.poll(0)
+    out.flush(60)
+    return stamps
+
+
+class ResultReader:
+    """Reads the results topic in the background, keeping each result's broker timestamp by key."""
+
+    def __init__(self, services, topic):
+        self.consumer = Consumer({"bootstrap.servers": services.brokers, "group.id": f"reader-{uuid.uuid4().hex}",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                  "fetch.wait.max.ms": 5, "socket.nagle.disable": True})
+        self.consumer.subscribe([topic])
+        self.stamps = {}
+        self.statuses = {}
+        self.lock = threading.Lock()
+        self.running = True
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while self.running:
+            for message in self.consumer.consume(num_messages=1000, timeout=0.1):
+                if message.error():
+                    continue
+                key = message.key().decode()
+                status = json.loads(message.value())["data"]["status"]
+                with self.lock:
+                    if key not in self.stamps:
+                        self.stamps[key] = message.timestamp()[1]
+                        self.statuses[key] = status
+
+    def wait_for(self, keys, timeout):
+        deadline = time.time() + timeout
+        wanted = set(keys)
+        while time.time() < deadline:
+            with self.lock:
+                if wanted.issubset(self.stamps.keys()):
+                    return True
+            time.sleep(0.1)
+        return False
+
+    def close(self):
+        self.running = False
+        self.thread.join()
+        self.consumer.close()
+
+
+def throughput(stamps, keys):
+    """Logins per second, from the first result's broker timestamp to the last's."""
+    times = sorted(stamps[key] for key in keys)
+    span = (times[-1] - times[0]) / 1000
+    return (len(times) - 1) / span if span > 0 else float("inf")
+
+
+def percentile(values, fraction):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+# MARK: - Phases
+
+def run_throughput(services, key_server, kind, count, extra=None, label=None):
+    suffix = f"{kind}{uuid.uuid4().hex[:6]}"
+    database = services.database(f"auth_bench_{suffix}")
+    topics = services.topics(suffix)
+    log(f"{label or kind}: preloading {count} requests")
+    now = int(time.time())
+    values = []
+    for index in range(count):
+        request_id = str(uuid.uuid4())
+        if kind == "guest":
+            data = {"method": "guest", "device": {"name": "bench", "platform": "ios"}}
+        else:
+            import hashlib
+            nonce = uuid.uuid4().hex
+            token = key_server.token(f"bench.{suffix}.{index}", hashlib.sha256(nonce.encode()).hexdigest(), now)
+            data = {"method": "apple", "identity_token": token, "nonce": nonce,
+                    "profile": {"given_name": "Bench", "family_name": f"User{index}"}}
+        values.append((request_id.encode(), request(request_id, data)))
+    preload(services, topics["requests"], values)
+    keys = [key.decode() for key, _ in values]
+    reader = ResultReader(services, topics["results"])
+    worker = Worker(services, database, topics, key_server, extra)
+    answered = reader.wait_for(keys, timeout=max(120, count / 50))
+    peak, current = worker.memory()
+    worker.stop()
+    reader.close()
+    if not answered:
+        raise RuntimeError(f"{kind}: only {len(reader.stamps)} of {count} answered; see {worker.log.name}")
+    failed = [key for key in keys if reader.statuses.get(key) != "ok"]
+    if failed:
+        raise RuntimeError(f"{kind}: {len(failed)} requests were not answered ok; see {worker.log.name}")
+    rate = throughput(reader.stamps, keys)
+    log(f"{label or kind}: {rate:,.0f} logins/s, peak RSS {peak:.0f} MiB")
+    return {"rate": rate, "count": count, "peak_rss_mib": peak, "rss_mib": current}
+
+
+def run_latency(services, key_server, rate, seconds):
+    suffix = f"latency{uuid.uuid4().hex[:6]}"
+    database = services.database(f"auth_bench_{suffix}")
+    topics = services.topics(suffix)
+    reader = ResultReader(services, topics["results"])
+    worker = Worker(services, database, topics, key_server)
+    out = producer(services)
+    sent = {}
+
+    def delivered(error, message):
+        if error is None:
+            sent[message.key().decode()] = message.timestamp()[1]
+
+    # Until the worker answers (it has joined its group), then paced.
+    warm = str(uuid.uuid4())
+    out.produce(topics["requests"], key=warm.encode(), value=request(warm, {"method": "guest"}), on_delivery=delivered)
+    out.flush(10)
+    if not reader.wait_for([warm], timeout=60):
+        raise RuntimeError("latency: the worker never answered")
+    log(f"latency: {rate:,.0f} guest logins/s for {seconds} s")
+    keys = []
+    interval = 1 / rate
+    start = time.perf_counter()
+    total = int(rate * seconds)
+    for index in range(total):
+        target = start + index * interval
+        delay = target - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        request_id = str(uuid.uuid4())
+        keys.append(request_id)
+        out.produce(topics["requests"], key=request_id.encode(),
+                    value=request(request_id, {"method": "guest"}), on_delivery=delivered)
+        out.poll(0)
+    out.flush(30)
+    achieved = total / (time.perf_counter() - start)
+    answered = reader.wait_for(keys, timeout=60)
+    worker.stop()
+    reader.close()
+    if not answered:
+        raise RuntimeError("latency: not every request was answered")
+    latencies = [reader.stamps[key] - sent[key] for key in keys if key in sent]
+    result = {"offered_rate": rate, "achieved_rate": achieved, "count": len(latencies),
+              "p50_ms": percentile(latencies, 0.50), "p90_ms": percentile(latencies, 0.90),
+              "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
+              "mean_ms": statistics.mean(latencies), "latencies_ms": latencies}
+    log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms")
+    return result
+
+
+PGBENCH_SCRIPT = """
+BEGIN;
+WITH u AS (
+    INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+    SELECT gen_random_uuid(), 'guest_' || md5(random()::text), true, now(), now() FROM generate_series(1, 100)
+    RETURNING id),
+s AS (
+    INSERT INTO sessions (id, user_id, provider, abilities, created_at, expires_at)
+    SELECT gen_random_uuid(), id, 'guest', '{guest}', now(), now() + interval '90 days' FROM u RETURNING id),
+a AS (
+    INSERT INTO access_tokens (id, session_id, token_hash, abilities, created_at, expires_at)
+    SELECT gen_random_uuid(), id, sha256(convert_to(id::text, 'UTF8')), '{guest}', now(), now() + interval '15 minutes'
+    FROM s RETURNING 1),
+r AS (
+    INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
+    SELECT gen_random_uuid(), id, sha256(convert_to('r' || id::text, 'UTF8')), now(), now() + interval '30 days'
+    FROM s RETURNING 1),
+p AS (
+    INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at, result_sealed)
+    SELECT gen_random_uuid()::text, 'guest', 'ok', now(), now() + interval '7 days', convert_to(repeat('x', 700), 'UTF8')
+    FROM generate_series(1, 100) RETURNING 1),
+l AS (
+    INSERT INTO rate_limits (bucket, window_start, count)
+    SELECT 'guest:' || gen_random_uuid(), now(), 1 FROM generate_series(1, 100) RETURNING 1)
+INSERT INTO outbox (event_id, topic, message_key, payload, created_at)
+SELECT gen_random_uuid(), 'auth.user.events', 'k', convert_to(repeat('x', 400), 'UTF8'), now()
+FROM generate_series(1, 100);
+COMMIT;
+"""
+
+
+def run_pgbench(services, seconds):
+    database = services.database(f"auth_bench_pgbench{uuid.uuid4().hex[:6]}")
+    script = os.path.join(services.scratch, "guest-rows.sql")
+    with open(script, "w") as handle:
+        handle.write(PGBENCH_SCRIPT)
+    log(f"limits: pgbench, the rows of 100 guest logins per transaction, 4 clients, {seconds} s")
+    output = subprocess.run(["pgbench", "-n", "-c", "4", "-j", "2", "-T", str(seconds), "-f", script, database],
+                            check=True, capture_output=True, text=True).stdout
+    tps = next(float(line.split("=")[1].split()[0]) for line in output.splitlines() if line.startswith("tps"))
+    return {"transactions_per_second": tps, "logins_per_second": tps * 100}
+
+
+def run_openssl(seconds):
+    output = subprocess.run(["openssl", "speed", "-seconds", str(seconds), "rsa2048", "ed25519"],
+                            capture_output=True, text=True).stdout
+    rates = {}
+    for line in output.splitlines():
+        fields = line.split()
+        if line.startswith("rsa 2048 bits"):
+            rates["rsa2048_verify_per_s"] = float(fields[-1])
+        if "EdDSA (Ed25519)" in line:
+            rates["ed25519_sign_per_s"] = float(fields[-2])
+    return rates
+
+
+# MARK: - Report
+
+def chart(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed: no chart")
+        return
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    latencies = results["latency"]["latencies_ms"]
+    left.hist(latencies, bins=60, color="#4878a8")
+    for name, value, color in (("p50", results["latency"]["p50_ms"], "#2a9d4a"),
+                               ("p99", results["latency"]["p99_ms"], "#c0392b")):
+        left.axvline(value, color=color, linestyle="--", label=f"{name} {value} ms")
+    left.set_title(f"Guest login latency at {results['latency']['achieved_rate']:,.0f}/s (half the maximum)")
+    left.set_xlabel("request produced → result produced, ms (broker timestamps)")
+    left.set_ylabel("requests")
+    left.legend()
+    sizes = [entry["batch_max"] for entry in results["batch"]]
+    rates = [entry["rate"] for entry in results["batch"]]
+    right.plot(sizes, rates, marker="o", color="#4878a8", label="worker, guest logins/s")
+    right.axhline(results["limits"]["pgbench"]["logins_per_second"], color="#888", linestyle=":",
+                  label="PostgreSQL ceiling (pgbench, rows of 100 logins per transaction)")
+    right.set_xscale("log")
+    right.set_xticks(sizes)
+    right.set_xticklabels([str(size) for size in sizes])
+    right.set_title("Throughput by AUTH_BATCH_MAX")
+    right.set_xlabel("AUTH_BATCH_MAX")
+    right.set_ylabel("logins/s")
+    right.set_ylim(bottom=0)
+    right.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    log(f"chart: {path}")
+
+
+def report(results):
+    limits = results["limits"]
+    ceiling = limits["pgbench"]["logins_per_second"]
+    lines = [
+        "| measure | value | limit on this machine, same run | ratio |",
+        "|---|---|---|---|",
+        f"| guest logins/s (preloaded, {results['guest']['count']:,}) | {results['guest']['rate']:,.0f} | "
+        f"{ceiling:,.0f} rows-of-a-login/s (pgbench) | {results['guest']['rate'] / ceiling:.2f} |",
+        f"| Apple RS256 logins/s (preloaded, {results['apple']['count']:,}) | {results['apple']['rate']:,.0f} | "
+        f"{limits['openssl'].get('rsa2048_verify_per_s', 0):,.0f} RSA-2048 verifies/s (openssl speed, one core) | "
+        f"{results['apple']['rate'] / max(limits['openssl'].get('rsa2048_verify_per_s', 1), 1):.2f} |",
+        f"| guest latency at {results['latency']['achieved_rate']:,.0f}/s: p50 / p99 | "
+        f"{results['latency']['p50_ms']} / {results['latency']['p99_ms']} ms | | |",
+        f"| worker peak RSS (guest run) | {results['guest']['peak_rss_mib']:.0f} MiB | | |",
+    ]
+    batch = " · ".join(f"{entry['batch_max']}: {entry['rate']:,.0f}/s" for entry in results["batch"])
+    lines.append(f"| guest logins/s by AUTH_BATCH_MAX | {batch} | | |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", required=True, help="the release auth-worker binary")
+    parser.add_argument("--brokers", required=True)
+    parser.add_argument("--broker-admin", required=True, help="the broker itself, for creating topics")
+    parser.add_argument("--database-server", required=True, help="postgres://user@host:port")
+    parser.add_argument("--requests", type=int, default=20000, help="preloaded requests per throughput phase")
+    parser.add_argument("--apple-requests", type=int, default=10000)
+    parser.add_argument("--latency-seconds", type=int, default=20)
+    parser.add_argument("--batch-requests", type=int, default=5000)
+    parser.add_argument("--pgbench-seconds", type=int, default=15)
+    parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    services = Services(args)
+    key_server = KeyServer()
+    results = {"limits": {}}
+    results["limits"]["openssl"] = run_openssl(3)
+    results["limits"]["pgbench"] = run_pgbench(services, args.pgbench_seconds)
+    results["guest"] = run_throughput(services, key_server, "guest", args.requests)
+    results["apple"] = run_throughput(services, key_server, "apple", args.apple_requests)
+    results["latency"] = run_latency(services, key_server, results["guest"]["rate"] / 2, args.latency_seconds)
+    results["batch"] = []
+    for size in (1, 10, 100, 500):
+        entry = run_throughput(services, key_server, "guest", args.batch_requests if size > 1 else 1000,
+                               extra={"AUTH_BATCH_MAX": str(size), "AUTH_MAX_IN_FLIGHT": str(max(size, 500))},
+                               label=f"batch {size}")
+        results["batch"].append({"batch_max": size, "rate": entry["rate"]})
+    table = report(results)
+    print(table)
+    with open(os.path.join(args.out, "results.json"), "w") as handle:
+        json.dump({**results, "latency": {k: v for k, v in results["latency"].items() if k != "latencies_ms"}},
+                  handle, indent=2)
+    chart(results, os.path.join(args.out, "e2e.png"))
+
+
+if __name__ == "__main__":
+    main()
