@@ -38,16 +38,19 @@ let package = Package(
         ),
 
         // MARK: - Swift modules
-        .target(name: "ServiceKit"),
+        .target(name: "StrictJSON"),
+        .target(name: "ServiceKit", dependencies: ["StrictJSON"]),
         .target(name: "AuthCrypto", dependencies: ["COpenSSL"]),
-        .target(name: "JOSE", dependencies: ["COpenSSL", "AuthCrypto"]),
+        .target(name: "JOSE", dependencies: ["COpenSSL", "AuthCrypto", "StrictJSON"]),
         .target(name: "Passwords", dependencies: ["CArgon2", "CCrypt", "AuthCrypto", "ServiceKit"]),
         .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceKit"]),
         .target(name: "PGStore", dependencies: ["CLibPQ", "ServiceKit"]),
-        .target(name: "Messages"),
+        .target(name: "Messages", dependencies: ["StrictJSON"]),
         .target(
             name: "AuthWorker",
-            dependencies: ["ServiceKit", "AuthCrypto", "JOSE", "Passwords", "Kafka", "PGStore", "Messages"]),
+            dependencies: [
+                "ServiceKit", "AuthCrypto", "JOSE", "Passwords", "Kafka", "PGStore", "Messages", "StrictJSON",
+            ]),
         .executableTarget(name: "auth-worker", dependencies: ["AuthWorker", "ServiceKit"]),
         .target(name: "JOSEFixtures", dependencies: ["COpenSSL", "AuthCrypto", "JOSE"]),
         .executableTarget(
@@ -61,7 +64,7 @@ let package = Package(
             name: "AuthWorkerTests",
             dependencies: [
                 "AuthWorker", "ServiceKit", "AuthCrypto", "JOSE", "JOSEFixtures", "Passwords", "Kafka", "PGStore",
-                "Messages", "COpenSSL",
+                "Messages", "COpenSSL", "StrictJSON",
             ]
         ),
     ],

@@ -1,5 +1,6 @@
 import AuthCrypto
 import Foundation
+import StrictJSON
 
 /// A compact JWS (RFC 7515 §7.1), split and decoded strictly, signature not yet checked.
 public struct CompactJWS: Sendable {

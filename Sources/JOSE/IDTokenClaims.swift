@@ -1,4 +1,5 @@
 import Foundation
+import StrictJSON
 
 /// The claims of an OpenID Connect ID token (and Apple's additions), decoded leniently where
 /// providers differ: `aud` as a string or an array, booleans as `true` or `"true"`, times as

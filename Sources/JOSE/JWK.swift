@@ -1,5 +1,6 @@
 import AuthCrypto
 import Foundation
+import StrictJSON
 
 /// A public JSON Web Key (RFC 7517) turned into a `PublicKey`.
 public struct JWK: Sendable {

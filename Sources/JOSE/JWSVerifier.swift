@@ -1,4 +1,5 @@
 import Foundation
+import StrictJSON
 
 /// Verifies compact JWS signatures against a key set, then claims against a policy.
 public enum JWSVerifier {

@@ -147,6 +147,48 @@ public final class KafkaProducer: Sendable {
         if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(.poll, error: error) }
     }
 
+    /// Asks the brokers about `topics`: which of them exist (with at least one partition). Also
+    /// teaches the producer where they live, so the first record sent to each does not wait
+    /// for that.
+    /// - Throws: `KafkaError` when no broker answered within `timeout`.
+    public func describeTopics(_ topics: [String], timeout: Duration) async throws -> [String: Bool] {
+        guard !handle.isClosing.load(ordering: .acquiring) else {
+            throw KafkaError(.closed, reason: "producer is closed", isRetriable: false)
+        }
+        let handle = self.handle
+        // rd_kafka_metadata blocks: give it a thread of its own, not a cooperative one.
+        let outcome: Result<[String: Bool], KafkaError> = await withCheckedContinuation { continuation in
+            let thread = Thread {
+                var found: [String: Bool] = [:]
+                for topic in topics {
+                    guard let topicHandle = rd_kafka_topic_new(handle.pointer, topic, nil) else { continue }
+                    defer { rd_kafka_topic_destroy(topicHandle) }
+                    var metadata: UnsafePointer<rd_kafka_metadata>?
+                    let error = rd_kafka_metadata(
+                        handle.pointer, 0, topicHandle, &metadata, Int32(clamping: timeout.milliseconds))
+                    guard error == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
+                        continuation.resume(returning: .failure(KafkaError(.poll, error: error)))
+                        return
+                    }
+                    defer { rd_kafka_metadata_destroy(metadata) }
+                    var exists = false
+                    for index in 0..<Int(metadata.pointee.topic_cnt) {
+                        let entry = metadata.pointee.topics[index]
+                        if String(cString: entry.topic) == topic, entry.err == RD_KAFKA_RESP_ERR_NO_ERROR,
+                            entry.partition_cnt > 0
+                        {
+                            exists = true
+                        }
+                    }
+                    found[topic] = exists
+                }
+                continuation.resume(returning: .success(found))
+            }
+            thread.start()
+        }
+        return try outcome.get()
+    }
+
     /// Flushes, stops the delivery thread and destroys the client. Idempotent.
     public func close(timeout: Duration = .seconds(10)) {
         guard handle.beginClosing() else { return }

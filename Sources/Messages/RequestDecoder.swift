@@ -1,4 +1,5 @@
 import Foundation
+import StrictJSON
 
 /// A validated login request: the envelope attributes the worker needs and the typed data.
 public struct LoginRequest: Sendable {
@@ -49,33 +50,32 @@ public struct RequestDecoder: Sendable {
     /// The CloudEvent type of a login request.
     public static let requestType = "auth.login.request"
 
-    private struct Probe: Decodable {
-        var id: String?
-        var traceparent: String?
-
-        enum CodingKeys: String, CodingKey { case id, traceparent }
-
-        init(from decoder: any Decoder) throws {
-            let container = try decoder.container(keyedBy: CodingKeys.self)
-            id = try? container.decodeIfPresent(String.self, forKey: .id)
-            traceparent = try? container.decodeIfPresent(String.self, forKey: .traceparent)
-        }
-    }
-
     public func decode(_ value: [UInt8]) -> DecodedRequest {
-        let probe: Probe
+        let envelope: [String: JSONValue]
         do {
-            probe = try JSONDecoder().decode(Probe.self, from: Data(value))
+            envelope = try JSONReader.object(value)
+        } catch let failure as JSONReader.Failure {
+            // Not acceptable JSON (nested too deeply, a duplicate member name): answered when its
+            // id can still be read, dead-lettered when not.
+            guard let id = JSONReader.topLevelString(value, member: "id"), Self.isUsableID(id, max: maxIDBytes) else {
+                return .unanswerable(reason: "invalid_json", message: "value is not a JSON object")
+            }
+            let traceparent = JSONReader.topLevelString(value, member: "traceparent").flatMap {
+                Self.isValidTraceparent($0) ? $0 : nil
+            }
+            return .invalid(
+                id: id, traceparent: traceparent,
+                error: RequestValidationError(field: "value", reason: "is not acceptable JSON: \(failure.reason)"))
         } catch {
             return .unanswerable(reason: "invalid_json", message: "value is not a JSON object")
         }
-        guard let id = probe.id, !id.isEmpty, id.utf8.count <= maxIDBytes, !id.contains(where: \.isNewline) else {
+        guard case .string(let id)? = envelope["id"], Self.isUsableID(id, max: maxIDBytes) else {
             return .unanswerable(reason: "missing_id", message: "value has no usable string id")
         }
-        let traceparent = probe.traceparent.flatMap { Self.isValidTraceparent($0) ? $0 : nil }
+        var traceparent: String?
+        if case .string(let text)? = envelope["traceparent"], Self.isValidTraceparent(text) { traceparent = text }
         do {
-            let request = try validate(value, id: id, traceparent: traceparent)
-            return .valid(request)
+            return .valid(try validate(envelope, size: value.count, id: id, traceparent: traceparent))
         } catch let error as RequestValidationError {
             return .invalid(id: id, traceparent: traceparent, error: error)
         } catch {
@@ -84,43 +84,110 @@ public struct RequestDecoder: Sendable {
         }
     }
 
-    private func validate(_ value: [UInt8], id: String, traceparent: String?) throws -> LoginRequest {
-        guard value.count <= maxValueBytes else {
+    /// An id a result can be keyed by: a non-empty string of bounded length, with no line breaks
+    /// and no NUL (which would end it early in C code, and in the database).
+    static func isUsableID(_ id: String, max: Int) -> Bool {
+        !id.isEmpty && id.utf8.count <= max && !id.contains(where: \.isNewline) && !id.utf8.contains(0)
+    }
+
+    private func validate(_ envelope: [String: JSONValue], size: Int, id: String, traceparent: String?) throws
+        -> LoginRequest
+    {
+        guard size <= maxValueBytes else {
             throw RequestValidationError(field: "value", reason: "larger than \(maxValueBytes) bytes")
         }
-        let event: CloudEvent<LoginRequestData>
-        do {
-            event = try JSONDecoder().decode(CloudEvent<LoginRequestData>.self, from: Data(value))
-        } catch let error as DecodingError {
-            throw Self.describe(error)
-        }
-        guard event.specversion == "1.0" else {
+        let fields = Fields(members: envelope, path: "")
+        guard try fields.required("specversion") == "1.0" else {
             throw RequestValidationError(field: "specversion", reason: "must be \"1.0\"")
         }
-        guard event.type == Self.requestType else {
+        guard try fields.required("type") == Self.requestType else {
             throw RequestValidationError(field: "type", reason: "must be \"\(Self.requestType)\"")
         }
-        guard !event.source.isEmpty, event.source.utf8.count <= maxFieldBytes else {
+        let source = try fields.required("source")
+        guard !source.isEmpty, source.utf8.count <= maxFieldBytes else {
             throw RequestValidationError(field: "source", reason: "must be a non-empty URI reference")
         }
         var time: Date?
-        if let text = event.time {
+        if let text = try fields.optional("time") {
             guard let parsed = Timestamp.parse(text) else {
                 throw RequestValidationError(field: "time", reason: "must be an RFC 3339 timestamp")
             }
             time = parsed
         }
-        if let contentType = event.datacontenttype, !contentType.hasPrefix("application/json") {
+        if let contentType = try fields.optional("datacontenttype"), !contentType.hasPrefix("application/json") {
             throw RequestValidationError(field: "datacontenttype", reason: "must be application/json")
         }
-        guard let method = LoginMethod(rawValue: event.data.method) else {
-            throw RequestValidationError(
-                field: "data.method", reason: "unknown method \"\(event.data.method.prefix(32))\"",
-                code: .unsupportedMethod)
+        let data = try fields.object("data")
+        let methodName = try data.required("method")
+        var request = LoginRequestData(method: methodName)
+        request.provider = try data.optional("provider")
+        request.identityToken = try data.optional("identity_token")
+        request.nonce = try data.optional("nonce")
+        request.email = try data.optional("email")
+        request.password = try data.optional("password")
+        request.name = try data.optional("name")
+        request.refreshToken = try data.optional("refresh_token")
+        request.accessToken = try data.optional("access_token")
+        request.scope = try data.optional("scope")
+        request.linkTo = try data.optional("link_to")
+        request.replyKey = try data.optional("reply_key")
+        request.clientID = try data.optional("client_id")
+        if let profile = try data.optionalObject("profile") {
+            request.profile = .init(
+                givenName: try profile.optional("given_name"), familyName: try profile.optional("family_name"))
         }
-        try validateFields(event.data, method: method)
-        return LoginRequest(
-            id: id, source: event.source, time: time, traceparent: traceparent, method: method, data: event.data)
+        if let device = try data.optionalObject("device") {
+            request.device = .init(name: try device.optional("name"), platform: try device.optional("platform"))
+        }
+        guard let method = LoginMethod(rawValue: methodName) else {
+            throw RequestValidationError(
+                field: "data.method", reason: "unknown method \"\(methodName.prefix(32))\"", code: .unsupportedMethod)
+        }
+        try validateFields(request, method: method)
+        return LoginRequest(id: id, source: source, time: time, traceparent: traceparent, method: method, data: request)
+    }
+
+    /// Typed access to an object's members, naming the member's path in every refusal. Strings
+    /// with a NUL are refused: C code and the database would see them cut short.
+    private struct Fields {
+        let members: [String: JSONValue]
+        let path: String
+
+        private func name(_ key: String) -> String { path.isEmpty ? key : path + "." + key }
+
+        func optional(_ key: String) throws -> String? {
+            switch members[key] {
+            case nil, .null?: return nil
+            case .string(let value)?:
+                guard !value.utf8.contains(0) else {
+                    throw RequestValidationError(field: name(key), reason: "must not contain a NUL character")
+                }
+                return value
+            default: throw RequestValidationError(field: name(key), reason: "must be a string")
+            }
+        }
+
+        func required(_ key: String) throws -> String {
+            guard let value = try optional(key) else {
+                throw RequestValidationError(field: name(key), reason: "is required")
+            }
+            return value
+        }
+
+        func optionalObject(_ key: String) throws -> Fields? {
+            switch members[key] {
+            case nil, .null?: return nil
+            case .object(let nested)?: return Fields(members: nested, path: name(key))
+            default: throw RequestValidationError(field: name(key), reason: "must be an object")
+            }
+        }
+
+        func object(_ key: String) throws -> Fields {
+            guard let nested = try optionalObject(key) else {
+                throw RequestValidationError(field: name(key), reason: "is required")
+            }
+            return nested
+        }
     }
 
     private func validateFields(_ data: LoginRequestData, method: LoginMethod) throws {
@@ -175,36 +242,5 @@ public struct RequestDecoder: Sendable {
         guard parts.count >= 4, parts[0].count == 2, parts[1].count == 32, parts[2].count == 16, parts[3].count == 2
         else { return false }
         return parts.allSatisfy { $0.allSatisfy { $0.isHexDigit && !$0.isUppercase } }
-    }
-
-    /// Names the field a `DecodingError` is about, as a dotted path.
-    static func describe(_ error: DecodingError) -> RequestValidationError {
-        func path(_ codingPath: [any CodingKey], _ last: (any CodingKey)? = nil) -> String {
-            let keys = codingPath + (last.map { [$0] } ?? [])
-            let text = keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }.joined(separator: ".")
-            return text.isEmpty ? "value" : text.replacingOccurrences(of: ".[", with: "[")
-        }
-        switch error {
-        case .keyNotFound(let key, let context):
-            return RequestValidationError(field: path(context.codingPath, key), reason: "is required")
-        case .typeMismatch(let type, let context):
-            return RequestValidationError(field: path(context.codingPath), reason: "must be \(describe(type))")
-        case .valueNotFound(let type, let context):
-            return RequestValidationError(
-                field: path(context.codingPath), reason: "must be \(describe(type)), not null")
-        case .dataCorrupted(let context):
-            return RequestValidationError(field: path(context.codingPath), reason: "is not valid JSON")
-        @unknown default:
-            return RequestValidationError(field: "value", reason: "could not be decoded")
-        }
-    }
-
-    private static func describe(_ type: Any.Type) -> String {
-        switch type {
-        case is String.Type: "a string"
-        case is Bool.Type: "a boolean"
-        case is Int.Type, is Double.Type: "a number"
-        default: "an object"
-        }
     }
 }

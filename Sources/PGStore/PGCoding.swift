@@ -8,6 +8,10 @@ public protocol PGEncodable: Sendable {
     /// Appends the UTF-8 bytes of `pgText` (array parameters build their literal this way,
     /// without a string per element).
     func appendPGText(to buffer: inout [UInt8])
+
+    /// Appends the element's text as an array literal holds it: for `PGPlainText` types, already
+    /// escaped (nothing to escape, or escaped by the type itself).
+    func appendArrayText(to buffer: inout [UInt8])
 }
 
 extension PGEncodable {
@@ -15,6 +19,25 @@ extension PGEncodable {
         buffer.append(contentsOf: pgText.utf8)
     }
 }
+
+/// A value whose text never holds `"` or `\\`: quoted in an array literal as it is, unscanned.
+public protocol PGPlainText: PGEncodable {}
+
+extension PGEncodable {
+    /// The element's text as an array literal needs it, for types that escape it themselves;
+    /// others are escaped by the literal.
+    public func appendArrayText(to buffer: inout [UInt8]) {
+        appendPGText(to: &buffer)
+    }
+}
+
+extension UUID: PGPlainText {}
+extension Date: PGPlainText {}
+extension Int: PGPlainText {}
+extension Int64: PGPlainText {}
+extension Int32: PGPlainText {}
+extension Bool: PGPlainText {}
+extension Double: PGPlainText {}
 
 /// A Swift value that can be read from PostgreSQL's text output.
 public protocol PGDecodable: Sendable {
@@ -80,7 +103,7 @@ extension UUID: PGEncodable, PGDecodable {
 }
 
 /// `bytea`, sent and read in hex format (`\x0a1b…`).
-public struct PGBytes: PGEncodable, PGDecodable, Equatable, Hashable {
+public struct PGBytes: PGPlainText, PGDecodable, Equatable, Hashable {
     public var bytes: [UInt8]
 
     public init(_ bytes: [UInt8]) { self.bytes = bytes }
@@ -91,6 +114,12 @@ public struct PGBytes: PGEncodable, PGDecodable, Equatable, Hashable {
         var out: [UInt8] = []
         appendPGText(to: &out)
         return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Inside an array literal the backslash of `\\x` is escaped; the hex digits need nothing.
+    public func appendArrayText(to buffer: inout [UInt8]) {
+        buffer.append(UInt8(ascii: "\\"))
+        appendPGText(to: &buffer)
     }
 
     public func appendPGText(to buffer: inout [UInt8]) {
@@ -256,25 +285,39 @@ public struct PGArray: PGEncodable {
 
     public init<Element: PGEncodable>(_ values: [Element]) {
         count = values.count
-        pgText = Self.literal(values.count) { index, element in values[index].appendPGText(to: &element) }
-    }
-
-    public init<Element: PGEncodable>(_ values: [Element?]) {
-        count = values.count
-        pgText = Self.literal(values.count) { index, element in
-            guard let value = values[index] else { return false }
-            value.appendPGText(to: &element)
+        pgText = Self.literal(values.count, plain: Element.self is any PGPlainText.Type) { index, element in
+            values[index].appendArrayText(to: &element)
             return true
         }
     }
 
-    /// `{"…","…",NULL}`: every element quoted, its `"` and `\\` escaped.
-    private static func literal(_ count: Int, _ element: (Int, inout [UInt8]) -> Bool) -> String {
+    public init<Element: PGEncodable>(_ values: [Element?]) {
+        count = values.count
+        pgText = Self.literal(values.count, plain: Element.self is any PGPlainText.Type) { index, element in
+            guard let value = values[index] else { return false }
+            value.appendArrayText(to: &element)
+            return true
+        }
+    }
+
+    /// `{"…","…",NULL}`: every element quoted, its `"` and `\\` escaped (elements of a plain
+    /// type are written straight into the literal).
+    private static func literal(_ count: Int, plain: Bool, _ element: (Int, inout [UInt8]) -> Bool) -> String {
         var out: [UInt8] = [UInt8(ascii: "{")]
         out.reserveCapacity(count * 48)
         var text: [UInt8] = []
         for index in 0..<count {
             if index > 0 { out.append(UInt8(ascii: ",")) }
+            if plain {
+                out.append(UInt8(ascii: "\""))
+                guard element(index, &out) else {
+                    out.removeLast()
+                    out.append(contentsOf: "NULL".utf8)
+                    continue
+                }
+                out.append(UInt8(ascii: "\""))
+                continue
+            }
             text.removeAll(keepingCapacity: true)
             guard element(index, &text) else {
                 out.append(contentsOf: "NULL".utf8)
@@ -289,13 +332,6 @@ public struct PGArray: PGEncodable {
         }
         out.append(UInt8(ascii: "}"))
         return String(decoding: out, as: UTF8.self)
-    }
-
-    private static func literal(_ count: Int, _ element: (Int, inout [UInt8]) -> Void) -> String {
-        literal(count) { index, text -> Bool in
-            element(index, &text)
-            return true
-        }
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import StrictJSON
 import Synchronization
 
 /// A structured logger in swift-log's shape: a label, a level, metadata, and a handler that writes.
@@ -120,22 +121,64 @@ public final class JSONLinesLogHandler: LogHandler, Sendable {
         }
     }
 
-    /// The JSON bytes of one record, without the newline.
+    /// The JSON bytes of one record, without the newline: members in sorted key order, written
+    /// directly (a line per request is on the hot path).
     public static func format(_ record: LogRecord) -> [UInt8] {
         var object: [String: String] = record.metadata
         object["ts"] = timestamp(record.date)
         object["level"] = record.level.rawValue
         object["logger"] = record.label
         object["msg"] = record.message
-        let data =
-            (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
-            ?? Data("{\"msg\":\"unencodable log record\"}".utf8)
-        return Array(data)
+        var writer = JSONWriter(capacity: 256)
+        writer.object { out in
+            for (key, value) in object.sorted(by: { $0.key < $1.key }) {
+                out.key(key)
+                out.string(value)
+            }
+        }
+        return writer.bytes
     }
 
-    private static func timestamp(_ date: Date) -> String {
-        date.formatted(
-            .iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
+    /// `2026-11-29T12:00:00.123Z`.
+    static func timestamp(_ date: Date) -> String {
+        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        let seconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
+        var days = seconds >= 0 ? seconds / 86400 : (seconds - 86399) / 86400
+        let secondOfDay = Int(seconds - days * 86400)
+        days += 719_468
+        let era = (days >= 0 ? days : days - 146_096) / 146_097
+        let dayOfEra = days - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthIndex = (5 * dayOfYear + 2) / 153
+        let day = Int(dayOfYear - (153 * monthIndex + 2) / 5 + 1)
+        let month = Int(monthIndex < 10 ? monthIndex + 3 : monthIndex - 9)
+        let year = min(max(Int(yearOfEra + era * 400 + (month <= 2 ? 1 : 0)), 0), 9999)
+        var out: [UInt8] = []
+        out.reserveCapacity(24)
+        func digits(_ value: Int, _ count: Int) {
+            var divisor = 1
+            for _ in 1..<count { divisor *= 10 }
+            while divisor > 0 {
+                out.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                divisor /= 10
+            }
+        }
+        digits(year, 4)
+        out.append(UInt8(ascii: "-"))
+        digits(month, 2)
+        out.append(UInt8(ascii: "-"))
+        digits(day, 2)
+        out.append(UInt8(ascii: "T"))
+        digits(secondOfDay / 3600, 2)
+        out.append(UInt8(ascii: ":"))
+        digits(secondOfDay % 3600 / 60, 2)
+        out.append(UInt8(ascii: ":"))
+        digits(secondOfDay % 60, 2)
+        out.append(UInt8(ascii: "."))
+        digits(Int(milliseconds - seconds * 1000), 3)
+        out.append(UInt8(ascii: "Z"))
+        return String(decoding: out, as: UTF8.self)
     }
 }
 

@@ -169,8 +169,8 @@ public struct WorkerConfiguration: Sendable {
         /// How long a batch waits for the preparations it started (token checks, hashing) before it
         /// is written with those that finished; the others join a later batch. Default: 20 ms.
         public var prepareWait: Duration = .milliseconds(20)
-        /// PostgreSQL connections: one writes the batches, the others serve lookups and password
-        /// attempts. Env: `AUTH_DB_POOL_SIZE`. Default: 4.
+        /// PostgreSQL connections: one writes the batches, one counts password attempts, the others
+        /// serve lookups, the outbox relay and readiness. Env: `AUTH_DB_POOL_SIZE`. Default: 4.
         public var databasePoolSize = 4
         /// First delay when retrying a transient failure; doubles up to `maxRetryDelay`. Default: 200 ms.
         public var initialRetryDelay: Duration = .milliseconds(200)
@@ -218,9 +218,10 @@ public struct WorkerConfiguration: Sendable {
         guard processing.maxInFlight >= processing.batchMax else {
             throw ConfigurationError(variable: "AUTH_MAX_IN_FLIGHT", reason: "must be at least AUTH_BATCH_MAX")
         }
-        guard processing.databasePoolSize > 1 else {
+        guard processing.databasePoolSize >= 3 else {
             throw ConfigurationError(
-                variable: "AUTH_DB_POOL_SIZE", reason: "must be at least 2 (one connection writes the batches)")
+                variable: "AUTH_DB_POOL_SIZE",
+                reason: "must be at least 3 (one connection writes the batches, one counts password attempts)")
         }
         guard sessions.accessTokenLifetime > 0, sessions.refreshTokenLifetime > 0, sessions.sessionLifetime > 0 else {
             throw ConfigurationError(variable: "AUTH_ACCESS_TOKEN_TTL_SECONDS", reason: "lifetimes must be positive")

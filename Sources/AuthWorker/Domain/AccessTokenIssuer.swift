@@ -29,6 +29,10 @@ public struct AccessTokenClaims: Sendable, Equatable {
 public protocol AccessTokenIssuer: Sendable {
     /// The token string handed to the client once; the store keeps only its SHA-256.
     func issue(_ claims: AccessTokenClaims) throws -> String
+
+    /// True when a token proves itself (a signed JWT, checked against the session it names): no
+    /// row per token is kept. False for opaque tokens, looked up by their SHA-256.
+    var isSelfContained: Bool { get }
 }
 
 /// Sanctum-style personal access tokens: `<token id>|<40 random characters>`.
@@ -45,4 +49,6 @@ public struct OpaqueTokenIssuer: AccessTokenIssuer {
     public func issue(_ claims: AccessTokenClaims) throws -> String {
         "\(claims.tokenID.uuidString.lowercased())|\(try identifiers.secret(characters: 40))"
     }
+
+    public var isSelfContained: Bool { false }
 }

@@ -2,6 +2,7 @@ import AuthCrypto
 import Foundation
 import JOSE
 import Messages
+import StrictJSON
 
 /// Signs access tokens as JWTs (RFC 9068 profile: `typ` `at+jwt`) with the newest configured key.
 ///
@@ -38,6 +39,8 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
                 JWK(keyID: key.keyID, use: "sig", algorithm: key.algorithm.rawValue, key: try key.publicKey())
             })
     }
+
+    public var isSelfContained: Bool { true }
 
     public func issue(_ claims: AccessTokenClaims) throws -> String {
         guard let key = keys.first else { throw SigningKey.Failure(description: "no signing key") }
@@ -107,5 +110,31 @@ extension SigningKey {
     /// The verification key of this signing key.
     func publicKey() throws -> PublicKey {
         try PublicKey.pem(try publicKeyPEM())
+    }
+}
+
+extension JWTHeader: JSONWritable {
+    func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("alg", alg)
+            out.member("kid", kid)
+            out.member("typ", typ)
+        }
+    }
+}
+
+extension JWTAccessClaims: JSONWritable {
+    func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("abilities", abilities)
+            out.member("aud", aud)
+            out.member("exp", exp)
+            out.member("guest", guest)
+            out.member("iat", iat)
+            out.member("iss", iss)
+            out.member("jti", jti)
+            out.member("sid", sid)
+            out.member("sub", sub)
+        }
     }
 }

@@ -106,7 +106,8 @@ public struct NewIdentity: Sendable, Equatable {
     }
 }
 
-/// A session and its first tokens. Tokens appear only as SHA-256 hashes.
+/// A session and its first tokens. Tokens appear only as SHA-256 hashes; a self-contained
+/// (JWT) access token has no row, and no hash.
 public struct NewSession: Sendable, Equatable {
     public var id: UUID
     public var provider: String
@@ -116,7 +117,7 @@ public struct NewSession: Sendable, Equatable {
     public var createdAt: Date
     public var expiresAt: Date
     public var accessTokenID: UUID
-    public var accessTokenHash: [UInt8]
+    public var accessTokenHash: [UInt8]?
     public var accessTokenExpiresAt: Date
     public var refreshTokenID: UUID
     public var refreshTokenHash: [UInt8]
@@ -124,7 +125,7 @@ public struct NewSession: Sendable, Equatable {
 
     public init(
         id: UUID, provider: String, deviceName: String?, devicePlatform: String?, abilities: [String], createdAt: Date,
-        expiresAt: Date, accessTokenID: UUID, accessTokenHash: [UInt8], accessTokenExpiresAt: Date,
+        expiresAt: Date, accessTokenID: UUID, accessTokenHash: [UInt8]?, accessTokenExpiresAt: Date,
         refreshTokenID: UUID, refreshTokenHash: [UInt8], refreshTokenExpiresAt: Date
     ) {
         self.id = id

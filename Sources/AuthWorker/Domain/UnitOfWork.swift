@@ -159,7 +159,8 @@ public struct TokenRotation: Sendable, Equatable {
     /// The answer's session, sealed under a key derived from the used token.
     public var successorSealed: [UInt8]
     public var accessTokenID: UUID
-    public var accessTokenHash: [UInt8]
+    /// Nil for a self-contained (JWT) access token, which has no row.
+    public var accessTokenHash: [UInt8]?
     public var accessTokenExpiresAt: Date
     public var abilities: [String]
     public var deviceName: String?
@@ -167,7 +168,7 @@ public struct TokenRotation: Sendable, Equatable {
 
     public init(
         sessionID: UUID, usedTokenID: UUID, successorID: UUID, successorHash: [UInt8], successorExpiresAt: Date,
-        successorSealed: [UInt8], accessTokenID: UUID, accessTokenHash: [UInt8], accessTokenExpiresAt: Date,
+        successorSealed: [UInt8], accessTokenID: UUID, accessTokenHash: [UInt8]?, accessTokenExpiresAt: Date,
         abilities: [String], deviceName: String?, at: Date
     ) {
         self.sessionID = sessionID

@@ -9,16 +9,23 @@ public final class PostgresStore: Sendable {
     private let pool: PGPool
     /// The connection batches are written on: never queued behind lookups and password attempts.
     private let writer: PGClient
+    /// Password attempts have connections of their own: a burst of password logins never
+    /// delays the lookups every other request waits for.
+    private let attempts: PGPool
 
-    /// - Parameter pool: connections for everything but batches, which get one of their own.
-    public init(pool: PGPool) {
+    /// - Parameters:
+    ///   - pool: connections for lookups, the relay and chores; batches get one of their own.
+    ///   - attemptConnections: connections that count password attempts. Default: 1.
+    public init(pool: PGPool, attemptConnections: Int = 1) {
         self.pool = pool
         writer = PGClient(conninfo: pool.conninfo, name: "pg-writer")
+        attempts = PGPool(conninfo: pool.conninfo, size: attemptConnections)
     }
 
     /// Closes every connection.
     public func close() async {
         await pool.close()
+        await attempts.close()
         await writer.close()
     }
 
@@ -157,12 +164,9 @@ public final class PostgresStore: Sendable {
         return outcomes
     }
 
-    /// Marks outbox events published, as the first statement of a batch's transaction.
-    public static func markPublished(_ eventIDs: [UUID], at date: Date) -> PGQuery {
-        """
-        UPDATE outbox SET published_at = \(date)
-        WHERE event_id = ANY(\(PGArray(eventIDs))::uuid[]) AND published_at IS NULL
-        """
+    /// Takes published events out of the outbox, as the first statement of a batch's transaction.
+    public static func markPublished(_ eventIDs: [UUID]) -> PGQuery {
+        "DELETE FROM outbox WHERE event_id = ANY(\(PGArray(eventIDs))::uuid[])"
     }
 
     // MARK: - Before a batch
@@ -195,7 +199,7 @@ public final class PostgresStore: Sendable {
     public func reservePasswordAttempt(key: String, email: String?, at date: Date, policy: ThrottlePolicy)
         async throws -> PasswordAttempt
     {
-        let results = try await pool.withConnection { connection in
+        let results = try await attempts.withConnection { connection in
             try connection.pipeline([
                 """
                 SELECT allowed, failures, locked_until FROM auth_reserve_password_attempt(
@@ -221,10 +225,10 @@ public final class PostgresStore: Sendable {
 
     // MARK: - The outbox
 
-    /// Marks events published.
-    public func markPublished(_ eventIDs: [UUID], at date: Date) async throws {
+    /// Takes published events out of the outbox.
+    public func markPublished(_ eventIDs: [UUID]) async throws {
         guard !eventIDs.isEmpty else { return }
-        try await pool.withConnection { try $0.query(Self.markPublished(eventIDs, at: date)) }
+        try await pool.withConnection { try $0.query(Self.markPublished(eventIDs)) }
     }
 
     /// Events left unpublished (oldest first), for the relay that runs after a crash.
@@ -256,18 +260,14 @@ public final class PostgresStore: Sendable {
         public var total: Int { requests + events + throttles + rateLimits }
     }
 
-    /// Forgets what has expired: request ids past their expiry, events published before
-    /// `publishedBefore`, throttle rows whose failures and lock are over, rate-limit buckets whose
-    /// window has passed.
-    public func purgeExpired(
-        at date: Date, publishedBefore: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval
-    )
-        async throws -> Purge
+    /// Forgets what has expired: request ids past their expiry, throttle rows whose failures and
+    /// lock are over, rate-limit buckets whose window has passed.
+    public func purgeExpired(at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval) async throws
+        -> Purge
     {
         let results = try await pool.withConnection { connection in
             try connection.pipeline([
                 "DELETE FROM processed_requests WHERE expires_at < \(date)",
-                "DELETE FROM outbox WHERE published_at < \(publishedBefore)",
                 """
                 DELETE FROM login_throttle
                 WHERE last_failure_at < \(date - throttleWindow) AND (locked_until IS NULL OR locked_until < \(date))
@@ -276,11 +276,10 @@ public final class PostgresStore: Sendable {
             ])
         }
         var purge = Purge()
-        if results.count == 4 {
+        if results.count == 3 {
             purge.requests = results[0].affectedRows
-            purge.events = results[1].affectedRows
-            purge.throttles = results[2].affectedRows
-            purge.rateLimits = results[3].affectedRows
+            purge.throttles = results[1].affectedRows
+            purge.rateLimits = results[2].affectedRows
         }
         return purge
     }

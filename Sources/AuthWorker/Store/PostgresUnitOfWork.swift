@@ -65,10 +65,18 @@ final class PostgresUnitOfWork: UnitOfWork {
     /// Sends the batch's writes so far, in one round trip.
     func flush() throws {
         let statements = batch.queries()
+        let windows = batch.rateLimitWindows
         batch = Writes()
-        // Counted uses are now on the server: read the buckets from there again.
+        // The counted uses are on the server now: the cached buckets hold them, as the upsert did.
+        for (bucket, uses) in rateLimitUses {
+            guard let (at, window) = windows[bucket] else { continue }
+            if case .some(.some(let row)) = cache.rateLimits[bucket], row.windowStart > at - window {
+                cache.rateLimits[bucket] = RateLimitRow(windowStart: row.windowStart, count: row.count + uses)
+            } else if cache.rateLimits[bucket] != nil {
+                cache.rateLimits[bucket] = RateLimitRow(windowStart: at, count: uses)
+            }
+        }
         rateLimitUses = [:]
-        cache.rateLimits = [:]
         guard !statements.isEmpty else { return }
         try connection.pipeline(statements)
     }
@@ -177,16 +185,25 @@ final class PostgresUnitOfWork: UnitOfWork {
     // MARK: - Writes
 
     func insertUser(_ user: NewUser, handles: [String]) throws -> StoredUser {
-        let unknown = handles.filter { cache.takenHandles[$0] == nil && !handlesInUse.contains($0) }
-        if !unknown.isEmpty {
-            let taken = Set(
-                try query("SELECT handle FROM users WHERE handle = ANY(\(PGArray(unknown))::text[])").map {
-                    try $0.decode("handle", as: String.self)
-                })
-            for handle in unknown { cache.takenHandles[handle] = taken.contains(handle) }
+        // The first candidate was fetched with the batch and is nearly always free; the longer
+        // ones are asked about only when it is not.
+        var chosen: String?
+        for (index, candidate) in handles.enumerated() where !handlesInUse.contains(candidate) {
+            if cache.takenHandles[candidate] == nil {
+                // No flush needed: the batch's own new handles are known without the server.
+                let unknown = handles[index...].filter { cache.takenHandles[$0] == nil }
+                let taken = Set(
+                    try connection.query(
+                        "SELECT handle FROM users WHERE handle = ANY(\(PGArray(Array(unknown)))::text[])"
+                    ).map { try $0.decode("handle", as: String.self) })
+                for handle in unknown { cache.takenHandles[handle] = taken.contains(handle) }
+            }
+            if cache.takenHandles[candidate] == false {
+                chosen = candidate
+                break
+            }
         }
-        guard let handle = handles.first(where: { cache.takenHandles[$0] == false && !handlesInUse.contains($0) })
-        else { throw StoreError.handlesExhausted }
+        guard let handle = chosen else { throw StoreError.handlesExhausted }
         handlesInUse.insert(handle)
         current.users.append(NewUserRow(user: user, handle: handle))
         cache.users[user.id] = nil
@@ -225,11 +242,13 @@ final class PostgresUnitOfWork: UnitOfWork {
 
     func insertSession(_ session: NewSession, userID: UUID) throws {
         current.sessions.append(NewSessionRow(session: session, userID: userID))
-        current.accessTokens.append(
-            NewAccessTokenRow(
-                id: session.accessTokenID, sessionID: session.id, hash: session.accessTokenHash,
-                name: session.deviceName, abilities: session.abilities, createdAt: session.createdAt,
-                expiresAt: session.accessTokenExpiresAt))
+        if let hash = session.accessTokenHash {
+            current.accessTokens.append(
+                NewAccessTokenRow(
+                    id: session.accessTokenID, sessionID: session.id, hash: hash, name: session.deviceName,
+                    abilities: session.abilities, createdAt: session.createdAt,
+                    expiresAt: session.accessTokenExpiresAt))
+        }
         current.refreshTokens.append(
             NewRefreshTokenRow(
                 id: session.refreshTokenID, sessionID: session.id, hash: session.refreshTokenHash, parentID: nil,
@@ -248,11 +267,13 @@ final class PostgresUnitOfWork: UnitOfWork {
             NewRefreshTokenRow(
                 id: rotation.successorID, sessionID: rotation.sessionID, hash: rotation.successorHash,
                 parentID: rotation.usedTokenID, createdAt: rotation.at, expiresAt: rotation.successorExpiresAt))
-        current.accessTokens.append(
-            NewAccessTokenRow(
-                id: rotation.accessTokenID, sessionID: rotation.sessionID, hash: rotation.accessTokenHash,
-                name: rotation.deviceName, abilities: rotation.abilities, createdAt: rotation.at,
-                expiresAt: rotation.accessTokenExpiresAt))
+        if let hash = rotation.accessTokenHash {
+            current.accessTokens.append(
+                NewAccessTokenRow(
+                    id: rotation.accessTokenID, sessionID: rotation.sessionID, hash: hash,
+                    name: rotation.deviceName, abilities: rotation.abilities, createdAt: rotation.at,
+                    expiresAt: rotation.accessTokenExpiresAt))
+        }
         cache.forgetSession(rotation.sessionID)
     }
 

@@ -51,17 +51,13 @@ public final class OutboxRelay: Service {
                 if published > 0 { logger.info("Relayed outbox events", metadata: [LogKey.count: String(published)]) }
                 if ContinuousClock.now - lastPurge > .seconds(600) {
                     lastPurge = ContinuousClock.now
-                    let now = clock.now()
-                    // Published events are kept a day, for operators looking into a delivery.
                     let purged = try await store.purgeExpired(
-                        at: now, publishedBefore: now - 86400, throttleWindow: throttleWindow,
-                        rateLimitWindow: rateLimitWindow)
+                        at: clock.now(), throttleWindow: throttleWindow, rateLimitWindow: rateLimitWindow)
                     if purged.total > 0 {
                         logger.info(
                             "Forgot expired rows",
                             metadata: [
-                                "purge.requests": String(purged.requests), "purge.events": String(purged.events),
-                                "purge.throttles": String(purged.throttles),
+                                "purge.requests": String(purged.requests), "purge.throttles": String(purged.throttles),
                                 "purge.rate_limits": String(purged.rateLimits),
                             ])
                     }
@@ -86,7 +82,7 @@ public final class OutboxRelay: Service {
         let events = try await store.unpublishedEvents(olderThan: clock.now() - grace, limit: limit)
         guard !events.isEmpty else { return 0 }
         try await producer.send(events.map(\.record))
-        try await store.markPublished(events.map(\.id), at: clock.now())
+        try await store.markPublished(events.map(\.id))
         return events.count
     }
 }

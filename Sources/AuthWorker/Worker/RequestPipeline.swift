@@ -77,6 +77,7 @@ public final class RequestPipeline: Service {
                 LogKey.topic: [configuration.topics.requests, configuration.topics.notifications].joined(separator: ",")
             ])
         defer { logger.info("Consumer stopped") }
+        await warmUp()
         var state = LoopState()
         do {
             try await loop(&state)
@@ -96,30 +97,81 @@ public final class RequestPipeline: Service {
 
     private func loop(_ state: inout LoopState) async throws {
         let processing = configuration.processing
+        // The stages overlap: while one batch is written, the next is decoded and prepared and the
+        // one before is published. One batch is written at a time (in order, so per-key order
+        // holds across batches) and one is published at a time (in the order they were written).
+        var writing: Stage<WrittenBatch>?
+        // Publishes overlap (a topic's first record can wait on the broker), finishing in any order:
+        // the offset watermark and the per-partition order of the producer keep what matters.
+        var publishing: [(stage: Stage<[UUID]>, jobs: [JobRecords])] = []
+        var toPublish: [JobRecords] = []
+        var looking: Lookup?
         while true {
             beat()
-            if isStopping, !state.canProgress { break }
+            let busy = writing != nil || !publishing.isEmpty || looking != nil || !toPublish.isEmpty
+            if isStopping, !busy, !state.canProgress { break }
             if !isStopping, state.jobs.count < processing.maxInFlight {
                 // Short waits while work is in flight, so finished work is picked up promptly.
                 let messages = try await consumer.poll(
                     maxMessages: min(processing.batchMax, processing.maxInFlight - state.jobs.count),
-                    timeout: state.jobs.isEmpty ? processing.batchWait : .milliseconds(2))
+                    timeout: state.jobs.isEmpty && !busy ? processing.batchWait : .milliseconds(1))
                 for partition in consumer.takeRevokedPartitions() { state.watermark.revoke(partition) }
                 admit(messages, &state)
+            } else if busy || !state.jobs.isEmpty {
+                try await Task.sleep(for: .milliseconds(1))
             }
-            let started = try await start(&state)
-            await board.wait(for: started, timeout: processing.prepareWait)
+            if let lookup = looking, lookup.stage.isDone {
+                start(lookup.jobs, kept: try await lookup.stage.value(), &state)
+                looking = nil
+            }
+            if looking == nil { looking = beginLookup(&state) }
             collect(&state)
-            let ready = state.readyJobs()
-            guard !ready.isEmpty else {
-                try await markPublishedWhileIdle(&state)
-                continue
+
+            var published = false
+            for (stage, jobs) in publishing where stage.isDone {
+                state.eventsToMark += try await stage.value()
+                finish(jobs, &state)
+                published = true
             }
-            let records = try await write(ready, &state)
-            let published = try await publish(records)
-            state.eventsToMark += published
-            finish(records, &state)
-            await consumer.storeOffsets(state.watermark.advance())
+            if published {
+                publishing.removeAll { $0.stage.isDone }
+                await consumer.storeOffsets(state.watermark.advance())
+            }
+            if let stage = writing, stage.isDone {
+                let written = try await stage.value()
+                toPublish += records(for: written, &state)
+                writing = nil
+            }
+            if publishing.count < 4, !toPublish.isEmpty {
+                let jobs = toPublish
+                toPublish = []
+                let entries = Self.entries(jobs)
+                publishing.append((Stage { try await self.publish(entries) }, jobs))
+            }
+            if writing == nil {
+                let ready = state.readyJobs()
+                if !ready.isEmpty {
+                    writing = beginWrite(ready, &state)
+                } else if !busy {
+                    try await markPublishedWhileIdle(&state)
+                }
+            }
+        }
+    }
+
+    /// Learns where the output topics live before the first request, so its answer does not
+    /// wait for that; says so when one is missing (a typo in `AUTH_TOPIC_*`).
+    private func warmUp() async {
+        let topics = configuration.topics
+        do {
+            let found = try await producer.describeTopics(
+                [topics.results, topics.events, topics.deadLetters], timeout: .seconds(5))
+            for (topic, exists) in found.sorted(by: { $0.key < $1.key }) where !exists {
+                logger.error("Output topic does not exist", metadata: [LogKey.topic: topic])
+            }
+        } catch {
+            logger.warning(
+                "Could not describe the output topics", metadata: [LogKey.error: ErrorPolicy.loggable(error)])
         }
     }
 
@@ -174,19 +226,32 @@ public final class RequestPipeline: Service {
     /// Looks up the request ids of the jobs ready to start, answers what needs no work, and
     /// starts the preparation of the rest.
     /// - Returns: the jobs whose preparation started now.
-    private func start(_ state: inout LoopState) async throws -> Set<Int> {
-        let starting = state.jobs.values.filter { if case .lookup = $0.phase { true } else { false } }
-            .sorted { $0.seq < $1.seq }
-        guard !starting.isEmpty else { return [] }
+    /// Starts looking up the request ids of every job admitted since the last lookup: one query
+    /// in the background, while the loop goes on polling.
+    private func beginLookup(_ state: inout LoopState) -> Lookup? {
+        let starting = state.toStart.compactMap { seq -> Job? in
+            guard let job = state.jobs[seq], case .lookup = job.phase else { return nil }
+            return job
+        }
+        state.toStart = []
+        guard !starting.isEmpty else { return nil }
+        for job in starting { job.phase = .lookingUp }
         let ids = starting.compactMap { $0.request?.id }
-        let kept =
-            ids.isEmpty ? [:] : try await retrying("look up request ids") { try await self.store.keptRequests(ids) }
-        var started: Set<Int> = []
+        let stage = Stage {
+            ids.isEmpty
+                ? [:] : try await self.retrying("look up request ids") { try await self.store.keptRequests(ids) }
+        }
+        return Lookup(stage: stage, jobs: starting.map(\.seq))
+    }
+
+    /// Answers the looked-up jobs that need no work, and starts preparing the rest.
+    private func start(_ seqs: [Int], kept: [String: KeptRequest], _ state: inout LoopState) {
+        let starting = seqs.compactMap { state.jobs[$0] }
+        var cheap: [Preparation] = []
         let now = clock.now()
         for job in starting {
             guard let request = job.request else {
                 startNotification(job)
-                started.insert(job.seq)
                 continue
             }
             // The kept answer comes first: a processed request is answered again, however late.
@@ -210,29 +275,64 @@ public final class RequestPipeline: Service {
             let replyKey: [UInt8]?
             do {
                 replyKey = try Self.replyKey(request, required: configuration.sessions.requireReplyKey)
-            } catch let error as LoginError {
-                job.phase = .ready(.publish(refusal(error, job: job, request: request), outcome: error.code.rawValue))
+            } catch {
+                job.phase = .ready(
+                    .publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error)))
                 continue
             }
             job.phase = .preparing
-            started.insert(job.seq)
-            let seq = job.seq
-            let digest = job.digest
-            Task {
+            let preparation = Preparation(seq: job.seq, request: request, digest: job.digest, replyKey: replyKey)
+            // Password hashing waits on its own pool: each such request on its own, so none waits
+            // for another's hash. The rest is CPU work of tens of microseconds: in a few chunks, one
+            // task each, spread over the cores.
+            if request.method == .password || request.method == .register {
+                prepare([preparation])
+            } else {
+                cheap.append(preparation)
+            }
+        }
+        let chunk = max(16, (cheap.count + 7) / 8)
+        for start in stride(from: 0, to: cheap.count, by: chunk) {
+            prepare(Array(cheap[start..<min(start + chunk, cheap.count)]))
+        }
+        for job in starting { state.changed(job) }
+    }
+
+    /// A lookup of request ids running in the background, and the jobs waiting for it.
+    struct Lookup {
+        let stage: Stage<[String: KeptRequest]>
+        let jobs: [Int]
+    }
+
+    /// A request to prepare in the background, with what the pipeline decided about it.
+    private struct Preparation: Sendable {
+        let seq: Int
+        let request: LoginRequest
+        let digest: [UInt8]
+        let replyKey: [UInt8]?
+    }
+
+    /// Prepares requests one after the other in a task of their own, posting each outcome.
+    private func prepare(_ preparations: [Preparation]) {
+        Task {
+            for preparation in preparations {
                 let outcome: Prepared
                 do {
-                    let prepared = try await self.retrying("prepare request") { try await self.flows.prepare(request) }
+                    let prepared = try await self.retrying("prepare request") {
+                        try await self.flows.prepare(preparation.request)
+                    }
                     outcome = .login(
-                        LoginWork(request: request, digest: digest, replyKey: replyKey, prepared: prepared))
+                        LoginWork(
+                            request: preparation.request, digest: preparation.digest, replyKey: preparation.replyKey,
+                            prepared: prepared))
                 } catch is ShutdownDuringRetry {
                     outcome = .abandoned
                 } catch {
                     outcome = .refused(error)
                 }
-                self.board.post(seq, outcome)
+                self.board.post(preparation.seq, outcome)
             }
         }
-        return started
     }
 
     private func startNotification(_ job: Job) {
@@ -267,6 +367,7 @@ public final class RequestPipeline: Service {
         for (seq, outcome) in board.take() {
             guard let job = state.jobs[seq] else { continue }
             job.phase = step(for: outcome, job: job)
+            state.changed(job)
         }
     }
 
@@ -298,9 +399,9 @@ public final class RequestPipeline: Service {
 
     // MARK: - 4. Write
 
-    /// Writes every job that changes something in one transaction, and turns every job into the
-    /// records it publishes.
-    private func write(_ ready: [Job], _ state: inout LoopState) async throws -> [JobRecords] {
+    /// Starts writing every ready job that changes something in one transaction. The jobs are the
+    /// batch's until their records are published.
+    private func beginWrite(_ ready: [Job], _ state: inout LoopState) -> Stage<WrittenBatch> {
         var items: [WriteItem] = []
         var prefetch = Prefetch()
         for job in ready {
@@ -312,43 +413,66 @@ public final class RequestPipeline: Service {
                 items.append(.notification(notification))
                 prefetch.merge(notification.prefetch)
             default:
-                continue
+                break
             }
         }
-        var outcomes: [PostgresStore.ItemOutcome<WriteOutput>] = []
-        if !items.isEmpty {
-            let marks = state.eventsToMark
-            let head = marks.isEmpty ? [] : [PostgresStore.markPublished(marks, at: clock.now())]
-            let resultsKey = configuration.resultsKey
-            let idempotencyLifetime = configuration.sessions.idempotencyLifetime
-            let items = items
-            let prefetch = prefetch
-            let now = clock.now()
-            outcomes = try await retrying("write the batch") {
-                try await self.store.runBatch(items, head: head, prefetch: prefetch) { item, unit in
+        let steps = ready.map { job -> (Int, Step?) in
+            guard case .ready(let step) = job.phase else { return (job.seq, nil) }
+            return (job.seq, step)
+        }
+        for job in ready { job.phase = .batched }
+        let marks = state.eventsToMark
+        state.eventsToMark = []
+        guard !items.isEmpty else {
+            return Stage { WrittenBatch(steps: steps, outcomes: [], marked: []) }
+        }
+        let head = marks.isEmpty ? [] : [PostgresStore.markPublished(marks)]
+        let resultsKey = configuration.resultsKey
+        let idempotencyLifetime = configuration.sessions.idempotencyLifetime
+        let now = clock.now()
+        let batchItems = items
+        let batchPrefetch = prefetch
+        return Stage {
+            let outcomes = try await self.retrying("write the batch") {
+                try await self.store.runBatch(batchItems, head: head, prefetch: batchPrefetch) { item, unit in
                     try Self.write(
                         item, unit, resultsKey: resultsKey, rememberedUntil: now + idempotencyLifetime, at: now)
                 }
             }
-            state.eventsToMark.removeAll { marks.contains($0) }
+            return WrittenBatch(steps: steps, outcomes: outcomes, marked: marks)
         }
+    }
+
+    /// Turns a written batch into the records each of its jobs publishes.
+    private func records(for written: WrittenBatch, _ state: inout LoopState) -> [JobRecords] {
         var records: [JobRecords] = []
-        var next = outcomes.makeIterator()
-        for job in ready {
-            switch job.phase {
-            case .ready(.publish(let published, let outcome)):
+        var next = written.outcomes.makeIterator()
+        for (seq, step) in written.steps {
+            guard let job = state.jobs[seq] else { continue }
+            switch step {
+            case .publish(let published, let outcome):
                 records.append(JobRecords(job: job, records: published, events: [], outcome: outcome))
-            case .ready(.writeLogin(let work)):
+            case .writeLogin(let work):
                 guard let outcome = next.next() else { continue }
                 records.append(loginRecords(outcome, job: job, work: work))
-            case .ready(.writeNotification(let notification)):
+            case .writeNotification(let notification):
                 guard let outcome = next.next() else { continue }
                 records.append(notificationRecords(outcome, job: job, notification: notification))
-            default:
+            case nil:
                 continue
             }
         }
         return records
+    }
+
+    /// The records of jobs, with the ids of the events among them.
+    private static func entries(_ jobs: [JobRecords]) -> [(record: ProducerRecord, event: UUID?)] {
+        var entries: [(record: ProducerRecord, event: UUID?)] = []
+        for job in jobs {
+            entries += job.records.map { ($0, nil) }
+            entries += job.events.map { ($0.record, $0.id) }
+        }
+        return entries
     }
 
     /// One item of the batch's transaction: the flow's write, then the answer sealed (to the
@@ -371,15 +495,17 @@ public final class RequestPipeline: Service {
                 }
                 result.session = nil
             }
+            // Encoded once: kept (sealed) here, and published as the result event's data.
+            let json = result.jsonBytes
             let sealed = try resultsKey.map { key in
-                try AESGCM.seal(try MessageCoding.encode(result), key: key, aad: Array(work.request.id.utf8)).combined
+                try AESGCM.seal(json, key: key, aad: Array(work.request.id.utf8)).combined
             }
             try unit.recordRequest(
                 RequestRecord(
                     requestID: work.request.id, method: work.request.method.rawValue, status: result.status,
                     digest: resultsKey == nil ? nil : work.digest, userID: answer.userID, sessionID: answer.sessionID,
                     resultSealed: sealed, processedAt: now, expiresAt: rememberedUntil))
-            return .login(result)
+            return .login(result, json: json)
         }
     }
 
@@ -388,12 +514,13 @@ public final class RequestPipeline: Service {
     {
         let request = work.request
         switch outcome {
-        case .written(.login(let result), let events):
+        case .written(.login(let result, let json), let events):
             return JobRecords(
                 job: job,
                 records: [
                     resultRecord(
-                        result, requestID: request.id, request.traceparent, tag: Self.answerTag(digest: work.digest))
+                        result, json: json, requestID: request.id, request.traceparent,
+                        tag: Self.answerTag(digest: work.digest))
                 ], events: events, outcome: result.error?.code.rawValue ?? "ok")
         case .written(.notification, _):
             return JobRecords(job: job, records: [], events: [], outcome: "internal_error")
@@ -427,14 +554,10 @@ public final class RequestPipeline: Service {
 
     // MARK: - 5. Publish
 
-    /// Publishes every job's records in one producer batch; transient failures are sent again.
+    /// Publishes records in one producer batch; transient failures are sent again.
     /// - Returns: the ids of the events acknowledged.
-    private func publish(_ jobs: [JobRecords]) async throws -> [UUID] {
-        var pending: [(record: ProducerRecord, event: UUID?)] = []
-        for job in jobs {
-            pending += job.records.map { ($0, nil) }
-            pending += job.events.map { ($0.record, $0.id) }
-        }
+    private func publish(_ entries: [(record: ProducerRecord, event: UUID?)]) async throws -> [UUID] {
+        var pending = entries
         var acknowledged: [UUID] = []
         var delay = configuration.processing.initialRetryDelay
         while !pending.isEmpty {
@@ -471,8 +594,7 @@ public final class RequestPipeline: Service {
     private func markPublishedWhileIdle(_ state: inout LoopState) async throws {
         guard !state.eventsToMark.isEmpty else { return }
         let marks = state.eventsToMark
-        let now = clock.now()
-        try await retrying("mark events published") { try await self.store.markPublished(marks, at: now) }
+        try await retrying("mark events published") { try await self.store.markPublished(marks) }
         state.eventsToMark.removeAll { marks.contains($0) }
     }
 
@@ -594,14 +716,13 @@ public final class RequestPipeline: Service {
         "refused:\(error.code.rawValue):" + Hex.encode(digest)
     }
 
-    private func resultRecord(_ result: LoginResultData, requestID: String, _ traceparent: String?, tag: String)
-        -> ProducerRecord
-    {
-        let envelope = CloudEvent(
+    private func resultRecord(
+        _ result: LoginResultData, json: [UInt8]? = nil, requestID: String, _ traceparent: String?, tag: String
+    ) -> ProducerRecord {
+        let value = CloudEvent<LoginResultData>.json(
             id: Self.resultEventID(requestID: requestID, tag: tag), source: configuration.eventSource,
-            type: LoginResultData.eventType, time: clock.now(), traceparent: traceparent, data: result)
-        // Encoding plain Codable values cannot fail; an empty value would be dead-lettered by the gateway.
-        let value = (try? MessageCoding.encode(envelope)) ?? []
+            type: LoginResultData.eventType, time: clock.now(), traceparent: traceparent,
+            data: json ?? result.jsonBytes)
         metrics.count(result)
         return ProducerRecord(
             topic: configuration.topics.results, key: Array(requestID.utf8), value: value,
@@ -668,18 +789,26 @@ final class Job {
     var digest: [UInt8] = []
     var phase: Phase = .lookup
 
+    /// Messages with the same partition and key are written in order; messages without a key
+    /// are ordered against nothing.
+    let lane: LaneKey
+
     init(seq: Int, message: KafkaMessage, epoch: Int) {
         self.seq = seq
         self.message = message
         self.epoch = epoch
+        lane = LaneKey(
+            topic: message.topic, partition: message.partition, key: message.key ?? [],
+            offset: message.key == nil ? message.offset : -1)
     }
+}
 
-    /// Messages with the same partition and key are written in order; messages without a key
-    /// are ordered against nothing.
-    var lane: String {
-        guard let key = message.key else { return "\(message.topic)/\(message.partition)/@\(message.offset)" }
-        return "\(message.topic)/\(message.partition)/" + Data(key).base64EncodedString()
-    }
+/// Where a job is ordered: its partition and key (or, without a key, its own offset).
+struct LaneKey: Hashable {
+    let topic: String
+    let partition: Int32
+    let key: [UInt8]
+    let offset: Int64
 }
 
 enum Phase {
@@ -687,15 +816,19 @@ enum Phase {
     case waitingForID
     /// To be looked up (and started) in the next pass.
     case lookup
+    /// Its request id is being looked up.
+    case lookingUp
     /// Its preparation runs in the background.
     case preparing
     /// Its preparation gave up (shutdown): it and the jobs behind it in its lane are replayed later.
     case abandoned
     case ready(Step)
+    /// In a batch being written or published.
+    case batched
 }
 
 /// What a ready job still needs.
-enum Step {
+enum Step: Sendable {
     /// Nothing to write: publish these records.
     case publish([ProducerRecord], outcome: String)
     case writeLogin(LoginWork)
@@ -726,8 +859,40 @@ enum WriteItem: Sendable {
 }
 
 enum WriteOutput: Sendable {
-    case login(LoginResultData)
+    /// The answer, with its JSON (written once, for keeping and for publishing).
+    case login(LoginResultData, json: [UInt8])
     case notification(events: Int)
+}
+
+/// A stage of the loop running in the background: a batch being written, or published.
+final class Stage<Output: Sendable>: Sendable {
+    private final class Flag: Sendable {
+        let value = Atomic<Bool>(false)
+    }
+
+    private let task: Task<Output, any Error>
+    private let done = Flag()
+
+    init(_ body: @escaping @Sendable () async throws -> Output) {
+        let done = done
+        task = Task {
+            defer { done.value.store(true, ordering: .releasing) }
+            return try await body()
+        }
+    }
+
+    /// True once the stage has finished (its value is then available at once).
+    var isDone: Bool { done.value.load(ordering: .acquiring) }
+
+    func value() async throws -> Output { try await task.value }
+}
+
+/// A batch as written: each job's step (in the order of the batch) and the outcome of each write.
+struct WrittenBatch: Sendable {
+    let steps: [(Int, Step?)]
+    let outcomes: [PostgresStore.ItemOutcome<WriteOutput>]
+    /// The events this batch's transaction marked published.
+    let marked: [UUID]
 }
 
 /// What one job publishes: its answer or dead letter, and the events its write caused.
@@ -741,10 +906,15 @@ struct JobRecords {
 struct LoopState {
     var jobs: [Int: Job] = [:]
     /// Job seqs per lane, in the order they were read.
-    var lanes: [String: [Int]] = [:]
+    var lanes: [LaneKey: [Int]] = [:]
+    /// Lanes whose jobs changed since they were last looked at for ready jobs.
+    private var changedLanes: Set<LaneKey> = []
+    /// Jobs to look up and start in the next pass, in read order.
+    var toStart: [Int] = []
     var watermark = OffsetWatermark()
-    /// Request ids held by a job in flight (a second job with the same id waits).
-    var heldIDs: [String: Int] = [:]
+    /// Request ids held by a job in flight, and the jobs with the same id waiting for it.
+    private var heldIDs: [String: Int] = [:]
+    private var waitingForID: [String: [Int]] = [:]
     /// Events acknowledged by the broker, to mark published in the next transaction.
     var eventsToMark: [UUID] = []
     private var seq = 0
@@ -757,11 +927,22 @@ struct LoopState {
     mutating func add(_ job: Job) {
         jobs[job.seq] = job
         lanes[job.lane, default: []].append(job.seq)
+        changed(job)
     }
 
-    /// True when `job` may go ahead with `id`: no other job in flight holds it.
+    /// Notes that a job's phase changed: its lane is looked at again, and a job to look up is queued.
+    mutating func changed(_ job: Job) {
+        changedLanes.insert(job.lane)
+        if case .lookup = job.phase { toStart.append(job.seq) }
+    }
+
+    /// True when `job` may go ahead with `id`: no other job in flight holds it. Otherwise the job
+    /// waits for the holder to finish.
     mutating func hold(_ id: String, for job: Job) -> Bool {
-        guard heldIDs[id] == nil else { return false }
+        guard heldIDs[id] == nil else {
+            waitingForID[id, default: []].append(job.seq)
+            return false
+        }
         heldIDs[id] = job.seq
         return true
     }
@@ -769,31 +950,36 @@ struct LoopState {
     mutating func remove(_ job: Job) {
         jobs[job.seq] = nil
         if var lane = lanes[job.lane] {
-            lane.removeAll { $0 == job.seq }
+            if lane.first == job.seq { lane.removeFirst() } else { lane.removeAll { $0 == job.seq } }
             lanes[job.lane] = lane.isEmpty ? nil : lane
         }
+        changedLanes.insert(job.lane)
         guard let id = job.request?.id, heldIDs[id] == job.seq else { return }
         heldIDs[id] = nil
         // The next job with this id goes ahead now, and will find this one's answer.
-        if let waiting = jobs.values.filter({ $0.request?.id == id && isWaiting($0) }).min(by: { $0.seq < $1.seq }) {
-            heldIDs[id] = waiting.seq
-            waiting.phase = .lookup
+        guard var waiting = waitingForID[id], !waiting.isEmpty else { return }
+        let next = waiting.removeFirst()
+        waitingForID[id] = waiting.isEmpty ? nil : waiting
+        if let job = jobs[next] {
+            heldIDs[id] = next
+            job.phase = .lookup
+            changed(job)
         }
     }
 
-    private func isWaiting(_ job: Job) -> Bool {
-        if case .waitingForID = job.phase { true } else { false }
-    }
-
-    /// Each lane's jobs that are ready, from its head up to the first that is not, in read order.
-    func readyJobs() -> [Job] {
+    /// Each changed lane's jobs that are ready, after those already in a batch and up to the
+    /// first that is not ready, in read order.
+    mutating func readyJobs() -> [Job] {
         var ready: [Job] = []
-        for seqs in lanes.values {
-            for seq in seqs {
-                guard let job = jobs[seq], case .ready = job.phase else { break }
+        for lane in changedLanes {
+            for seq in lanes[lane] ?? [] {
+                guard let job = jobs[seq] else { break }
+                if case .batched = job.phase { continue }
+                guard case .ready = job.phase else { break }
                 ready.append(job)
             }
         }
+        changedLanes = []
         return ready.sorted { $0.seq < $1.seq }
     }
 
@@ -801,7 +987,7 @@ struct LoopState {
     var canProgress: Bool {
         jobs.values.contains { job in
             switch job.phase {
-            case .lookup, .preparing, .ready: true
+            case .lookup, .lookingUp, .preparing, .ready, .batched: true
             case .waitingForID, .abandoned: false
             }
         }

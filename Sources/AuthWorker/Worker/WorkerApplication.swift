@@ -36,8 +36,10 @@ public struct WorkerApplication: Sendable {
         }
         let passwords = try PasswordService(
             parameters: configuration.accounts.argon2, threads: configuration.accounts.hashingThreads)
-        // One connection of AUTH_DB_POOL_SIZE writes the batches; the store opens it itself.
-        let pool = PGPool(conninfo: configuration.databaseURL, size: configuration.processing.databasePoolSize - 1)
+        // Of AUTH_DB_POOL_SIZE connections, one writes the batches and one counts password
+        // attempts (the store opens those itself); the rest serve lookups, the relay and health.
+        let pool = PGPool(
+            conninfo: configuration.databaseURL, size: max(configuration.processing.databasePoolSize - 2, 1))
         let store = PostgresStore(pool: pool)
         if configuration.migrateOnStart {
             let applied = try await store.migrate()

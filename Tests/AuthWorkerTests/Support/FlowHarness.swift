@@ -96,7 +96,8 @@ final class FlowHarness: Sendable {
                 return .failure(error)
             case .success:
                 switch outcomes.next() {
-                case .written(.login(let result), let events): return .success(Outcome(result: result, events: events))
+                case .written(.login(let result, _), let events):
+                    return .success(Outcome(result: result, events: events))
                 case .refused(let error): return .failure(error)
                 default: return .failure(StoreError.handlesExhausted)
                 }

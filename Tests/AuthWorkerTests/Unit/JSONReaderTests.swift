@@ -1,4 +1,5 @@
 import JOSE
+import StrictJSON
 import Testing
 
 @Suite struct JSONReaderTests {

@@ -1,6 +1,7 @@
 import AuthCrypto
 import Foundation
 import JOSE
+import StrictJSON
 import Testing
 
 @Suite struct SealingTests {

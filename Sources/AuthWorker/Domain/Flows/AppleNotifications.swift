@@ -2,6 +2,7 @@ import AuthCrypto
 import Foundation
 import JOSE
 import Messages
+import StrictJSON
 
 /// Apple's server-to-server notifications, forwarded by the gateway as received (`{"payload": "<JWT>"}`
 /// in the `data` of an `auth.provider.notification` CloudEvent).

@@ -37,7 +37,7 @@ struct GuestSignUp: PreparedWrite {
 
     var prefetch: Prefetch {
         var prefetch = Prefetch()
-        prefetch.handles = handles
+        prefetch.handles = Array(handles.prefix(1))
         prefetch.rateLimitBuckets = limitBucket.map { [$0] } ?? []
         return prefetch
     }

@@ -196,7 +196,7 @@ struct IdentitySignIn: PreparedWrite {
     var prefetch: Prefetch {
         var prefetch = Prefetch()
         prefetch.identities = [IdentityKey(provider: identity.provider, subject: identity.subject)]
-        prefetch.handles = handles
+        prefetch.handles = Array(handles.prefix(1))
         if let linkTo { prefetch.merge(linkTo.prefetch) }
         return prefetch
     }

@@ -96,9 +96,10 @@ public struct LoginFlows: Sendable {
     }
 
     /// Handles to try for a new user, shortest first: the random part grows until one is free,
-    /// so a handle is always found however crowded a name is.
+    /// so a handle is always found however crowded a name is. Guests, who are many and all
+    /// `guest_…`, start where collisions are rare.
     func handleCandidates(name: String?, isGuest: Bool) throws -> [String] {
-        try (isGuest ? [3, 4, 6] : [2, 3, 4, 6]).map { try identifiers.handle(name: name, isGuest: isGuest, bytes: $0) }
+        try (isGuest ? [4, 6, 8] : [2, 3, 4, 6]).map { try identifiers.handle(name: name, isGuest: isGuest, bytes: $0) }
     }
 
     // MARK: - Access tokens presented by clients
@@ -206,7 +207,8 @@ struct PendingSession: Sendable {
         NewSession(
             id: sessionID, provider: provider, deviceName: device?.name, devicePlatform: device?.platform,
             abilities: abilities, createdAt: now, expiresAt: sessionExpiry, accessTokenID: accessID,
-            accessTokenHash: SHA256.hash(accessToken), accessTokenExpiresAt: accessExpiry, refreshTokenID: refreshID,
+            accessTokenHash: issuer.isSelfContained ? nil : SHA256.hash(accessToken),
+            accessTokenExpiresAt: accessExpiry, refreshTokenID: refreshID,
             refreshTokenHash: SHA256.hash(refreshToken), refreshTokenExpiresAt: refreshExpiry)
     }
 

@@ -102,7 +102,7 @@ struct RefreshRotation: PreparedWrite {
                 sessionID: session.id, usedTokenID: token.id, successorID: successorID,
                 successorHash: SHA256.hash(successorToken), successorExpiresAt: refreshExpiry,
                 successorSealed: try AESGCM.seal(try MessageCoding.encode(payload), key: replayKey).combined,
-                accessTokenID: accessTokenID, accessTokenHash: SHA256.hash(accessToken),
+                accessTokenID: accessTokenID, accessTokenHash: issuer.isSelfContained ? nil : SHA256.hash(accessToken),
                 accessTokenExpiresAt: accessExpiry, abilities: session.abilities, deviceName: session.deviceName,
                 at: now))
         guard let user = try unit.user(id: session.userID) else { throw invalid }

@@ -40,6 +40,51 @@ public enum JSONReader {
         }
     }
 
+    /// The top-level string member `name` of an object, read without building the rest: other
+    /// members' values are skipped however deeply they nest. For answering a value the strict
+    /// reader refuses (nested too deeply, a duplicate name inside) when its id can still be read.
+    /// - Returns: nil unless the bytes are a well-formed object at its top level holding `name`
+    ///   exactly once, as a string.
+    public static func topLevelString(_ bytes: [UInt8], member name: String) -> String? {
+        bytes.withUnsafeBufferPointer { buffer -> String? in
+            var parser = Parser(bytes: buffer)
+            parser.skipWhitespace()
+            guard (try? parser.expect(UInt8(ascii: "{"))) != nil else { return nil }
+            var found: String?
+            var seen = 0
+            parser.skipWhitespace()
+            if parser.peek == UInt8(ascii: "}") { return nil }
+            while true {
+                parser.skipWhitespace()
+                guard let key = try? parser.string() else { return nil }
+                parser.skipWhitespace()
+                guard (try? parser.expect(UInt8(ascii: ":"))) != nil else { return nil }
+                parser.skipWhitespace()
+                if key == name {
+                    seen += 1
+                    if parser.peek == UInt8(ascii: "\"") {
+                        found = try? parser.string()
+                    } else {
+                        found = nil
+                        guard parser.skipValue() else { return nil }
+                    }
+                } else {
+                    guard parser.skipValue() else { return nil }
+                }
+                parser.skipWhitespace()
+                if parser.peek == UInt8(ascii: ",") {
+                    parser.index += 1
+                    continue
+                }
+                guard parser.peek == UInt8(ascii: "}") else { return nil }
+                parser.index += 1
+                parser.skipWhitespace()
+                guard parser.index == buffer.count, seen == 1 else { return nil }
+                return found
+            }
+        }
+    }
+
     struct Parser {
         let bytes: UnsafeBufferPointer<UInt8>
         var index = 0
@@ -243,6 +288,38 @@ public enum JSONReader {
             let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
             guard let value = Double(text), value.isFinite else { throw failure("bad number") }
             return value
+        }
+
+        /// Skips one value of any depth (iteratively: no recursion to exhaust); false when it is
+        /// not well formed as far as brackets and strings go.
+        mutating func skipValue() -> Bool {
+            var depth = 0
+            repeat {
+                skipWhitespace()
+                guard let byte = peek else { return false }
+                switch byte {
+                case UInt8(ascii: "\""):
+                    guard (try? string()) != nil else { return false }
+                case UInt8(ascii: "{"), UInt8(ascii: "["):
+                    depth += 1
+                    index += 1
+                case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                    guard depth > 0 else { return false }
+                    depth -= 1
+                    index += 1
+                case UInt8(ascii: ","), UInt8(ascii: ":"):
+                    guard depth > 0 else { return false }
+                    index += 1
+                default:
+                    // A literal or a number: up to the next delimiter.
+                    let start = index
+                    while let next = peek, ![0x20, 0x09, 0x0A, 0x0D, 0x2C, 0x5D, 0x7D, 0x3A].contains(next) {
+                        index += 1
+                    }
+                    guard index > start else { return false }
+                }
+            } while depth > 0
+            return true
         }
 
         @discardableResult

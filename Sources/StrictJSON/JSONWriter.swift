@@ -1,0 +1,139 @@
+/// Writes JSON directly into bytes, for the messages the worker emits on every request.
+///
+/// `JSONEncoder` goes through `Codable`'s boxes and a sort of every object's keys; for a result,
+/// an event and a kept answer per login it was most of the worker's CPU. Types that adopt
+/// `JSONWritable` write the same bytes `MessageCoding.encode` would produce (members in sorted
+/// key order, absent optionals omitted, `/` not escaped), and a unit test holds them to it.
+public struct JSONWriter {
+    public private(set) var bytes: [UInt8]
+    /// Per open object: whether a member has been written (so the next needs a comma).
+    private var open: [Bool] = []
+
+    public init(capacity: Int = 512) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
+    /// `{`, the members `body` writes, `}`.
+    public mutating func object(_ body: (inout JSONWriter) throws -> Void) rethrows {
+        bytes.append(UInt8(ascii: "{"))
+        open.append(false)
+        try body(&self)
+        open.removeLast()
+        bytes.append(UInt8(ascii: "}"))
+    }
+
+    /// A member's key; its value must follow. Keys are the code's own (ASCII, nothing to escape),
+    /// written in sorted order by the caller.
+    public mutating func key(_ key: StaticString) {
+        if open[open.count - 1] { bytes.append(UInt8(ascii: ",")) }
+        open[open.count - 1] = true
+        bytes.append(UInt8(ascii: "\""))
+        key.withUTF8Buffer { bytes.append(contentsOf: $0) }
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    /// A member's key chosen at run time (escaped like any string).
+    public mutating func key(_ key: String) {
+        if open[open.count - 1] { bytes.append(UInt8(ascii: ",")) }
+        open[open.count - 1] = true
+        string(key)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    public mutating func member(_ key: StaticString, _ value: String) {
+        self.key(key)
+        string(value)
+    }
+
+    /// Omitted when nil, as `encodeIfPresent` does.
+    public mutating func member(_ key: StaticString, _ value: String?) {
+        guard let value else { return }
+        member(key, value)
+    }
+
+    public mutating func member(_ key: StaticString, _ value: Bool) {
+        self.key(key)
+        bytes.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
+    public mutating func member(_ key: StaticString, _ value: Bool?) {
+        guard let value else { return }
+        member(key, value)
+    }
+
+    public mutating func member(_ key: StaticString, _ value: Int64) {
+        self.key(key)
+        bytes.append(contentsOf: String(value).utf8)
+    }
+
+    public mutating func member(_ key: StaticString, _ value: [String]) {
+        self.key(key)
+        bytes.append(UInt8(ascii: "["))
+        for (index, element) in value.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            string(element)
+        }
+        bytes.append(UInt8(ascii: "]"))
+    }
+
+    /// A member whose value is JSON already written (a value encoded once, used twice).
+    public mutating func member(_ key: StaticString, raw value: [UInt8]) {
+        self.key(key)
+        bytes.append(contentsOf: value)
+    }
+
+    /// A nested value, omitted when nil.
+    public mutating func member(_ key: StaticString, _ value: (some JSONWritable)?) {
+        guard let value else { return }
+        self.key(key)
+        value.write(to: &self)
+    }
+
+    private static let hex = Array("0123456789abcdef".utf8)
+
+    /// A string, escaped as JSON requires: quote, backslash and control characters; everything
+    /// else (`/` and non-ASCII included) as is.
+    public mutating func string(_ value: String) {
+        bytes.append(UInt8(ascii: "\""))
+        var value = value
+        value.withUTF8 { utf8 in
+            var start = 0
+            for (index, byte) in utf8.enumerated() where byte < 0x20 || byte == 0x22 || byte == 0x5C {
+                bytes.append(contentsOf: utf8[start..<index])
+                bytes.append(UInt8(ascii: "\\"))
+                switch byte {
+                case 0x22: bytes.append(0x22)
+                case 0x5C: bytes.append(0x5C)
+                case 0x08: bytes.append(UInt8(ascii: "b"))
+                case 0x0C: bytes.append(UInt8(ascii: "f"))
+                case 0x0A: bytes.append(UInt8(ascii: "n"))
+                case 0x0D: bytes.append(UInt8(ascii: "r"))
+                case 0x09: bytes.append(UInt8(ascii: "t"))
+                default:
+                    bytes.append(contentsOf: "u00".utf8)
+                    bytes.append(Self.hex[Int(byte >> 4)])
+                    bytes.append(Self.hex[Int(byte & 0x0F)])
+                }
+                start = index + 1
+            }
+            bytes.append(contentsOf: utf8[start...])
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+}
+
+/// A value that writes itself as JSON, byte for byte as `MessageCoding.encode` would.
+public protocol JSONWritable {
+    func write(to writer: inout JSONWriter)
+}
+
+extension JSONWritable {
+    /// The value's JSON.
+    public var jsonBytes: [UInt8] {
+        var writer = JSONWriter()
+        write(to: &writer)
+        return writer.bytes
+    }
+}
