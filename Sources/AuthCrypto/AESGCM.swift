@@ -37,7 +37,7 @@ public enum AESGCM {
         var ciphertext = [UInt8](repeating: 0, count: plaintext.count + 16)
         var length: Int32 = 0
         var total = 0
-        guard EVP_EncryptInit_ex(context, EVP_aes_256_gcm(), nil, nil, nil) == 1,
+        guard EVP_EncryptInit_ex(context, FetchedAlgorithms.shared.aes256GCM, nil, nil, nil) == 1,
             EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_IVLEN, 12, nil) == 1,
             EVP_EncryptInit_ex(context, nil, nil, key, iv) == 1
         else { throw Failure(description: "AES-GCM init failed") }
@@ -70,7 +70,7 @@ public enum AESGCM {
         defer { EVP_CIPHER_CTX_free(context) }
         var plaintext = [UInt8](repeating: 0, count: sealed.ciphertext.count + 16)
         var length: Int32 = 0
-        guard EVP_DecryptInit_ex(context, EVP_aes_256_gcm(), nil, nil, nil) == 1,
+        guard EVP_DecryptInit_ex(context, FetchedAlgorithms.shared.aes256GCM, nil, nil, nil) == 1,
             EVP_CIPHER_CTX_ctrl(context, EVP_CTRL_GCM_SET_IVLEN, 12, nil) == 1,
             EVP_DecryptInit_ex(context, nil, nil, key, sealed.iv) == 1
         else { return nil }

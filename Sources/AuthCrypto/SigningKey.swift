@@ -20,6 +20,10 @@ public final class SigningKey: @unchecked Sendable {
     }
 
     private let key: OpaquePointer
+    /// A signing context initialised once with `key`. Each signature copies it: initialising a fresh
+    /// context makes OpenSSL 3 fetch the algorithm and export the key again, which cost two thirds of
+    /// an Ed25519 signature. `nil` when the copy is not supported; signing then initialises per call.
+    private let template: OpaquePointer?
     public let algorithm: Algorithm
     /// The RFC 7638 JWK thumbprint (SHA-256, base64url): stable, derived from the public key.
     public private(set) var keyID: String = ""
@@ -37,6 +41,7 @@ public final class SigningKey: @unchecked Sendable {
             EVP_PKEY_free(key)
             throw Failure(description: "unsupported key type: use Ed25519 or EC P-256")
         }
+        template = Self.initialisedContext(key: key, algorithm: algorithm)
         var jwk = try publicComponents()
         let canonical = jwk.sorted { $0.key < $1.key }.map { "\"\($0.key)\":\"\($0.value)\"" }.joined(separator: ",")
         keyID = Base64URL.encode(SHA256.hash("{\(canonical)}"))
@@ -47,7 +52,18 @@ public final class SigningKey: @unchecked Sendable {
     }
 
     deinit {
+        if let template { EVP_MD_CTX_free(template) }
         EVP_PKEY_free(key)
+    }
+
+    private static func initialisedContext(key: OpaquePointer, algorithm: Algorithm) -> OpaquePointer? {
+        guard let context = EVP_MD_CTX_new() else { return nil }
+        let digest = algorithm == .es256 ? FetchedAlgorithms.shared.sha256 : nil
+        guard EVP_DigestSignInit(context, nil, digest, nil, key) == 1 else {
+            EVP_MD_CTX_free(context)
+            return nil
+        }
+        return context
     }
 
     /// Loads a PEM private key (PKCS#8 or traditional).
@@ -110,9 +126,14 @@ public final class SigningKey: @unchecked Sendable {
     public func sign(_ message: [UInt8]) throws -> [UInt8] {
         guard let context = EVP_MD_CTX_new() else { throw Failure(description: "EVP_MD_CTX_new failed") }
         defer { EVP_MD_CTX_free(context) }
-        let digest = algorithm == .es256 ? EVP_sha256() : nil
-        guard EVP_DigestSignInit(context, nil, digest, nil, key) == 1 else {
-            throw Failure(description: "sign init failed")
+        if let template, EVP_MD_CTX_copy_ex(context, template) == 1 {
+            // Ready to sign.
+        } else {
+            EVP_MD_CTX_reset(context)
+            let digest = algorithm == .es256 ? FetchedAlgorithms.shared.sha256 : nil
+            guard EVP_DigestSignInit(context, nil, digest, nil, key) == 1 else {
+                throw Failure(description: "sign init failed")
+            }
         }
         var length = 0
         guard EVP_DigestSign(context, nil, &length, message, message.count) == 1 else {

@@ -1,3 +1,4 @@
+import AuthCrypto
 import COpenSSL
 
 /// The JWS signature algorithms this verifier implements (RFC 7518 §3, RFC 8037).
@@ -54,9 +55,9 @@ public enum JWSAlgorithm: String, Sendable, CaseIterable, Codable {
     /// The digest, or nil for EdDSA (which hashes internally).
     var digest: OpaquePointer? {
         switch self {
-        case .rs256, .ps256, .es256: Digests.shared.sha256
-        case .rs384, .ps384, .es384: Digests.shared.sha384
-        case .rs512, .ps512, .es512: Digests.shared.sha512
+        case .rs256, .ps256, .es256: FetchedAlgorithms.shared.sha256
+        case .rs384, .ps384, .es384: FetchedAlgorithms.shared.sha384
+        case .rs512, .ps512, .es512: FetchedAlgorithms.shared.sha512
         case .edDSA: nil
         }
     }
@@ -68,25 +69,5 @@ public enum JWSAlgorithm: String, Sendable, CaseIterable, Codable {
         case .rs512, .ps512, .es512: 64
         case .edDSA: 0
         }
-    }
-}
-
-/// Digest implementations fetched from OpenSSL's provider once.
-///
-/// `EVP_sha256()` and friends make every `EVP_DigestVerifyInit` fetch the implementation again;
-/// an explicitly fetched `EVP_MD` skips that. `@unchecked Sendable`: fetched `EVP_MD`s are immutable
-/// and reference-counted by OpenSSL, safe to share between threads.
-final class Digests: @unchecked Sendable {
-    static let shared = Digests()
-
-    let sha256: OpaquePointer?
-    let sha384: OpaquePointer?
-    let sha512: OpaquePointer?
-
-    private init() {
-        // Fall back to the legacy accessors if the fetch fails (never with the default provider).
-        sha256 = EVP_MD_fetch(nil, "SHA256", nil) ?? EVP_sha256()
-        sha384 = EVP_MD_fetch(nil, "SHA384", nil) ?? EVP_sha384()
-        sha512 = EVP_MD_fetch(nil, "SHA512", nil) ?? EVP_sha512()
     }
 }

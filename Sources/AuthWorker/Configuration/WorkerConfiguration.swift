@@ -169,9 +169,12 @@ public struct WorkerConfiguration: Sendable {
         /// How long a batch waits for the preparations it started (token checks, hashing) before it
         /// is written with those that finished; the others join a later batch. Default: 20 ms.
         public var prepareWait: Duration = .milliseconds(20)
-        /// PostgreSQL connections: one writes the batches, one counts password attempts, the others
-        /// serve lookups, the outbox relay and readiness. Env: `AUTH_DB_POOL_SIZE`. Default: 4.
-        public var databasePoolSize = 4
+        /// PostgreSQL connections: `writers` write batches, one counts password attempts, the
+        /// others serve lookups, the outbox relay and readiness. Env: `AUTH_DB_POOL_SIZE`. Default: 5.
+        public var databasePoolSize = 5
+        /// Batches written at once, each on its own connection, of the keys that hash to it (so
+        /// per-key order holds). Env: `AUTH_DB_WRITERS`. Default: 2.
+        public var writers = 2
         /// First delay when retrying a transient failure; doubles up to `maxRetryDelay`. Default: 200 ms.
         public var initialRetryDelay: Duration = .milliseconds(200)
         /// Env: `AUTH_MAX_RETRY_DELAY_MS`. Default: 10 s.
@@ -218,10 +221,14 @@ public struct WorkerConfiguration: Sendable {
         guard processing.maxInFlight >= processing.batchMax else {
             throw ConfigurationError(variable: "AUTH_MAX_IN_FLIGHT", reason: "must be at least AUTH_BATCH_MAX")
         }
-        guard processing.databasePoolSize >= 3 else {
+        guard processing.writers >= 1 else {
+            throw ConfigurationError(variable: "AUTH_DB_WRITERS", reason: "must be at least 1")
+        }
+        guard processing.databasePoolSize >= processing.writers + 2 else {
             throw ConfigurationError(
                 variable: "AUTH_DB_POOL_SIZE",
-                reason: "must be at least 3 (one connection writes the batches, one counts password attempts)")
+                reason: "must be at least AUTH_DB_WRITERS + 2 (the writers, one for password attempts, one for lookups)"
+            )
         }
         guard sessions.accessTokenLifetime > 0, sessions.refreshTokenLifetime > 0, sessions.sessionLifetime > 0 else {
             throw ConfigurationError(variable: "AUTH_ACCESS_TOKEN_TTL_SECONDS", reason: "lifetimes must be positive")

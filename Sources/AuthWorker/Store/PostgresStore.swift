@@ -7,18 +7,19 @@ import PGStore
 /// All of the service's SQL lives in this folder.
 public final class PostgresStore: Sendable {
     private let pool: PGPool
-    /// The connection batches are written on: never queued behind lookups and password attempts.
-    private let writer: PGClient
+    /// The connections batches are written on: never queued behind lookups and password attempts.
+    private let writers: [PGClient]
     /// Password attempts have connections of their own: a burst of password logins never
     /// delays the lookups every other request waits for.
     private let attempts: PGPool
 
     /// - Parameters:
     ///   - pool: connections for lookups, the relay and chores; batches get one of their own.
+    ///   - writers: connections that write batches, each one at a time. Default: 1.
     ///   - attemptConnections: connections that count password attempts. Default: 1.
-    public init(pool: PGPool, attemptConnections: Int = 1) {
+    public init(pool: PGPool, writers: Int = 1, attemptConnections: Int = 1) {
         self.pool = pool
-        writer = PGClient(conninfo: pool.conninfo, name: "pg-writer")
+        self.writers = (0..<max(writers, 1)).map { PGClient(conninfo: pool.conninfo, name: "pg-writer-\($0)") }
         attempts = PGPool(conninfo: pool.conninfo, size: attemptConnections)
     }
 
@@ -26,7 +27,7 @@ public final class PostgresStore: Sendable {
     public func close() async {
         await pool.close()
         await attempts.close()
-        await writer.close()
+        for writer in writers { await writer.close() }
     }
 
     /// Brings the schema up to date (under an advisory lock, so replicas may race).
@@ -62,11 +63,12 @@ public final class PostgresStore: Sendable {
     /// and an item that still fails is refused with the database's error; the others commit.
     /// - Throws: a retriable `PGError` (the server is unreachable, a deadlock): nothing was
     ///   committed, and the whole batch can be tried again.
+    /// - Parameter writer: which writing connection (batches on one are written one at a time).
     public func runBatch<Item: Sendable, Output: Sendable>(
-        _ items: [Item], head: [PGQuery] = [], prefetch: Prefetch,
+        _ items: [Item], head: [PGQuery] = [], prefetch: Prefetch, writer: Int = 0,
         _ body: @escaping @Sendable (Item, any UnitOfWork) throws -> Output
     ) async throws -> [ItemOutcome<Output>] {
-        try await writer.withConnection { connection in
+        try await writers[writer % writers.count].withConnection { connection in
             do {
                 return try Self.runTogether(items, head: head, prefetch: prefetch, connection: connection, body)
             } catch let error as PGError where !error.isRetriable {

@@ -97,10 +97,11 @@ public final class RequestPipeline: Service {
 
     private func loop(_ state: inout LoopState) async throws {
         let processing = configuration.processing
-        // The stages overlap: while one batch is written, the next is decoded and prepared and the
-        // one before is published. One batch is written at a time (in order, so per-key order
-        // holds across batches) and one is published at a time (in the order they were written).
-        var writing: Stage<WrittenBatch>?
+        // The stages overlap: while batches are written, the next requests are decoded and
+        // prepared and the batches before are published. Each writer writes one batch at a time,
+        // of the lanes that hash to it, in order: per-key order holds across batches.
+        let writers = max(processing.writers, 1)
+        var writing: [Stage<WrittenBatch>?] = Array(repeating: nil, count: writers)
         // Publishes overlap (a topic's first record can wait on the broker), finishing in any order:
         // the offset watermark and the per-partition order of the producer keep what matters.
         var publishing: [(stage: Stage<[UUID]>, jobs: [JobRecords])] = []
@@ -108,7 +109,8 @@ public final class RequestPipeline: Service {
         var looking: Lookup?
         while true {
             beat()
-            let busy = writing != nil || !publishing.isEmpty || looking != nil || !toPublish.isEmpty
+            let busy =
+                writing.contains { $0 != nil } || !publishing.isEmpty || looking != nil || !toPublish.isEmpty
             if isStopping, !busy, !state.canProgress { break }
             if !isStopping, state.jobs.count < processing.maxInFlight {
                 // Short waits while work is in flight, so finished work is picked up promptly.
@@ -137,10 +139,10 @@ public final class RequestPipeline: Service {
                 publishing.removeAll { $0.stage.isDone }
                 await consumer.storeOffsets(state.watermark.advance())
             }
-            if let stage = writing, stage.isDone {
-                let written = try await stage.value()
-                toPublish += records(for: written, &state)
-                writing = nil
+            for shard in 0..<writers {
+                guard let stage = writing[shard], stage.isDone else { continue }
+                toPublish += records(for: try await stage.value(), &state)
+                writing[shard] = nil
             }
             if publishing.count < 4, !toPublish.isEmpty {
                 let jobs = toPublish
@@ -148,14 +150,14 @@ public final class RequestPipeline: Service {
                 let entries = Self.entries(jobs)
                 publishing.append((Stage { try await self.publish(entries) }, jobs))
             }
-            if writing == nil {
-                let ready = state.readyJobs()
-                if !ready.isEmpty {
-                    writing = beginWrite(ready, &state)
-                } else if !busy {
-                    try await markPublishedWhileIdle(&state)
-                }
+            var wrote = false
+            for shard in 0..<writers where writing[shard] == nil {
+                let ready = state.readyJobs(shard: shard, of: writers)
+                guard !ready.isEmpty else { continue }
+                writing[shard] = beginWrite(ready, writer: shard, &state)
+                wrote = true
             }
+            if !wrote, !busy { try await markPublishedWhileIdle(&state) }
         }
     }
 
@@ -401,7 +403,7 @@ public final class RequestPipeline: Service {
 
     /// Starts writing every ready job that changes something in one transaction. The jobs are the
     /// batch's until their records are published.
-    private func beginWrite(_ ready: [Job], _ state: inout LoopState) -> Stage<WrittenBatch> {
+    private func beginWrite(_ ready: [Job], writer: Int, _ state: inout LoopState) -> Stage<WrittenBatch> {
         var items: [WriteItem] = []
         var prefetch = Prefetch()
         for job in ready {
@@ -434,7 +436,8 @@ public final class RequestPipeline: Service {
         let batchPrefetch = prefetch
         return Stage {
             let outcomes = try await self.retrying("write the batch") {
-                try await self.store.runBatch(batchItems, head: head, prefetch: batchPrefetch) { item, unit in
+                try await self.store.runBatch(batchItems, head: head, prefetch: batchPrefetch, writer: writer) {
+                    item, unit in
                     try Self.write(
                         item, unit, resultsKey: resultsKey, rememberedUntil: now + idempotencyLifetime, at: now)
                 }
@@ -968,10 +971,12 @@ struct LoopState {
     }
 
     /// Each changed lane's jobs that are ready, after those already in a batch and up to the
-    /// first that is not ready, in read order.
-    mutating func readyJobs() -> [Job] {
+    /// first that is not ready, in read order: of the lanes that hash to `shard`.
+    mutating func readyJobs(shard: Int, of shards: Int) -> [Job] {
         var ready: [Job] = []
-        for lane in changedLanes {
+        var looked: [LaneKey] = []
+        for lane in changedLanes where shards == 1 || Int(UInt(bitPattern: lane.hashValue) % UInt(shards)) == shard {
+            looked.append(lane)
             for seq in lanes[lane] ?? [] {
                 guard let job = jobs[seq] else { break }
                 if case .batched = job.phase { continue }
@@ -979,7 +984,7 @@ struct LoopState {
                 ready.append(job)
             }
         }
-        changedLanes = []
+        for lane in looked { changedLanes.remove(lane) }
         return ready.sorted { $0.seq < $1.seq }
     }
 

@@ -36,11 +36,13 @@ public struct WorkerApplication: Sendable {
         }
         let passwords = try PasswordService(
             parameters: configuration.accounts.argon2, threads: configuration.accounts.hashingThreads)
-        // Of AUTH_DB_POOL_SIZE connections, one writes the batches and one counts password
+        // Of AUTH_DB_POOL_SIZE connections, AUTH_DB_WRITERS write batches and one counts password
         // attempts (the store opens those itself); the rest serve lookups, the relay and health.
+        let writers = configuration.processing.writers
         let pool = PGPool(
-            conninfo: configuration.databaseURL, size: max(configuration.processing.databasePoolSize - 2, 1))
-        let store = PostgresStore(pool: pool)
+            conninfo: configuration.databaseURL,
+            size: max(configuration.processing.databasePoolSize - writers - 1, 1))
+        let store = PostgresStore(pool: pool, writers: writers)
         if configuration.migrateOnStart {
             let applied = try await store.migrate()
             if !applied.isEmpty {

@@ -25,6 +25,26 @@ import Testing
         #expect(Hex.encode(SHA256.hash("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
     }
 
+    /// RFC 4231 test cases 1, 2 and 6 (a key longer than the block is hashed first), and a key of
+    /// exactly one block.
+    @Test func hmacSHA256KnownAnswers() {
+        func mac(_ key: [UInt8], _ message: String) -> String {
+            Hex.encode(HMACSHA256.mac(key: key, message: Array(message.utf8)))
+        }
+        #expect(
+            mac([UInt8](repeating: 0x0b, count: 20), "Hi There")
+                == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
+        #expect(
+            mac(Array("Jefe".utf8), "what do ya want for nothing?")
+                == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        #expect(
+            mac([UInt8](repeating: 0xaa, count: 131), "Test Using Larger Than Block-Size Key - Hash Key First")
+                == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+        #expect(
+            mac([UInt8](repeating: 0x01, count: 64), "")
+                == "11581ebc1f05ecefdee13d63845c1a43b219a7bc8e0e90d3396baeb2a55677d7")
+    }
+
     @Test func constantTimeComparison() {
         #expect(ConstantTime.equals([1, 2, 3] as [UInt8], [1, 2, 3] as [UInt8]))
         #expect(!ConstantTime.equals([1, 2, 3] as [UInt8], [1, 2, 4] as [UInt8]))
