@@ -8,10 +8,14 @@ a result's when the worker produced it, both on this machine's clock.
 Phases, each on a database and topics of its own:
   guest       N guest logins preloaded on the topic, then the worker started: logins/s
   apple       N Sign in with Apple logins (RS256 tokens from a local key server): logins/s
-  latency     guest logins paced at half the measured guest rate: p50, p99
+  latency     guest logins paced at half the measured guest rate: p50, p99; then the same pacing
+              answered by an echo client that does no work (the broker's floor), and a curve of
+              both at a few fixed rates
   batch       guest throughput with AUTH_BATCH_MAX of 1, 10, 100, 500
-  limits      pgbench inserting the rows of 100 guest logins per transaction (the ceiling),
-              and `openssl speed` for the signature primitives
+  limits      pgbench writing the rows of 100 guest logins per transaction (user, session, refresh
+              token, kept result, rate-limit count, outbox event, and deleting published events):
+              the ceiling; and `openssl speed` for the signature primitives
+With --fresh-broker, each phase starts on an emptied broker (an in-memory broker slows as it fills).
 Then a table (stdout, and results.json) and a chart (e2e.png) in the output folder.
 """
 
@@ -46,8 +50,19 @@ class Services:
         self.broker_admin = args.broker_admin
         self.pg_server = args.database_server
         self.worker = args.worker
+        self.fresh_broker = args.fresh_broker
         self.tansu = os.path.join(ROOT, ".local", "tansu", "tansu")
         self.scratch = tempfile.mkdtemp(prefix="auth-bench-")
+
+    def fresh(self):
+        """Starts a phase on an empty broker: an in-memory broker slows as it fills."""
+        if self.fresh_broker:
+            subprocess.run(self.fresh_broker, shell=True, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+
+    def drop(self, url):
+        name = url.rsplit("/", 1)[1]
+        self.psql("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
     def psql(self, database, sql):
         subprocess.run(
@@ -210,6 +225,7 @@ class ResultReader:
         self.consumer.subscribe([topic])
         self.stamps = {}
         self.statuses = {}
+        self.duplicates = 0
         self.lock = threading.Lock()
         self.running = True
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -226,6 +242,8 @@ class ResultReader:
                     if key not in self.stamps:
                         self.stamps[key] = message.timestamp()[1]
                         self.statuses[key] = status
+                    else:
+                        self.duplicates += 1
 
     def wait_for(self, keys, timeout):
         deadline = time.time() + timeout
@@ -258,6 +276,7 @@ def percentile(values, fraction):
 # MARK: - Phases
 
 def run_throughput(services, key_server, kind, count, extra=None, label=None):
+    services.fresh()
     suffix = f"{kind}{uuid.uuid4().hex[:6]}"
     database = services.database(f"auth_bench_{suffix}")
     topics = services.topics(suffix)
@@ -288,17 +307,56 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
     failed = [key for key in keys if reader.statuses.get(key) != "ok"]
     if failed:
         raise RuntimeError(f"{kind}: {len(failed)} requests were not answered ok; see {worker.log.name}")
+    services.drop(database)
     rate = throughput(reader.stamps, keys)
-    log(f"{label or kind}: {rate:,.0f} logins/s, peak RSS {peak:.0f} MiB")
-    return {"rate": rate, "count": count, "peak_rss_mib": peak, "rss_mib": current}
+    log(f"{label or kind}: {rate:,.0f} logins/s, peak RSS {peak:.0f} MiB, {reader.duplicates} answered twice")
+    return {"rate": rate, "count": count, "duplicates": reader.duplicates, "peak_rss_mib": peak, "rss_mib": current}
 
 
-def run_latency(services, key_server, rate, seconds):
+class EchoResponder:
+    """The broker's floor: a client that answers each request at once, with no work, through the
+    same broker, topics and fetch wait as the worker. Its latency is what any consumer gets here."""
+
+    def __init__(self, services, topics):
+        self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--echo", services.brokers,
+                                         topics["requests"], topics["results"]])
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def echo(brokers, requests, results):
+    consumer = Consumer({"bootstrap.servers": brokers, "group.id": f"echo-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 5, "session.timeout.ms": 6000})
+    consumer.subscribe([requests])
+    out = Producer({"bootstrap.servers": brokers, "linger.ms": 0, "socket.nagle.disable": True})
+    running = [True]
+    signal.signal(signal.SIGTERM, lambda *_: running.__setitem__(0, False))
+    answer = json.dumps({"data": {"status": "ok"}}).encode()
+    while running[0]:
+        for message in consumer.consume(num_messages=500, timeout=0.05):
+            if message.error() is None:
+                out.produce(results, key=message.key(), value=answer)
+        out.poll(0)
+    out.flush(10)
+    consumer.close()
+
+
+def run_latency(services, key_server, rate, seconds, extra=None, responder="worker"):
+    services.fresh()
     suffix = f"latency{uuid.uuid4().hex[:6]}"
-    database = services.database(f"auth_bench_{suffix}")
     topics = services.topics(suffix)
     reader = ResultReader(services, topics["results"])
-    worker = Worker(services, database, topics, key_server)
+    database = None
+    if responder == "echo":
+        worker = EchoResponder(services, topics)
+    else:
+        database = services.database(f"auth_bench_{suffix}")
+        worker = Worker(services, database, topics, key_server, extra)
     # A request's timestamp is taken when it is handed to the client: a gateway's own batching
     # counts as latency, so it is kept to a millisecond.
     out = producer(services, linger_ms=1)
@@ -313,8 +371,8 @@ def run_latency(services, key_server, rate, seconds):
     out.produce(topics["requests"], key=warm.encode(), value=request(warm, {"method": "guest"}), on_delivery=delivered)
     out.flush(10)
     if not reader.wait_for([warm], timeout=60):
-        raise RuntimeError("latency: the worker never answered")
-    log(f"latency: {rate:,.0f} guest logins/s for {seconds} s")
+        raise RuntimeError(f"latency: the {responder} never answered")
+    log(f"latency: {rate:,.0f} guest logins/s for {seconds} s, answered by the {responder}")
     keys = []
     interval = 1 / rate
     start = time.perf_counter()
@@ -334,19 +392,23 @@ def run_latency(services, key_server, rate, seconds):
     answered = reader.wait_for(keys, timeout=60)
     worker.stop()
     reader.close()
+    if database:
+        services.drop(database)
     if not answered:
         raise RuntimeError("latency: not every request was answered")
     latencies = [reader.stamps[key] - sent[key] for key in keys if key in sent]
-    result = {"offered_rate": rate, "achieved_rate": achieved, "count": len(latencies),
+    result = {"responder": responder, "offered_rate": rate, "achieved_rate": achieved, "count": len(latencies),
               "p50_ms": percentile(latencies, 0.50), "p90_ms": percentile(latencies, 0.90),
               "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
-              "mean_ms": statistics.mean(latencies), "latencies_ms": latencies}
+              "mean_ms": statistics.mean(latencies), "duplicates": reader.duplicates, "latencies_ms": latencies}
     log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms")
     return result
 
 
 PGBENCH_SCRIPT = """
 BEGIN;
+DELETE FROM outbox WHERE event_id IN (
+    SELECT event_id FROM outbox ORDER BY created_at LIMIT 100 FOR UPDATE SKIP LOCKED);
 WITH u AS (
     INSERT INTO users (id, handle, is_guest, created_at, updated_at)
     SELECT gen_random_uuid(), 'guest_' || md5(random()::text), true, now(), now() FROM generate_series(1, 100)
@@ -354,10 +416,6 @@ WITH u AS (
 s AS (
     INSERT INTO sessions (id, user_id, provider, abilities, created_at, expires_at)
     SELECT gen_random_uuid(), id, 'guest', '{guest}', now(), now() + interval '90 days' FROM u RETURNING id),
-a AS (
-    INSERT INTO access_tokens (id, session_id, token_hash, abilities, created_at, expires_at)
-    SELECT gen_random_uuid(), id, sha256(convert_to(id::text, 'UTF8')), '{guest}', now(), now() + interval '15 minutes'
-    FROM s RETURNING 1),
 r AS (
     INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
     SELECT gen_random_uuid(), id, sha256(convert_to('r' || id::text, 'UTF8')), now(), now() + interval '30 days'
@@ -368,7 +426,8 @@ p AS (
     FROM generate_series(1, 100) RETURNING 1),
 l AS (
     INSERT INTO rate_limits (bucket, window_start, count)
-    SELECT 'guest:' || gen_random_uuid(), now(), 1 FROM generate_series(1, 100) RETURNING 1)
+    SELECT 'guest:' || gen_random_uuid(), now(), 1 FROM generate_series(1, 100)
+    ON CONFLICT (bucket) DO UPDATE SET count = rate_limits.count + 1 RETURNING 1)
 INSERT INTO outbox (event_id, topic, message_key, payload, created_at)
 SELECT gen_random_uuid(), 'auth.user.events', 'k', convert_to(repeat('x', 400), 'UTF8'), now()
 FROM generate_series(1, 100);
@@ -389,7 +448,7 @@ def run_pgbench(services, seconds):
 
 
 def run_openssl(seconds):
-    output = subprocess.run(["openssl", "speed", "-seconds", str(seconds), "rsa2048", "ed25519"],
+    output = subprocess.run(["openssl", "speed", "-seconds", str(seconds), "rsa2048", "ecdsap256", "ed25519"],
                             capture_output=True, text=True).stdout
     rates = {}
     for line in output.splitlines():
@@ -398,6 +457,8 @@ def run_openssl(seconds):
             rates["rsa2048_verify_per_s"] = float(fields[-1])
         if "EdDSA (Ed25519)" in line:
             rates["ed25519_sign_per_s"] = float(fields[-2])
+        if "ecdsa (nistp256)" in line:
+            rates["es256_sign_per_s"] = float(fields[-2])
     return rates
 
 
@@ -411,16 +472,31 @@ def chart(results, path):
     except ImportError:
         log("matplotlib is not installed: no chart")
         return
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    latencies = results["latency"]["latencies_ms"]
-    left.hist(latencies, bins=60, color="#4878a8")
-    for name, value, color in (("p50", results["latency"]["p50_ms"], "#2a9d4a"),
-                               ("p99", results["latency"]["p99_ms"], "#c0392b")):
-        left.axvline(value, color=color, linestyle="--", label=f"{name} {value} ms")
-    left.set_title(f"Guest login latency at {results['latency']['achieved_rate']:,.0f}/s (half the maximum)")
-    left.set_xlabel("request produced → result produced, ms (broker timestamps)")
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(17, 4.5))
+    worker, floor = results["latency"], results["limits"]["broker_echo"]
+    top = max(worker["p99_ms"], floor["p99_ms"]) * 2
+    bins = [edge * top / 60 for edge in range(61)]
+    left.hist([min(value, top) for value in worker["latencies_ms"]], bins=bins, color="#4878a8", alpha=0.8,
+              label=f"worker: p50 {worker['p50_ms']} ms, p99 {worker['p99_ms']} ms")
+    left.hist([min(value, top) for value in floor["latencies_ms"]], bins=bins, color="#999", alpha=0.6,
+              label=f"broker echo: p50 {floor['p50_ms']} ms, p99 {floor['p99_ms']} ms")
+    left.set_title(f"Guest login latency at {worker['achieved_rate']:,.0f}/s (half the maximum)")
+    left.set_xlabel("request produced → answer produced, ms (broker timestamps)")
     left.set_ylabel("requests")
-    left.legend()
+    left.legend(fontsize=8)
+    curve = results["latency_curve"]
+    for responder, color in (("worker", "#4878a8"), ("echo", "#999")):
+        points = sorted((entry["achieved_rate"], entry["p50_ms"], entry["p99_ms"]) for entry in curve
+                        if entry["responder"] == responder)
+        name = "worker" if responder == "worker" else "broker echo"
+        middle.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=color, label=f"{name} p50")
+        middle.plot([p[0] for p in points], [p[2] for p in points], marker="^", linestyle="--", color=color,
+                    label=f"{name} p99")
+    middle.set_title("Latency by offered rate")
+    middle.set_xlabel("guest logins/s, paced")
+    middle.set_ylabel("ms")
+    middle.set_ylim(bottom=0)
+    middle.legend(fontsize=8)
     sizes = [entry["batch_max"] for entry in results["batch"]]
     rates = [entry["rate"] for entry in results["batch"]]
     right.plot(sizes, rates, marker="o", color="#4878a8", label="worker, guest logins/s")
@@ -435,39 +511,59 @@ def chart(results, path):
     right.set_ylim(bottom=0)
     right.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=100)
     log(f"chart: {path}")
 
 
 def report(results):
     limits = results["limits"]
     ceiling = limits["pgbench"]["logins_per_second"]
+    openssl = limits["openssl"]
+    latency, floor = results["latency"], limits["broker_echo"]
+    duplicates = results["guest"]["duplicates"] + results["apple"]["duplicates"] + latency["duplicates"]
     lines = [
-        "| measure | value | limit on this machine, same run | ratio |",
+        "| measure | worker | limit on this machine, same run | ratio |",
         "|---|---|---|---|",
         f"| guest logins/s (preloaded, {results['guest']['count']:,}) | {results['guest']['rate']:,.0f} | "
-        f"{ceiling:,.0f} rows-of-a-login/s (pgbench) | {results['guest']['rate'] / ceiling:.2f} |",
+        f"{ceiling:,.0f} logins' rows/s (pgbench, 100 per transaction) | {results['guest']['rate'] / ceiling:.2f} |",
+        f"| | | {openssl.get('es256_sign_per_s', 0):,.0f} ES256 signatures/s (openssl speed, one core) | "
+        f"{results['guest']['rate'] / max(openssl.get('es256_sign_per_s', 1), 1):.2f} |",
         f"| Apple RS256 logins/s (preloaded, {results['apple']['count']:,}) | {results['apple']['rate']:,.0f} | "
-        f"{limits['openssl'].get('rsa2048_verify_per_s', 0):,.0f} RSA-2048 verifies/s (openssl speed, one core) | "
-        f"{results['apple']['rate'] / max(limits['openssl'].get('rsa2048_verify_per_s', 1), 1):.2f} |",
-        f"| guest latency at {results['latency']['achieved_rate']:,.0f}/s: p50 / p99 | "
-        f"{results['latency']['p50_ms']} / {results['latency']['p99_ms']} ms | | |",
-        f"| worker peak RSS (guest run) | {results['guest']['peak_rss_mib']:.0f} MiB | | |",
+        f"{openssl.get('rsa2048_verify_per_s', 0):,.0f} RSA-2048 verifies/s (openssl speed, one core) | "
+        f"{results['apple']['rate'] / max(openssl.get('rsa2048_verify_per_s', 1), 1):.2f} |",
+        f"| guest latency at {latency['achieved_rate']:,.0f}/s, p50 / p99 | "
+        f"{latency['p50_ms']} / {latency['p99_ms']} ms | broker echo at the same rate: "
+        f"{floor['p50_ms']} / {floor['p99_ms']} ms | {latency['p99_ms'] / max(floor['p99_ms'], 1):.1f}× (p99) |",
     ]
+    for entry in sorted((e for e in results["latency_curve"] if e["responder"] == "worker"),
+                        key=lambda e: e["offered_rate"]):
+        echo = next((e for e in results["latency_curve"]
+                     if e["responder"] == "echo" and e["offered_rate"] == entry["offered_rate"]), None)
+        limit = f"broker echo: {echo['p50_ms']} / {echo['p99_ms']} ms" if echo else ""
+        lines.append(f"| guest latency at {entry['offered_rate']:,.0f}/s, p50 / p99 | "
+                     f"{entry['p50_ms']} / {entry['p99_ms']} ms | {limit} | |")
+    lines.append(f"| worker peak RSS (guest run) | {results['guest']['peak_rss_mib']:.0f} MiB | | |")
+    lines.append(f"| requests answered more than once | {duplicates} | | |")
     batch = " · ".join(f"{entry['batch_max']}: {entry['rate']:,.0f}/s" for entry in results["batch"])
     lines.append(f"| guest logins/s by AUTH_BATCH_MAX | {batch} | | |")
     return "\n".join(lines)
 
 
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--echo":
+        echo(*sys.argv[2:5])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", required=True, help="the release auth-worker binary")
     parser.add_argument("--brokers", required=True)
     parser.add_argument("--broker-admin", required=True, help="the broker itself, for creating topics")
     parser.add_argument("--database-server", required=True, help="postgres://user@host:port")
+    parser.add_argument("--fresh-broker", help="a shell command that empties the broker before each phase")
     parser.add_argument("--requests", type=int, default=20000, help="preloaded requests per throughput phase")
     parser.add_argument("--apple-requests", type=int, default=10000)
     parser.add_argument("--latency-seconds", type=int, default=20)
+    parser.add_argument("--curve-rates", default="100,300,1000", help="paced rates for the latency curve")
+    parser.add_argument("--curve-seconds", type=int, default=10)
     parser.add_argument("--batch-requests", type=int, default=5000)
     parser.add_argument("--pgbench-seconds", type=int, default=15)
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
@@ -480,7 +576,14 @@ def main():
     results["limits"]["pgbench"] = run_pgbench(services, args.pgbench_seconds)
     results["guest"] = run_throughput(services, key_server, "guest", args.requests)
     results["apple"] = run_throughput(services, key_server, "apple", args.apple_requests)
-    results["latency"] = run_latency(services, key_server, results["guest"]["rate"] / 2, args.latency_seconds)
+    half = results["guest"]["rate"] / 2
+    results["latency"] = run_latency(services, key_server, half, args.latency_seconds)
+    results["limits"]["broker_echo"] = run_latency(services, key_server, half, args.latency_seconds, responder="echo")
+    results["latency_curve"] = []
+    for rate in (float(text) for text in args.curve_rates.split(",") if text):
+        for responder in ("worker", "echo"):
+            entry = run_latency(services, key_server, rate, args.curve_seconds, responder=responder)
+            results["latency_curve"].append({k: v for k, v in entry.items() if k != "latencies_ms"})
     results["batch"] = []
     for size in (1, 10, 100, 500):
         entry = run_throughput(services, key_server, "guest", args.batch_requests if size > 1 else 1000,
@@ -490,8 +593,10 @@ def main():
     table = report(results)
     print(table)
     with open(os.path.join(args.out, "results.json"), "w") as handle:
-        json.dump({**results, "latency": {k: v for k, v in results["latency"].items() if k != "latencies_ms"}},
-                  handle, indent=2)
+        summary = {**results, "latency": {k: v for k, v in results["latency"].items() if k != "latencies_ms"}}
+        summary["limits"] = {**results["limits"], "broker_echo": {
+            k: v for k, v in results["limits"]["broker_echo"].items() if k != "latencies_ms"}}
+        json.dump(summary, handle, indent=2)
     chart(results, os.path.join(args.out, "e2e.png"))
 
 

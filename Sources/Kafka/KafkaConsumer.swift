@@ -13,6 +13,7 @@ public actor KafkaConsumer {
     private let handle: Handle
     private var pointer: OpaquePointer { handle.pointer }
     private let context: ConsumerContext
+    private let waker: Waker
     private var closed = false
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
@@ -55,16 +56,23 @@ public actor KafkaConsumer {
         }
         self.handle = Handle(pointer)
         self.context = context
+        self.waker = Waker(queue: rd_kafka_queue_get_consumer(pointer))
         self.executor = ThreadExecutor(name: "kafka-consumer")
     }
 
     deinit {
+        waker.invalidate()
         if handle.beginClosing() {
             rd_kafka_consumer_close(handle.pointer)
             rd_kafka_destroy(handle.pointer)
         }
         executor.shutdown()
     }
+
+    /// Makes a `poll` that is waiting return now (with what it has, perhaps nothing), or the next
+    /// one return at once if none is waiting. For work finished elsewhere that the poller should
+    /// see without waiting out its timeout. Callable from any thread; does nothing once closed.
+    public nonisolated func wake() { waker.wake() }
 
     /// Waits up to `timeout` for a first message, then takes whatever else is already fetched, up to
     /// `maxMessages`.
@@ -176,6 +184,7 @@ public actor KafkaConsumer {
     public func close() {
         guard !closed, handle.beginClosing() else { return }
         closed = true
+        waker.invalidate()
         let error = rd_kafka_consumer_close(pointer)
         if error != RD_KAFKA_RESP_ERR_NO_ERROR {
             context.logger.warning(
@@ -183,6 +192,33 @@ public actor KafkaConsumer {
             )
         }
         rd_kafka_destroy(pointer)
+    }
+}
+
+/// The consumer queue's handle, for `rd_kafka_queue_yield` from any thread. The handle is
+/// destroyed before the client, under the lock, so a late `wake` never touches a freed queue.
+final class Waker: Sendable {
+    private struct Queue: @unchecked Sendable {
+        let pointer: OpaquePointer
+    }
+
+    private let queue: Mutex<Queue?>
+
+    init(queue: OpaquePointer?) {
+        self.queue = Mutex(queue.map(Queue.init))
+    }
+
+    func wake() {
+        queue.withLock { queue in
+            if let queue { rd_kafka_queue_yield(queue.pointer) }
+        }
+    }
+
+    func invalidate() {
+        queue.withLock { queue in
+            if let queue { rd_kafka_queue_destroy(queue.pointer) }
+            queue = nil
+        }
     }
 }
 

@@ -133,7 +133,9 @@ public struct CommandLineInterface: Sendable {
     // MARK: - keys
 
     private func generateKey(_ arguments: [String]) throws {
-        var algorithm = SigningKey.Algorithm.edDSA
+        // ES256 by default: OpenSSL 3.0 signs P-256 about twice as fast as Ed25519 (assembly for
+        // the curve; Ed25519 is portable C), and every JWT library verifies it.
+        var algorithm = SigningKey.Algorithm.es256
         var path: String?
         var index = 0
         while index < arguments.count {
@@ -141,7 +143,7 @@ public struct CommandLineInterface: Sendable {
             case "--alg":
                 guard index + 1 < arguments.count, let parsed = SigningKey.Algorithm(rawValue: arguments[index + 1])
                 else {
-                    throw UsageError(message: "--alg takes EdDSA or ES256")
+                    throw UsageError(message: "--alg takes ES256 or EdDSA")
                 }
                 algorithm = parsed
                 index += 2
@@ -151,7 +153,7 @@ public struct CommandLineInterface: Sendable {
                 index += 1
             }
         }
-        guard let path else { throw UsageError(message: "usage: auth-worker keys generate FILE [--alg EdDSA|ES256]") }
+        guard let path else { throw UsageError(message: "usage: auth-worker keys generate FILE [--alg ES256|EdDSA]") }
         guard !FileManager.default.fileExists(atPath: path) else {
             throw UsageError(message: "\(path) exists; refusing to overwrite a key")
         }

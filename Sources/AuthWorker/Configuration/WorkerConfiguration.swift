@@ -166,9 +166,6 @@ public struct WorkerConfiguration: Sendable {
         public var maxInFlight = 5000
         /// How long an idle poll waits for the first message. Env: `AUTH_BATCH_WAIT_MS`. Default: 100 ms.
         public var batchWait: Duration = .milliseconds(100)
-        /// How long a batch waits for the preparations it started (token checks, hashing) before it
-        /// is written with those that finished; the others join a later batch. Default: 20 ms.
-        public var prepareWait: Duration = .milliseconds(20)
         /// PostgreSQL connections: `writers` write batches, one counts password attempts, the
         /// others serve lookups, the outbox relay and readiness. Env: `AUTH_DB_POOL_SIZE`. Default: 5.
         public var databasePoolSize = 5
@@ -184,8 +181,11 @@ public struct WorkerConfiguration: Sendable {
         /// How long the broker may hold a fetch waiting for data: the latency floor on a broker that
         /// does not answer a waiting fetch early (Tansu). Env: `AUTH_KAFKA_FETCH_WAIT_MS`. Default: 5 ms.
         public var kafkaFetchWait: Duration = .milliseconds(5)
-        /// How long the producer waits to fill a batch. Env: `AUTH_KAFKA_LINGER_MS`. Default: 1 ms.
-        public var kafkaLinger: Duration = .milliseconds(1)
+        /// How long the producer waits to fill a batch. A batch's records are handed over together
+        /// and leave in one request regardless, so waiting only delays answers: measured on the local
+        /// setup, 1 ms of linger doubled the time to an acknowledgement. Env: `AUTH_KAFKA_LINGER_MS`.
+        /// Default: 0.
+        public var kafkaLinger: Duration = .zero
         public init() {}
     }
 

@@ -35,7 +35,7 @@ public final class RequestPipeline: Service {
     private let decoder = RequestDecoder()
     /// The key of request digests: the results key, so digests are stable across replicas.
     private let digestKey: [UInt8]
-    private let board = CompletionBoard<Prepared>()
+    private let board: CompletionBoard<Prepared>
     private let stopping = Atomic<Bool>(false)
     /// When the loop last showed progress (a poll, or a retry attempt), as Unix seconds.
     private let heartbeat = Atomic<Int>(Int(Date().timeIntervalSince1970))
@@ -55,7 +55,11 @@ public final class RequestPipeline: Service {
         self.metrics = metrics
         self.logger = logger
         digestKey = try configuration.resultsKey ?? SecureRandom.bytes(32)
+        board = CompletionBoard(onPost: { [consumer] in consumer.wake() })
     }
+
+    /// Ends the loop's wait for messages: background work finished, or shutdown began.
+    private var wake: @Sendable () -> Void { { [consumer] in consumer.wake() } }
 
     /// Seconds since the consume loop last showed progress: liveness.
     public var secondsSinceHeartbeat: Int { Int(Date().timeIntervalSince1970) - heartbeat.load(ordering: .relaxed) }
@@ -64,6 +68,7 @@ public final class RequestPipeline: Service {
 
     public func triggerGracefulShutdown() {
         stopping.store(true, ordering: .releasing)
+        consumer.wake()
     }
 
     private var isStopping: Bool { stopping.load(ordering: .acquiring) }
@@ -113,10 +118,11 @@ public final class RequestPipeline: Service {
                 writing.contains { $0 != nil } || !publishing.isEmpty || looking != nil || !toPublish.isEmpty
             if isStopping, !busy, !state.canProgress { break }
             if !isStopping, state.jobs.count < processing.maxInFlight {
-                // Short waits while work is in flight, so finished work is picked up promptly.
+                // Background work that finishes wakes the poll, so it is picked up at once; the
+                // timeout only bounds the wait for messages.
                 let messages = try await consumer.poll(
                     maxMessages: min(processing.batchMax, processing.maxInFlight - state.jobs.count),
-                    timeout: state.jobs.isEmpty && !busy ? processing.batchWait : .milliseconds(1))
+                    timeout: state.jobs.isEmpty && !busy ? processing.batchWait : .milliseconds(50))
                 for partition in consumer.takeRevokedPartitions() { state.watermark.revoke(partition) }
                 admit(messages, &state)
             } else if busy || !state.jobs.isEmpty {
@@ -148,7 +154,7 @@ public final class RequestPipeline: Service {
                 let jobs = toPublish
                 toPublish = []
                 let entries = Self.entries(jobs)
-                publishing.append((Stage { try await self.publish(entries) }, jobs))
+                publishing.append((Stage(wake: wake) { try await self.publish(entries) }, jobs))
             }
             var wrote = false
             for shard in 0..<writers where writing[shard] == nil {
@@ -239,7 +245,7 @@ public final class RequestPipeline: Service {
         guard !starting.isEmpty else { return nil }
         for job in starting { job.phase = .lookingUp }
         let ids = starting.compactMap { $0.request?.id }
-        let stage = Stage {
+        let stage = Stage(wake: wake) {
             ids.isEmpty
                 ? [:] : try await self.retrying("look up request ids") { try await self.store.keptRequests(ids) }
         }
@@ -426,7 +432,7 @@ public final class RequestPipeline: Service {
         let marks = state.eventsToMark
         state.eventsToMark = []
         guard !items.isEmpty else {
-            return Stage { WrittenBatch(steps: steps, outcomes: [], marked: []) }
+            return Stage(wake: wake) { WrittenBatch(steps: steps, outcomes: [], marked: []) }
         }
         let head = marks.isEmpty ? [] : [PostgresStore.markPublished(marks)]
         let resultsKey = configuration.resultsKey
@@ -434,7 +440,7 @@ public final class RequestPipeline: Service {
         let now = clock.now()
         let batchItems = items
         let batchPrefetch = prefetch
-        return Stage {
+        return Stage(wake: wake) {
             let outcomes = try await self.retrying("write the batch") {
                 try await self.store.runBatch(batchItems, head: head, prefetch: batchPrefetch, writer: writer) {
                     item, unit in
@@ -876,10 +882,14 @@ final class Stage<Output: Sendable>: Sendable {
     private let task: Task<Output, any Error>
     private let done = Flag()
 
-    init(_ body: @escaping @Sendable () async throws -> Output) {
+    /// Runs `body` in a task of its own; `wake` is called when it has finished.
+    init(wake: @escaping @Sendable () -> Void, _ body: @escaping @Sendable () async throws -> Output) {
         let done = done
         task = Task {
-            defer { done.value.store(true, ordering: .releasing) }
+            defer {
+                done.value.store(true, ordering: .releasing)
+                wake()
+            }
             return try await body()
         }
     }

@@ -99,6 +99,32 @@ import Testing
         producer.close()
     }
 
+    /// The pipeline polls with a long timeout and is woken when background work finishes: a wake
+    /// must end a waiting poll early, and one sent while nobody polls must end the next poll.
+    @Test func wakeEndsAWaitingPoll() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 1)
+        let consumer = try consumer(topic: topics.requests, group: IntegrationEnvironment.uniqueName("g"))
+        // Joining the group happens in the background: let it settle so polls only wait.
+        _ = try await consumer.poll(maxMessages: 1, timeout: .seconds(4))
+
+        let waker = Task {
+            try await Task.sleep(for: .milliseconds(300))
+            consumer.wake()
+        }
+        var started = ContinuousClock.now
+        _ = try await consumer.poll(maxMessages: 1, timeout: .seconds(20))
+        #expect(ContinuousClock.now - started < .seconds(10))
+        try await waker.value
+
+        consumer.wake()
+        started = ContinuousClock.now
+        _ = try await consumer.poll(maxMessages: 1, timeout: .seconds(20))
+        #expect(ContinuousClock.now - started < .seconds(10))
+
+        await consumer.close()
+        consumer.wake()  // After close: nothing to wake, and nothing breaks.
+    }
+
     @Test func badConfigurationIsATypedError() {
         var kafka = KafkaConfiguration(bootstrapServers: ["127.0.0.1:1"])
         kafka.properties = ["no.such.property": "1"]
