@@ -55,10 +55,12 @@ class Services:
         self.scratch = tempfile.mkdtemp(prefix="auth-bench-")
 
     def fresh(self):
-        """Starts a phase on an empty broker: an in-memory broker slows as it fills."""
+        """Starts a phase on an empty broker (an in-memory broker slows as it fills) and with no
+        checkpoint of the previous phase's writes pending in PostgreSQL."""
         if self.fresh_broker:
             subprocess.run(self.fresh_broker, shell=True, check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
+        self.psql("postgres", "CHECKPOINT")
 
     def drop(self, url):
         name = url.rsplit("/", 1)[1]
@@ -67,7 +69,7 @@ class Services:
     def psql(self, database, sql):
         subprocess.run(
             ["psql", f"{self.pg_server}/{database}", "-v", "ON_ERROR_STOP=1", "-qAtc", sql],
-            check=True, stdout=subprocess.DEVNULL)
+            check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PGOPTIONS": "-c client_min_messages=warning"})
 
     def database(self, name):
         self.psql("postgres", f"DROP DATABASE IF EXISTS {name}")
@@ -338,7 +340,10 @@ def echo(brokers, requests, results):
     signal.signal(signal.SIGTERM, lambda *_: running.__setitem__(0, False))
     answer = json.dumps({"data": {"status": "ok"}}).encode()
     while running[0]:
-        for message in consumer.consume(num_messages=500, timeout=0.05):
+        # poll returns with the first message; consume(timeout=0) then takes what else is there.
+        first = consumer.poll(0.05)
+        messages = ([first] if first is not None else []) + (consumer.consume(500, 0) if first is not None else [])
+        for message in messages:
             if message.error() is None:
                 out.produce(results, key=message.key(), value=answer)
         out.poll(0)
@@ -444,6 +449,8 @@ def run_pgbench(services, seconds):
     output = subprocess.run(["pgbench", "-n", "-c", "4", "-j", "2", "-T", str(seconds), "-f", script, database],
                             check=True, capture_output=True, text=True).stdout
     tps = next(float(line.split("=")[1].split()[0]) for line in output.splitlines() if line.startswith("tps"))
+    services.drop(database)
+    log(f"limits: {tps * 100:,.0f} logins' rows/s")
     return {"transactions_per_second": tps, "logins_per_second": tps * 100}
 
 

@@ -158,8 +158,8 @@ public struct WorkerConfiguration: Sendable {
 
     /// How the consume loop batches and parallelises.
     public struct Processing: Sendable, Equatable {
-        /// Messages taken from one poll at most: a batch is whatever is there, never waited for.
-        /// Env: `AUTH_BATCH_MAX`. Default: 500.
+        /// Messages taken from one poll, and requests written in one transaction, at most: a batch
+        /// is whatever is there, never waited for. Env: `AUTH_BATCH_MAX`. Default: 500.
         public var batchMax = 500
         /// Messages in flight at most (read and not finished: slow password logins, waits for a
         /// provider's keys); past it, polling pauses. Env: `AUTH_MAX_IN_FLIGHT`. Default: 5000.

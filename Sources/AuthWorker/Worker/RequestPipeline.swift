@@ -158,7 +158,7 @@ public final class RequestPipeline: Service {
             }
             var wrote = false
             for shard in 0..<writers where writing[shard] == nil {
-                let ready = state.readyJobs(shard: shard, of: writers)
+                let ready = state.readyJobs(shard: shard, of: writers, limit: max(processing.batchMax, 1))
                 guard !ready.isEmpty else { continue }
                 writing[shard] = beginWrite(ready, writer: shard, &state)
                 wrote = true
@@ -981,8 +981,8 @@ struct LoopState {
     }
 
     /// Each changed lane's jobs that are ready, after those already in a batch and up to the
-    /// first that is not ready, in read order: of the lanes that hash to `shard`.
-    mutating func readyJobs(shard: Int, of shards: Int) -> [Job] {
+    /// first that is not ready, in read order: of the lanes that hash to `shard`, `limit` at most.
+    mutating func readyJobs(shard: Int, of shards: Int, limit: Int = .max) -> [Job] {
         var ready: [Job] = []
         var looked: [LaneKey] = []
         for lane in changedLanes where shards == 1 || Int(UInt(bitPattern: lane.hashValue) % UInt(shards)) == shard {
@@ -995,7 +995,11 @@ struct LoopState {
             }
         }
         for lane in looked { changedLanes.remove(lane) }
-        return ready.sorted { $0.seq < $1.seq }
+        ready.sort { $0.seq < $1.seq }
+        guard ready.count > limit else { return ready }
+        // Cut in read order, which keeps each lane's prefix; the lanes cut short are looked at again.
+        for job in ready[limit...] { changedLanes.insert(job.lane) }
+        return Array(ready.prefix(limit))
     }
 
     /// False when nothing in flight can finish any more (only abandoned jobs and those behind them).

@@ -143,21 +143,42 @@ import Testing
             try action()
             faults.append(label)
         }
+        // Before each SIGKILL, a burst: the kill lands once the worker has answered the first of
+        // it, with most of it read and not yet answered, so a whole batch is cut mid-flight.
+        var unansweredAtKill: [Int] = []
+        func burstThenKill() async throws {
+            let ids = (0..<600).map { "burst-\($0)-\(UUID().uuidString.prefix(8))" }
+            try await producer.send(
+                ids.map { id in
+                    ProducerRecord(
+                        topic: topics.requests, key: Array(id.utf8),
+                        value: Array(
+                            #"{"specversion":"1.0","id":"\#(id)","source":"/g","type":"auth.login.request","data":{"method":"guest"}}"#
+                                .utf8))
+                })
+            sent.valid.withLock { $0 += ids }
+            let burst = Set(ids)
+            let seen = try await results.waitUntil(timeout: .seconds(60)) { messages in
+                messages.contains { burst.contains($0.keyString) }
+            }
+            worker.kill9()
+            let answered = Set(seen.map(\.keyString)).intersection(burst).count
+            unansweredAtKill.append(ids.count - answered)
+            try worker.start()
+        }
         try worker.start()
         var drains: [(Int32, Duration)] = []
         for _ in 0..<rounds {
-            try await at(8, "SIGKILL") {
-                worker.kill9()
-                try worker.start()
-            }
+            try await Task.sleep(for: .seconds(8))
+            try await burstThenKill()
+            faults.append("SIGKILL")
             try await at(6, "PostgreSQL stopped") { try cluster.stopPostgres() }
             try await at(4, "PostgreSQL started") { try cluster.startPostgres() }
             try await at(5, "broker cut off") { cluster.stopProxy() }
             try await at(4, "broker back") { try cluster.startProxy() }
-            try await at(6, "SIGKILL") {
-                worker.kill9()
-                try worker.start()
-            }
+            try await Task.sleep(for: .seconds(6))
+            try await burstThenKill()
+            faults.append("SIGKILL")
             try await at(8, "SIGTERM") {
                 drains.append(worker.terminate())
                 try worker.start()
@@ -214,6 +235,9 @@ import Testing
         #expect(createdIDs.values.allSatisfy { $0.count == 1 }, "one event id per created user")
         #expect(dlq.count >= sent.poison.load(ordering: .relaxed))
         #expect(drains.dropLast().allSatisfy { $0.0 == 0 }, "SIGTERM drains and exits 0")
+        #expect(
+            unansweredAtKill.allSatisfy { $0 >= 100 },
+            "each SIGKILL landed with at least 100 of its burst unanswered: \(unansweredAtKill)")
 
         let duplicates = answered.filter { expected.contains($0.keyString) }.count - byRequest.count
         let eventCopies = allEvents.filter { $0.json["type"] as? String == "auth.user.created" }.count
@@ -222,7 +246,7 @@ import Testing
             fault injection: \(rounds) round(s), \(validIDs.count) guest requests, \(malformedIDs.count) malformed, \
             \(sent.poison.load(ordering: .relaxed)) poison; \(answered.count) results (\(duplicates) duplicates delivered), \
             \(eventCopies) user.created copies for \(createdIDs.count) users; \(worker.starts) worker starts; \
-            faults: \(faults.joined(separator: ", ")); drains: \(drains.map { "exit \($0.0) in \($0.1)" }.joined(separator: ", ")); \
+            faults: \(faults.joined(separator: ", ")); unanswered of a 600 burst at each SIGKILL: \(unansweredAtKill); drains: \(drains.map { "exit \($0.0) in \($0.1)" }.joined(separator: ", ")); \
             \(ContinuousClock.now - started)
             """)
         await results.close()

@@ -1,0 +1,98 @@
+import Kafka
+import Testing
+
+@testable import AuthWorker
+
+/// The consume loop's bookkeeping: which jobs may be written together, and which offsets may be
+/// stored.
+@Suite struct PipelineStateTests {
+    private func message(partition: Int32 = 0, offset: Int64, key: String?) -> KafkaMessage {
+        KafkaMessage(
+            topic: "requests", partition: partition, offset: offset, key: key.map { Array($0.utf8) }, value: [],
+            headers: [], timestamp: nil)
+    }
+
+    private func ready(_ job: Job) {
+        job.phase = .ready(.publish([], outcome: "ok"))
+    }
+
+    @Test func readyJobsKeepEachKeysOrderAndStopAtTheFirstThatIsNotReady() {
+        var state = LoopState()
+        let jobs = [("a", 0), ("b", 1), ("a", 2), ("a", 3), ("b", 4)].map { key, offset in
+            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: key), epoch: 0)
+        }
+        for job in jobs { state.add(job) }
+        // a: ready, ready(2), not ready(3); b: ready, ready.
+        for index in [0, 1, 2, 4] { ready(jobs[index]) }
+        jobs[3].phase = .preparing
+        let first = state.readyJobs(shard: 0, of: 1)
+        #expect(first.map(\.seq) == [jobs[0], jobs[1], jobs[2], jobs[4]].map(\.seq))
+        for job in first { job.phase = .batched }
+        // Nothing changed since: nothing new is ready.
+        #expect(state.readyJobs(shard: 0, of: 1).isEmpty)
+        ready(jobs[3])
+        state.changed(jobs[3])
+        #expect(state.readyJobs(shard: 0, of: 1).map(\.seq) == [jobs[3].seq])
+    }
+
+    @Test func aBatchIsCutAtTheLimitInReadOrderAndTheRestComesNext() {
+        var state = LoopState()
+        let jobs = (0..<10).map { offset in
+            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: "k\(offset % 3)"), epoch: 0)
+        }
+        for job in jobs {
+            state.add(job)
+            ready(job)
+        }
+        let first = state.readyJobs(shard: 0, of: 1, limit: 4)
+        #expect(first.map(\.seq) == jobs.prefix(4).map(\.seq))
+        for job in first { job.phase = .batched }
+        let second = state.readyJobs(shard: 0, of: 1, limit: 4)
+        #expect(second.map(\.seq) == jobs[4..<8].map(\.seq))
+        for job in second { job.phase = .batched }
+        #expect(state.readyJobs(shard: 0, of: 1, limit: 4).map(\.seq) == jobs[8...].map(\.seq))
+    }
+
+    @Test func shardsSplitTheLanesAndTogetherCoverEveryJob() {
+        var state = LoopState()
+        let jobs = (0..<40).map { offset in
+            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: "key-\(offset % 7)"), epoch: 0)
+        }
+        for job in jobs {
+            state.add(job)
+            ready(job)
+        }
+        let zero = state.readyJobs(shard: 0, of: 2)
+        let one = state.readyJobs(shard: 1, of: 2)
+        #expect(Set(zero.map(\.seq)).isDisjoint(with: one.map(\.seq)))
+        #expect(Set(zero.map(\.seq) + one.map(\.seq)) == Set(jobs.map(\.seq)))
+        // A key lives on one shard only: its order is one writer's.
+        let keysOfZero = Set(zero.map(\.lane))
+        #expect(one.allSatisfy { !keysOfZero.contains($0.lane) })
+    }
+
+    @Test func theStoredOffsetNeverPassesAnUnfinishedMessage() {
+        var watermark = OffsetWatermark()
+        let partition = TopicPartition(topic: "requests", partition: 0)
+        let epochs = (0..<5).map { watermark.read(message(offset: Int64(10 + $0), key: nil)) }
+        watermark.finish(partition, offset: 11, epoch: epochs[1])
+        watermark.finish(partition, offset: 12, epoch: epochs[2])
+        #expect(watermark.advance().isEmpty, "10 is not finished: nothing may be stored")
+        watermark.finish(partition, offset: 10, epoch: epochs[0])
+        #expect(watermark.advance() == [partition: 13])
+        #expect(watermark.unfinished == 2)
+        #expect(watermark.advance().isEmpty, "nothing new")
+    }
+
+    @Test func aRevokedPartitionsLateFinishesStoreNothing() {
+        var watermark = OffsetWatermark()
+        let partition = TopicPartition(topic: "requests", partition: 0)
+        let old = watermark.read(message(offset: 5, key: nil))
+        watermark.revoke(partition)
+        watermark.finish(partition, offset: 5, epoch: old)
+        #expect(watermark.advance().isEmpty)
+        let fresh = watermark.read(message(offset: 6, key: nil))
+        watermark.finish(partition, offset: 6, epoch: fresh)
+        #expect(watermark.advance() == [partition: 7])
+    }
+}
