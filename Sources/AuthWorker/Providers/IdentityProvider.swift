@@ -64,11 +64,11 @@ public struct IdentityProvider: Sendable {
     }
 
     func identity(from claims: IDTokenClaims) -> VerifiedIdentity {
-        let email = claims.email?.trimmingCharacters(in: .whitespaces).lowercased()
+        let email = claims.email?.trimmingWhitespace().lowercased()
         let relay = email?.hasSuffix("@" + Self.privateRelayDomain) ?? false
-        let joined = [claims.givenName, claims.familyName].compactMap { $0?.trimmingCharacters(in: .whitespaces) }
+        let joined = [claims.givenName, claims.familyName].compactMap { $0?.trimmingWhitespace() }
             .filter { !$0.isEmpty }.joined(separator: " ")
-        let name = claims.name?.trimmingCharacters(in: .whitespaces)
+        let name = claims.name?.trimmingWhitespace()
         return VerifiedIdentity(
             provider: configuration.name, subject: claims.subject ?? "", email: email?.isEmpty == true ? nil : email,
             emailVerified: claims.emailVerified ?? false, isPrivateEmail: (claims.isPrivateEmail ?? false) || relay,

@@ -35,27 +35,35 @@ public struct Identifiers: Sendable {
 
     /// Lower-case ASCII letters and digits joined by `_`, accents folded, at most 24 characters.
     public static func slug(_ name: String) -> String {
-        let folded = name.folding(options: [.diacriticInsensitive, .caseInsensitive, .widthInsensitive], locale: nil)
-            .lowercased()
-        var words: [String] = []
-        var current = ""
+        // Most names are ASCII: they need no folding, which costs more than the rest of a sign-in.
+        let folded =
+            name.utf8.allSatisfy { $0 < 0x80 }
+            ? name
+            : name.folding(options: [.diacriticInsensitive, .caseInsensitive, .widthInsensitive], locale: nil)
+                .lowercased()
+        var words: [[UInt8]] = []
+        var current: [UInt8] = []
         for scalar in folded.unicodeScalars {
-            if scalar.isASCII, CharacterSet.alphanumerics.contains(scalar) {
-                current.unicodeScalars.append(scalar)
-            } else if !current.isEmpty {
-                words.append(current)
-                current = ""
+            switch scalar.value {
+            case 0x30...0x39, 0x61...0x7A: current.append(UInt8(scalar.value))
+            case 0x41...0x5A: current.append(UInt8(scalar.value) + 0x20)
+            default:
+                if !current.isEmpty {
+                    words.append(current)
+                    current = []
+                }
             }
         }
         if !current.isEmpty { words.append(current) }
-        var result = ""
+        var result: [UInt8] = []
         for word in words {
-            let candidate = result.isEmpty ? word : result + "_" + word
-            if candidate.count > 24 { break }
-            result = candidate
+            let length = result.isEmpty ? word.count : result.count + 1 + word.count
+            if length > 24 { break }
+            if !result.isEmpty { result.append(UInt8(ascii: "_")) }
+            result += word
         }
-        if result.isEmpty, let first = words.first { result = String(first.prefix(24)) }
-        return result
+        if result.isEmpty, let first = words.first { result = Array(first.prefix(24)) }
+        return String(decoding: result, as: UTF8.self)
     }
 
     private static let tokenAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8)

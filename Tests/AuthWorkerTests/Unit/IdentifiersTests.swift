@@ -21,6 +21,8 @@ import Testing
         ("Mario Rossi", "mario_rossi"), ("  José  Álvarez ", "jose_alvarez"), ("李雷", ""),
         ("O'Brien-Smith", "o_brien_smith"),
         ("A very long name that goes on and on", "a_very_long_name_that"),
+        ("ＡＢＣ Straße", "abc_strasse"), ("MARIO99", "mario99"),
+        ("Averyveryverylongsinglewordname", "averyveryverylongsinglew"),
     ])
     func slugs(name: String, slug: String) {
         #expect(Identifiers.slug(name) == slug)

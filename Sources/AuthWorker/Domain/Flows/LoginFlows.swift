@@ -237,4 +237,14 @@ extension UUID {
 
 extension String {
     var nilIfEmpty: String? { isEmpty ? nil : self }
+
+    /// Without leading and trailing Unicode whitespace (spaces, tabs, line breaks, no-break spaces).
+    func trimmingWhitespace() -> String {
+        let scalars = unicodeScalars
+        guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }),
+            let last = scalars.lastIndex(where: { !$0.properties.isWhitespace })
+        else { return "" }
+        if first == scalars.startIndex, last == scalars.index(before: scalars.endIndex) { return self }
+        return String(scalars[first...last])
+    }
 }
