@@ -97,6 +97,32 @@ public enum X25519 {
         public var description: String
     }
 
+    /// The canonical encodings of the points of small order (RFC 7748 §7, as blocklisted by
+    /// libsodium): agreeing with one gives a secret an attacker knows.
+    private static let smallOrderPoints: [[UInt8]] = [
+        [UInt8](repeating: 0, count: 32),
+        [1] + [UInt8](repeating: 0, count: 31),
+        [
+            0xe0, 0xeb, 0x7a, 0x7c, 0x3b, 0x41, 0xb8, 0xae, 0x16, 0x56, 0xe3, 0xfa, 0xf1, 0x9f, 0xc4, 0x6a,
+            0xda, 0x09, 0x8d, 0xeb, 0x9c, 0x32, 0xb1, 0xfd, 0x86, 0x62, 0x05, 0x16, 0x5f, 0x49, 0xb8, 0x00,
+        ],
+        [
+            0x5f, 0x9c, 0x95, 0xbc, 0xa3, 0x50, 0x8c, 0x24, 0xb1, 0xd0, 0xb1, 0x55, 0x9c, 0x83, 0xef, 0x5b,
+            0x04, 0x44, 0x5c, 0xc4, 0x58, 0x1c, 0x8e, 0x86, 0xd8, 0x22, 0x4e, 0xdd, 0xd0, 0x9f, 0x11, 0x57,
+        ],
+        [0xec] + [UInt8](repeating: 0xff, count: 30) + [0x7f],
+    ]
+
+    /// True for a public key worth agreeing with: 32 bytes, canonical (below 2^255 − 19, top bit
+    /// clear) and not of small order. Other encodings are accepted by X25519 itself, but a peer
+    /// that sends one is either broken or probing.
+    public static func isUsablePublicKey(_ key: [UInt8]) -> Bool {
+        guard key.count == 32, key[31] & 0x80 == 0 else { return false }
+        // At or above p = 2^255 − 19: ed ff … ff 7f and up.
+        if key[31] == 0x7f, key[1...30].allSatisfy({ $0 == 0xff }), key[0] >= 0xed { return false }
+        return !smallOrderPoints.contains(key)
+    }
+
     /// A fresh ephemeral key pair: (private key bytes, public key bytes), 32 bytes each.
     public static func generateKeyPair() throws -> (privateKey: [UInt8], publicKey: [UInt8]) {
         guard let context = EVP_PKEY_CTX_new_id(EVP_PKEY_X25519, nil) else {

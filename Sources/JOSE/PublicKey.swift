@@ -64,9 +64,7 @@ public final class PublicKey: @unchecked Sendable {
             else { return nil }
             return OSSL_PARAM_BLD_to_param(builder)
         }
-        guard key.bits >= minimumRSABits else {
-            throw JOSEError(.invalidKey, "RSA keys must have at least \(minimumRSABits) bits")
-        }
+        try key.checkStrength()
         return key
     }
 
@@ -99,7 +97,9 @@ public final class PublicKey: @unchecked Sendable {
             ERR_clear_error()
             throw JOSEError(.invalidKey, "bad Ed25519 key")
         }
-        return try PublicKey(taking: pointer)
+        let key = try PublicKey(taking: pointer)
+        try key.checkStrength()
+        return key
     }
 
     /// The public key of a PEM X.509 certificate (the `{kid: certificate}` form of Firebase and
@@ -119,11 +119,67 @@ public final class PublicKey: @unchecked Sendable {
         ERR_clear_error()
         guard let pointer else { throw JOSEError(.invalidKey, "not a PEM certificate or public key") }
         let key = try PublicKey(taking: pointer)
-        if key.family == .rsa, key.bits < minimumRSABits {
-            throw JOSEError(.invalidKey, "RSA keys must have at least \(minimumRSABits) bits")
-        }
+        try key.checkStrength()
         return key
     }
+
+    /// Refuses keys under which anyone can forge, whatever the signature code does:
+    /// - RSA under 2048 bits, or with a public exponent below 3 (with e = 1 a signature is the
+    ///   padded message itself). Odd exponents of 3 and up are accepted: OpenSSL checks PKCS#1 v1.5
+    ///   signatures by encoding the expected block and comparing all of it, so the low-exponent
+    ///   forgeries that need a lenient parser do not apply, and PSS does not depend on the exponent.
+    ///   Apple's and Google's keys use 65537.
+    /// - Ed25519 public keys of small order (RFC 8032 verification without the cofactor accepts
+    ///   signatures under them that nobody made: with the neutral point, `R` = neutral, `S` = 0
+    ///   verifies for every message), in any encoding of their sign bit.
+    func checkStrength() throws {
+        switch family {
+        case .rsa:
+            guard bits >= Self.minimumRSABits else {
+                throw JOSEError(.invalidKey, "RSA keys must have at least \(Self.minimumRSABits) bits")
+            }
+            var exponent: OpaquePointer?
+            guard EVP_PKEY_get_bn_param(pointer, ParameterName.rsaE.cString, &exponent) == 1, let exponent else {
+                ERR_clear_error()
+                throw JOSEError(.invalidKey, "RSA key without a readable exponent")
+            }
+            defer { BN_free(exponent) }
+            guard BN_is_odd(exponent) == 1, BN_num_bits(exponent) >= 2, BN_num_bits(exponent) <= 64 else {
+                throw JOSEError(.invalidKey, "RSA exponent must be odd and at least 3")
+            }
+        case .ed25519:
+            var raw = [UInt8](repeating: 0, count: 32)
+            var length = 32
+            guard EVP_PKEY_get_raw_public_key(pointer, &raw, &length) == 1, length == 32 else {
+                ERR_clear_error()
+                throw JOSEError(.invalidKey, "bad Ed25519 key")
+            }
+            let unsigned = Array(raw[0..<31]) + [raw[31] & 0x7f]
+            guard !Self.smallOrderEd25519.contains(unsigned) else {
+                throw JOSEError(.invalidKey, "Ed25519 key of small order")
+            }
+        default:
+            break
+        }
+    }
+
+    /// Encodings (sign bit cleared) of the Edwards25519 points of small order, and the
+    /// non-canonical encodings of two of them: as libsodium blocklists them.
+    public static let smallOrderEd25519: Set<[UInt8]> = [
+        [UInt8](repeating: 0, count: 32),
+        [1] + [UInt8](repeating: 0, count: 31),
+        [
+            0x26, 0xe8, 0x95, 0x8f, 0xc2, 0xb2, 0x27, 0xb0, 0x45, 0xc3, 0xf4, 0x89, 0xf2, 0xef, 0x98, 0xf0,
+            0xd5, 0xdf, 0xac, 0x05, 0xd3, 0xc6, 0x33, 0x39, 0xb1, 0x38, 0x02, 0x88, 0x6d, 0x53, 0xfc, 0x05,
+        ],
+        [
+            0xc7, 0x17, 0x6a, 0x70, 0x3d, 0x4d, 0xd8, 0x4f, 0xba, 0x3c, 0x0b, 0x76, 0x0d, 0x10, 0x67, 0x0f,
+            0x2a, 0x20, 0x53, 0xfa, 0x2c, 0x39, 0xcc, 0xc6, 0x4e, 0xc7, 0xfd, 0x77, 0x92, 0xac, 0x03, 0x7a,
+        ],
+        [0xec] + [UInt8](repeating: 0xff, count: 30) + [0x7f],
+        [0xed] + [UInt8](repeating: 0xff, count: 30) + [0x7f],
+        [0xee] + [UInt8](repeating: 0xff, count: 30) + [0x7f],
+    ]
 
     /// Builds a key from OpenSSL parameters. `parameters` pushes onto the builder and calls
     /// `OSSL_PARAM_BLD_to_param` itself: the builder keeps pointers to pushed buffers until then, so

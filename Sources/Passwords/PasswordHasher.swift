@@ -88,9 +88,21 @@ public struct PasswordHasher: Sendable {
         }
         if stored.hasPrefix("$2a$") || stored.hasPrefix("$2b$") || stored.hasPrefix("$2y$") {
             let matches = verifyBcrypt(password, stored)
-            return Verification(matches: matches, needsRehash: matches)
+            // bcrypt reads 72 bytes: a longer password matched only its first 72. Rehashing it
+            // would make whatever tail this request typed the password, locking the real one out;
+            // such a hash stays bcrypt (and as strong as it was).
+            return Verification(matches: matches, needsRehash: matches && password.utf8.count <= 72)
         }
         return Verification(matches: false, needsRehash: false)
+    }
+
+    /// The parameters of an Argon2id hash that this verifier would check (memory and passes within
+    /// its bounds); nil for anything else.
+    public func argon2idParameters(of stored: String) -> Argon2Parameters? {
+        guard let phc = PHCString(stored), phc.variant == "argon2id", phc.version == 19,
+            phc.memoryKiB <= maximumMemoryKiB, phc.iterations <= maximumIterations, (1...64).contains(phc.parallelism)
+        else { return nil }
+        return Argon2Parameters(memoryKiB: phc.memoryKiB, iterations: phc.iterations, parallelism: phc.parallelism)
     }
 
     /// NFKC, as hashes made here use.

@@ -159,10 +159,11 @@ public struct CommandLineInterface: Sendable {
         }
         let key = try SigningKey.generate(algorithm)
         let pem = try key.privateKeyPEM()
-        guard
-            FileManager.default.createFile(
-                atPath: path, contents: Data(pem.utf8), attributes: [.posixPermissions: 0o600])
-        else { throw UsageError(message: "cannot write \(path)") }
+        do {
+            try SecretFile.create(atPath: path, contents: Array(pem.utf8))
+        } catch let failure as SecretFile.Failure {
+            throw UsageError(message: "cannot write the key: \(failure.description)")
+        }
         output("wrote \(algorithm.rawValue) key \(key.keyID) to \(path)")
     }
 

@@ -172,6 +172,10 @@ public struct WorkerConfiguration: Sendable {
         /// Batches written at once, each on its own connection, of the keys that hash to it (so
         /// per-key order holds). Env: `AUTH_DB_WRITERS`. Default: 2.
         public var writers = 2
+        /// The longest value a dead letter carries; a longer one is cut, with a `dlq-truncated`
+        /// header giving the original size. Keep it under the producer's `message.max.bytes`
+        /// (1,000,000 by default). Env: `AUTH_DLQ_MAX_BYTES`. Default: 256 KiB.
+        public var deadLetterMaxBytes = 256 << 10
         /// First delay when retrying a transient failure; doubles up to `maxRetryDelay`. Default: 200 ms.
         public var initialRetryDelay: Duration = .milliseconds(200)
         /// Env: `AUTH_MAX_RETRY_DELAY_MS`. Default: 10 s.
@@ -220,6 +224,11 @@ public struct WorkerConfiguration: Sendable {
         }
         guard processing.maxInFlight >= processing.batchMax else {
             throw ConfigurationError(variable: "AUTH_MAX_IN_FLIGHT", reason: "must be at least AUTH_BATCH_MAX")
+        }
+        guard (1...900_000).contains(processing.deadLetterMaxBytes) else {
+            throw ConfigurationError(
+                variable: "AUTH_DLQ_MAX_BYTES", reason: "must be between 1 and 900000 (the producer's limit is 1000000)"
+            )
         }
         guard processing.writers >= 1 else {
             throw ConfigurationError(variable: "AUTH_DB_WRITERS", reason: "must be at least 1")

@@ -1,6 +1,7 @@
 import Foundation
 import Passwords
 import ServiceKit
+import Synchronization
 
 /// Password hashing for the flows: the hasher, the policy, and a bounded pool of threads so a burst
 /// of password logins runs beside token logins instead of starving them.
@@ -8,9 +9,10 @@ public final class PasswordService: Sendable {
     public let hasher: PasswordHasher
     public let policy: PasswordPolicy
     private let pool: ExecutorPool
-    /// A hash of a random password with the current parameters: what unknown e-mails are checked
-    /// against, so they cost the same as known ones.
-    private let dummyHash: String
+    /// A hash of a random password: what unknown e-mails are checked against, so they cost what
+    /// known ones do. Made with the parameters most stored hashes have (see `calibrate`), which
+    /// after a parameter change are the old ones until most users have signed in again.
+    private let dummyHash: Mutex<String>
     /// Verifications made, the dummy ones for unknown e-mails included.
     public let verifications = WorkerMetrics.Counter(name: "auth_password_verifications_total")
 
@@ -21,7 +23,21 @@ public final class PasswordService: Sendable {
         // Below the rest of the worker in the scheduler's eyes: a burst of password logins takes the
         // CPU that is free, not the time guest and provider logins need.
         pool = ExecutorPool(name: "password-hash", size: threads, niceness: 10)
-        dummyHash = try hasher.hash(UUID().uuidString)
+        dummyHash = Mutex(try hasher.hash(UUID().uuidString))
+    }
+
+    /// Makes unknown e-mails cost what a typical stored hash costs: `typical` is one stored hash of
+    /// the most common kind. An Argon2 hash within the verifier's bounds gives its parameters to
+    /// the dummy; anything else leaves the dummy as it is.
+    /// - Returns: the parameters now used, when they changed.
+    @discardableResult
+    public func calibrate(typical: String) async throws -> Argon2Parameters? {
+        guard let parameters = hasher.argon2idParameters(of: typical),
+            parameters != hasher.argon2idParameters(of: dummyHash.withLock { $0 })
+        else { return nil }
+        let dummy = try await pool.run { try PasswordHasher(parameters: parameters).hash(UUID().uuidString) }
+        dummyHash.withLock { $0 = dummy }
+        return parameters
     }
 
     /// The number of hashing threads.
@@ -34,7 +50,7 @@ public final class PasswordService: Sendable {
 
     /// Verifies on the pool; without a stored hash, verifies against the dummy and never matches.
     public func verify(_ password: String, against stored: String?) async throws -> PasswordHasher.Verification {
-        let target = stored ?? dummyHash
+        let target = stored ?? dummyHash.withLock { $0 }
         verifications.increment()
         let result = try await pool.run { [hasher] in hasher.verify(password, against: target) }
         return stored == nil ? .init(matches: false, needsRehash: false) : result

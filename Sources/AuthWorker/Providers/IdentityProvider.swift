@@ -60,6 +60,14 @@ public struct IdentityProvider: Sendable {
         let claims = try JWSVerifier.verifyIDToken(
             jws, keys: keys, allowed: configuration.algorithms, policy: configuration.claimsPolicy, now: clock.now(),
             nonce: nonce, requireKeyID: configuration.requireKeyID)
+        // A NUL would cut a value short in C code and the database: `victim\u0000x` must never
+        // be read as `victim`. No provider issues one; a token that has one is refused.
+        for (name, value) in [
+            ("sub", claims.subject), ("email", claims.email), ("name", claims.name),
+            ("given_name", claims.givenName), ("family_name", claims.familyName),
+        ] where value?.utf8.contains(0) == true {
+            throw JOSEError(.invalidClaim, "\(name) contains a NUL character")
+        }
         return (claims, identity(from: claims))
     }
 

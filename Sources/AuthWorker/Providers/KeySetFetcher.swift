@@ -49,13 +49,18 @@ public struct HTTPDocumentFetcher: DocumentFetcher {
         session = URLSession(configuration: configuration)
     }
 
-    /// True for `https`, and for `http` only to 127.0.0.0/8, `localhost` and `[::1]`.
+    /// True for `https`, and for `http` only to a loopback address: an IPv4 literal in
+    /// 127.0.0.0/8, the IPv6 literal `[::1]`, or `localhost` when everything it resolves to is
+    /// loopback. Decided by address, never by the text: `http://127.attacker.example` is a DNS
+    /// name like any other, and refused.
     public static func isAllowed(_ url: URL) -> Bool {
         switch url.scheme?.lowercased() {
         case "https": return url.host != nil
         case "http":
-            guard let host = url.host?.lowercased() else { return false }
-            return host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+            guard var host = url.host?.lowercased() else { return false }
+            if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            if let literal = LoopbackCheck.literal(host) { return literal }
+            return host == "localhost" && LoopbackCheck.resolvesOnlyToLoopback(host)
         default: return false
         }
     }
@@ -101,5 +106,56 @@ public struct HTTPDocumentFetcher: DocumentFetcher {
             }
         }
         return result
+    }
+}
+
+/// Whether a host is a loopback address, by address.
+enum LoopbackCheck {
+    /// For an IP literal, whether it is loopback; nil when `host` is not an IP literal.
+    static func literal(_ host: String) -> Bool? {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, host, &v4) == 1 {
+            return UInt32(bigEndian: v4.s_addr) >> 24 == 127
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, host, &v6) == 1 {
+            return isLoopback(v6)
+        }
+        return nil
+    }
+
+    /// True when `host` resolves, and every address it resolves to is loopback.
+    static func resolvesOnlyToLoopback(_ host: String) -> Bool {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, nil, &hints, &list) == 0, let first = list else { return false }
+        defer { freeaddrinfo(first) }
+        var cursor: UnsafeMutablePointer<addrinfo>? = first
+        var any = false
+        while let entry = cursor {
+            defer { cursor = entry.pointee.ai_next }
+            guard let address = entry.pointee.ai_addr else { return false }
+            switch Int32(address.pointee.sa_family) {
+            case AF_INET:
+                let ip = address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr }
+                guard UInt32(bigEndian: ip.s_addr) >> 24 == 127 else { return false }
+            case AF_INET6:
+                let ip = address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
+                guard isLoopback(ip) else { return false }
+            default:
+                return false
+            }
+            any = true
+        }
+        return any
+    }
+
+    /// `::1`, or an IPv4-mapped address in 127.0.0.0/8.
+    private static func isLoopback(_ address: in6_addr) -> Bool {
+        let bytes = withUnsafeBytes(of: address) { Array($0) }
+        if bytes[0..<15].allSatisfy({ $0 == 0 }), bytes[15] == 1 { return true }
+        return bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xff && bytes[11] == 0xff && bytes[12] == 127
     }
 }

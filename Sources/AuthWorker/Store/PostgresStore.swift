@@ -262,6 +262,24 @@ public final class PostgresStore: Sendable {
         public var total: Int { requests + events + throttles + rateLimits }
     }
 
+    /// One stored password hash of the most common kind (algorithm and parameters), for making
+    /// unknown e-mails cost what known ones do; nil without password accounts. Reads every
+    /// password identity's hash prefix: about a second per million accounts, on a pool connection.
+    public func typicalPasswordHash() async throws -> String? {
+        try await pool.withConnection { connection in
+            try connection.query(
+                """
+                WITH kinds AS (
+                    SELECT substring(password_hash from '^(\\$[^$]*\\$[^$]*\\$[^$]*\\$)') AS kind, password_hash
+                    FROM identities WHERE provider = 'password' AND password_hash IS NOT NULL)
+                SELECT password_hash FROM kinds
+                WHERE kind = (SELECT kind FROM kinds GROUP BY kind ORDER BY count(*) DESC, kind LIMIT 1)
+                LIMIT 1
+                """
+            ).first?.decode("password_hash")
+        }
+    }
+
     /// Forgets what has expired: request ids past their expiry, throttle rows whose failures and
     /// lock are over, rate-limit buckets whose window has passed.
     public func purgeExpired(at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval) async throws

@@ -3,8 +3,9 @@ import Kafka
 import ServiceKit
 import Synchronization
 
-/// Publishes outbox events that a crash left unpublished, in the order they were written, and
-/// forgets what has expired (request ids, published events, old throttle and rate-limit rows).
+/// Publishes outbox events that a crash left unpublished, in the order they were written, forgets
+/// what has expired (request ids, old throttle and rate-limit rows), and keeps the cost of checking
+/// an unknown e-mail's password equal to a typical stored hash's.
 ///
 /// The consume loop publishes its own events right after commit; this relay only picks up rows
 /// older than `grace`, so the two rarely overlap (and a consumer deduplicates by event id if they do).
@@ -17,6 +18,7 @@ public final class OutboxRelay: Service {
     private let grace: TimeInterval
     private let throttleWindow: TimeInterval
     private let rateLimitWindow: TimeInterval
+    private let passwords: PasswordService?
     private let stopping = Atomic<Bool>(false)
 
     /// - Parameters:
@@ -27,8 +29,9 @@ public final class OutboxRelay: Service {
     public init(
         store: PostgresStore, producer: KafkaProducer, clock: any WorkerClock, logger: Logger,
         interval: Duration = .seconds(5), grace: TimeInterval = 30, throttleWindow: TimeInterval = 86400,
-        rateLimitWindow: TimeInterval = 3600
+        rateLimitWindow: TimeInterval = 3600, passwords: PasswordService? = nil
     ) {
+        self.passwords = passwords
         self.throttleWindow = throttleWindow
         self.rateLimitWindow = rateLimitWindow
         self.store = store
@@ -61,6 +64,7 @@ public final class OutboxRelay: Service {
                                 "purge.rate_limits": String(purged.rateLimits),
                             ])
                     }
+                    try await calibratePasswords()
                 }
             } catch {
                 logger.warning(
@@ -72,6 +76,20 @@ public final class OutboxRelay: Service {
                 try? await Task.sleep(for: .milliseconds(100))
                 waited += .milliseconds(100)
             }
+        }
+    }
+
+    /// Keeps unknown e-mails as costly as known ones after an Argon2 parameter change.
+    private func calibratePasswords() async throws {
+        guard let passwords, let typical = try await store.typicalPasswordHash() else { return }
+        if let parameters = try await passwords.calibrate(typical: typical) {
+            logger.info(
+                "Unknown e-mails are now checked at the parameters of most stored hashes",
+                metadata: [
+                    "argon2.memory_kib": String(parameters.memoryKiB),
+                    "argon2.iterations": String(parameters.iterations),
+                    "argon2.parallelism": String(parameters.parallelism),
+                ])
         }
     }
 

@@ -578,6 +578,13 @@ public final class RequestPipeline: Service {
                     if let event = entry.event { acknowledged.append(event) }
                 case .failure(let error) where error.isRetriable:
                     again.append(entry)
+                case .failure(let error)
+                where entry.record.topic == configuration.topics.deadLetters && !entry.record.value.isEmpty:
+                    // The broker's own limit is lower than ours: publish the record of it instead.
+                    logger.warning(
+                        "A dead letter was refused; publishing the record of it",
+                        metadata: [LogKey.topic: entry.record.topic, LogKey.error: error.description])
+                    again.append((Self.recordOf(entry.record), entry.event))
                 case .failure(let error):
                     // A record the broker will never take: that record's problem, not the worker's.
                     logger.error(
@@ -696,9 +703,14 @@ public final class RequestPipeline: Service {
             }
             return nil
         }
-        guard let key = Base64URL.decode(text), key.count == 32, key.contains(where: { $0 != 0 }) else {
+        guard let key = Base64URL.decode(text), key.count == 32 else {
             throw LoginError(
                 .malformedRequest, "reply_key must be a base64url X25519 public key", field: "data.reply_key")
+        }
+        guard X25519.isUsablePublicKey(key) else {
+            throw LoginError(
+                .malformedRequest, "reply_key is not a usable X25519 public key (small order or not canonical)",
+                field: "data.reply_key")
         }
         return key
     }
@@ -738,8 +750,11 @@ public final class RequestPipeline: Service {
             headers: [KafkaHeader(key: "content-type", string: CloudEvent<LoginResultData>.contentType)])
     }
 
+    /// The dead letter of a message: a copy without the credentials the worker can find, cut to
+    /// `AUTH_DLQ_MAX_BYTES`, with `dlq-*` headers saying why and where it came from.
     private func deadLetter(_ message: KafkaMessage, reason: String, text: String) -> ProducerRecord {
-        let headers =
+        let copy = DeadLetters.copy(of: message.value, limit: configuration.processing.deadLetterMaxBytes)
+        var headers =
             message.headers.filter { !$0.key.hasPrefix("dlq-") } + [
                 KafkaHeader(key: "dlq-reason", string: reason),
                 KafkaHeader(key: "dlq-message", string: text),
@@ -747,8 +762,25 @@ public final class RequestPipeline: Service {
                 KafkaHeader(key: "dlq-source-partition", string: String(message.partition)),
                 KafkaHeader(key: "dlq-source-offset", string: String(message.offset)),
             ]
+        if copy.redacted { headers.append(KafkaHeader(key: "dlq-redacted", string: "credentials")) }
+        if let size = copy.truncatedFrom { headers.append(KafkaHeader(key: "dlq-truncated", string: String(size))) }
+        // Headers are the gateway's: a message with megabytes of them is cut to its dlq-* headers.
+        if headers.reduce(0, { $0 + $1.key.utf8.count + ($1.value?.count ?? 0) }) > 64 << 10 {
+            headers = headers.filter { $0.key.hasPrefix("dlq-") }
+        }
         return ProducerRecord(
-            topic: configuration.topics.deadLetters, key: message.key, value: message.value, headers: headers)
+            topic: configuration.topics.deadLetters, key: message.key.map { Array($0.prefix(4096)) }, value: copy.value,
+            headers: headers)
+    }
+
+    /// What is published when the broker refuses a dead letter for good (too large for the
+    /// topic's own limit): the record of it, headers only.
+    static func recordOf(_ deadLetter: ProducerRecord) -> ProducerRecord {
+        var headers = deadLetter.headers.filter { $0.key.hasPrefix("dlq-") }
+        if !headers.contains(where: { $0.key == "dlq-truncated" }) {
+            headers.append(KafkaHeader(key: "dlq-truncated", string: String(deadLetter.value.count)))
+        }
+        return ProducerRecord(topic: deadLetter.topic, key: deadLetter.key, value: [], headers: headers)
     }
 
     // MARK: - Retries

@@ -70,7 +70,7 @@ public struct WorkerApplication: Sendable {
             store: store, producer: producer, clock: clock, logger: logger.child(label: "auth.outbox"),
             interval: .seconds(max(1, min(5, Int(configuration.outboxRelayGrace)))),
             grace: configuration.outboxRelayGrace, throttleWindow: configuration.accounts.throttle.window,
-            rateLimitWindow: configuration.accounts.guestRateLimit.window)
+            rateLimitWindow: configuration.accounts.guestRateLimit.window, passwords: passwords)
         let health = configuration.healthPort.map { port in
             makeHealthServer(
                 port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,

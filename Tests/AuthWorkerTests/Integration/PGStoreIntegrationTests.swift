@@ -30,6 +30,18 @@ import Testing
         #expect(throws: PGError.self) { try row.decode("missing", as: String.self) }
     }
 
+    /// libpq takes text parameters as C strings: `P\0A` would reach the server as `P`. The
+    /// connection refuses such a parameter before anything is sent, and says which one.
+    @Test func textParametersWithANULAreRefusedNotCutShort() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        try connection.execute(unsafeSQL: "CREATE TABLE ids (id text PRIMARY KEY)")
+        try connection.query("INSERT INTO ids VALUES (\("P"))")
+        #expect(throws: PGError.self) { try connection.query("INSERT INTO ids VALUES (\("P\u{0}A"))") }
+        #expect(throws: PGError.self) { try connection.query("SELECT \(1), \("x\u{0}")::text AS v") }
+        #expect(try connection.query("SELECT count(*) AS n FROM ids").first?.decode("n", as: Int64.self) == 1)
+        #expect(try connection.query("SELECT \("ok")::text AS v").first?.decode("v") == "ok")
+    }
+
     @Test func transactionsRollBackWhenTheBodyThrows() throws {
         let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
         try connection.execute(unsafeSQL: "CREATE TABLE t (v integer PRIMARY KEY)")

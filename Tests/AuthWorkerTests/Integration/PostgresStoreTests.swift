@@ -128,6 +128,37 @@ import Testing
         #expect(fresh == 0, "a new window starts over")
     }
 
+    /// Throttle rows and rate-limit buckets are keyed by what clients send (e-mails, client keys):
+    /// without a purge, a stream of distinct keys grows them for ever. Expired ones go; live ones
+    /// (a lock still running, a window still open) stay.
+    @Test func expiredThrottlesAndBucketsArePurgedAndLiveOnesKept() async throws {
+        let (store, connection) = try await store()
+        let hour: TimeInterval = 3600
+        try connection.query(
+            """
+            INSERT INTO login_throttle (account_key, failures, last_failure_at, locked_until) VALUES
+              ('old', 3, \(now - 2 * hour), NULL),
+              ('old-lock-over', 9, \(now - 2 * hour), \(now - hour)),
+              ('locked', 9, \(now - 2 * hour), \(now + hour)),
+              ('recent', 1, \(now - 60), NULL)
+            """)
+        try connection.query(
+            """
+            INSERT INTO rate_limits (bucket, window_start, count) VALUES
+              ('guest:old', \(now - 2 * hour), 5), ('guest:now', \(now - 10), 5)
+            """)
+        let purge = try await store.purgeExpired(at: now, throttleWindow: hour, rateLimitWindow: hour)
+        #expect(purge.throttles == 2)
+        #expect(purge.rateLimits == 1)
+        let throttles = try connection.query("SELECT account_key FROM login_throttle ORDER BY account_key")
+            .map { try $0.decode("account_key", as: String.self) }
+        #expect(throttles == ["locked", "recent"])
+        let buckets = try connection.query("SELECT bucket FROM rate_limits").map {
+            try $0.decode("bucket", as: String.self)
+        }
+        #expect(buckets == ["guest:now"])
+    }
+
     @Test func passwordAttemptsAreCountedAtomicallyBeforeTheyAreChecked() async throws {
         let (store, _) = try await store()
         var throttle = ThrottlePolicy()

@@ -1,6 +1,7 @@
 import Foundation
 import Messages
 import PGStore
+import Synchronization
 import Testing
 
 @testable import AuthWorker
@@ -25,6 +26,39 @@ import Testing
         process.standardError = errors
         try process.run()
         return (process, output, errors)
+    }
+
+    /// A private key file is never readable by anyone but its owner, not even for an instant: a
+    /// watcher stats every file in the folder while keys are written, and sees no other mode.
+    @Test func keyFilesAreNeverReadableByOthersWhileWritten() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("keys-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let previous = umask(0o022)
+        defer { umask(previous) }
+        let watching = Atomic<Bool>(true)
+        let exposed = Mutex<[String]>([])
+        let path = directory.path
+        let watcher = Thread {
+            while watching.load(ordering: .acquiring) {
+                for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
+                    var info = stat()
+                    if stat(path + "/" + name, &info) == 0, info.st_mode & 0o077 != 0 {
+                        exposed.withLock { $0.append("\(name) \(String(info.st_mode & 0o777, radix: 8))") }
+                    }
+                }
+            }
+        }
+        watcher.start()
+        for index in 0..<30 {
+            let (generate, _, _) = try launch(
+                ["keys", "generate", directory.appendingPathComponent("key-\(index).pem").path], environment: [:])
+            generate.waitUntilExit()
+            #expect(generate.terminationStatus == 0)
+        }
+        watching.store(false, ordering: .releasing)
+        let seen = exposed.withLock { $0 }
+        #expect(seen.isEmpty, "key files readable by others while written: \(seen.prefix(5))")
     }
 
     @Test func runAnswersAGuestAndDrainsOnSIGTERM() async throws {

@@ -151,6 +151,77 @@ import Testing
         try await worker.stop()
     }
 
+    /// Values of about a megabyte and more used to stop the worker for good: their dead letter
+    /// (value plus `dlq-*` headers) was over the producer's limit, the error was fatal and the
+    /// offset never moved. Now they are dead-lettered cut short and the worker goes on.
+    @Test func oversizedPoisonIsDeadLetteredCutShortAndTheWorkerGoesOn() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics()
+        let config = try IntegrationEnvironment.workerConfiguration(
+            databaseURL: try IntegrationEnvironment.makeDatabase(), topics: topics)
+        let worker = try await RunningWorker(config)
+        // The gateway's producer may send what the broker takes, up to 16 MB here.
+        var gatewayConfig = config
+        gatewayConfig.kafkaProperties = ["message.max.bytes": "16000000"]
+        let gateway = try GatewayClient(configuration: gatewayConfig, logger: IntegrationEnvironment.quietLogger)
+        let deadLetters = try TopicReader(topic: topics.deadLetters)
+
+        let sizes = [999_900, 2_000_000, 10_000_000]
+        for (index, size) in sizes.enumerated() {
+            // Not JSON: a dead letter. The password-looking part must not survive either.
+            var value = Array(#"{"data":{"password":"big-secret"},"padding":""#.utf8)
+            value += [UInt8](repeating: UInt8(ascii: "x"), count: size - value.count)
+            try await gateway.publishRaw(key: Array("big-\(index)".utf8), value: value)
+        }
+        let after = "after-\(UUID())"
+        try await gateway.publishRaw(key: Array(after.utf8), value: request(id: after, data: #"{"method":"guest"}"#))
+        let answer = try #require(try await gateway.awaitResult(requestID: after, timeout: .seconds(60)))
+        #expect(try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: answer).data.status == "ok")
+
+        let dlq = try await deadLetters.waitUntil(timeout: .seconds(60)) { messages in
+            Set(messages.map(\.keyString)).isSuperset(of: ["big-0", "big-1", "big-2"])
+        }
+        for (index, size) in sizes.enumerated() {
+            let letter = try #require(dlq.first { $0.keyString == "big-\(index)" })
+            #expect(letter.headers.string("dlq-truncated") == String(size))
+            #expect(letter.value.count == config.processing.deadLetterMaxBytes)
+            #expect(letter.headers.string("dlq-redacted") == "credentials")
+            #expect(!String(decoding: letter.value, as: UTF8.self).contains("big-secret"))
+        }
+        await deadLetters.close()
+        gateway.close()
+        try await worker.stop()
+    }
+
+    /// When the limit on the way out is lower than the dead letter (here the producer's own
+    /// `message.max.bytes`, as a topic's `max.message.bytes` would be), the record of it goes
+    /// instead: headers only, with the original size.
+    @Test func aDeadLetterTooLargeForTheTopicIsRecordedWithoutItsValue() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(
+            databaseURL: try IntegrationEnvironment.makeDatabase(), topics: topics)
+        config.kafkaProperties = ["message.max.bytes": "100000"]
+        config.processing.deadLetterMaxBytes = 400_000
+        let worker = try await RunningWorker(config)
+        var gatewayConfig = config
+        gatewayConfig.kafkaProperties = ["message.max.bytes": "16000000"]
+        let gateway = try GatewayClient(configuration: gatewayConfig, logger: IntegrationEnvironment.quietLogger)
+        let deadLetters = try TopicReader(topic: topics.deadLetters)
+
+        try await gateway.publishRaw(
+            key: Array("refused".utf8), value: [UInt8](repeating: UInt8(ascii: "y"), count: 300_000))
+        let after = "after-\(UUID())"
+        try await gateway.publishRaw(key: Array(after.utf8), value: request(id: after, data: #"{"method":"guest"}"#))
+        #expect(try await gateway.awaitResult(requestID: after, timeout: .seconds(60)) != nil)
+        let dlq = try await deadLetters.waitUntil(timeout: .seconds(60)) { $0.contains { $0.keyString == "refused" } }
+        let letter = try #require(dlq.first { $0.keyString == "refused" })
+        #expect(letter.value.isEmpty)
+        #expect(letter.headers.string("dlq-truncated") == "300000")
+        #expect(letter.headers.string("dlq-reason") == "invalid_json")
+        await deadLetters.close()
+        gateway.close()
+        try await worker.stop()
+    }
+
     @Test func aRestartedWorkerResumesFromCommittedOffsets() async throws {
         let databaseURL = try IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()

@@ -167,6 +167,47 @@ import Testing
         #expect(await verifications("not an address") == 6, "an implausible address costs the same")
     }
 
+    /// After an Argon2 parameter change, stored hashes keep their old (here cheaper) parameters
+    /// until their users sign in again. Unknown e-mails must cost what those accounts cost, or
+    /// the answer's time tells which e-mails have an account. Timed where the two paths differ,
+    /// the verification (`unknownEmailsCostAHashToo` shows both paths verify exactly once; the
+    /// database work around it is the same size), with a generous bound: the two differ more
+    /// than tenfold when the dummy keeps the current parameters.
+    @Test func unknownEmailsCostWhatTheTypicalStoredHashCosts() async throws {
+        let current = Argon2Parameters(memoryKiB: 32768, iterations: 3, parallelism: 1)
+        let old = Argon2Parameters(memoryKiB: 4096, iterations: 1, parallelism: 1)
+        let timed = try PasswordService(parameters: current, threads: 1)
+        let service = try await service(passwords: timed) { $0.accounts.throttle.threshold = 1000 }
+        var oldHashes: [String] = []
+        for index in 0..<3 {
+            let hash = try PasswordHasher(parameters: old).hash("correct horse \(index)")
+            oldHashes.append(hash)
+            try await seedPasswordAccount(service, email: "old\(index)@example.com", hash: hash)
+        }
+        // What the relay does at start and every ten minutes.
+        let typical = try #require(try await service.store.typicalPasswordHash())
+        #expect(try await timed.calibrate(typical: typical) == old)
+
+        func median(_ stored: String?) async throws -> Duration {
+            var times: [Duration] = []
+            for _ in 0..<9 {
+                let started = ContinuousClock.now
+                _ = try await timed.verify("wrong horse", against: stored)
+                times.append(ContinuousClock.now - started)
+            }
+            return times.sorted()[4]
+        }
+        _ = try await median(nil)
+        let known = try await median(oldHashes[1])
+        let unknown = try await median(nil)
+        let ratio = unknown / known
+        #expect(ratio > 0.33 && ratio < 3, "unknown \(unknown) vs known \(known)")
+        // And end to end, both answers are the same.
+        let wrong = try? await service.handle(login("old1@example.com", "wrong horse"))
+        let nobody = try? await service.handle(login("nobody@example.com", "wrong horse"))
+        #expect(wrong == nil && nobody == nil)
+    }
+
     @Test func unicodePasswords() async throws {
         let service = try await service()
         _ = try await service.handle(register("u@example.com", "пароль-密码-\u{00E9}\u{1F600}"))
@@ -181,6 +222,21 @@ import Testing
         let replaced = try #require(try await service.passwordHash(email: "legacy@example.com"))
         #expect(replaced.hasPrefix("$argon2id$v=19$m=256,t=2,p=1$"))
         _ = try #require(try await service.handle(login("legacy@example.com", "password")), "the new hash works")
+    }
+
+    /// bcrypt reads only a password's first 72 bytes: a login with the right 72 and another tail
+    /// matches. It must not rehash: the new hash would be of this tail, and the real password
+    /// would stop working.
+    @Test func aTruncatedBcryptMatchNeverReplacesTheHash() async throws {
+        let service = try await service()
+        let prefix = "long-passphrase-" + String(repeating: "x", count: 56)
+        // crypt("\(prefix)-real-tail", "$2b$04$abcdefghijklmnopqrstuu"), from libxcrypt.
+        let stored = "$2b$04$abcdefghijklmnopqrstuuEP3ZFvocaQ0fF07YMP8hyXifM5Xwmo."
+        try await seedPasswordAccount(service, email: "long@example.com", hash: stored)
+        _ = try #require(try await service.handle(login("long@example.com", prefix + "-other-tail")))
+        #expect(try await service.passwordHash(email: "long@example.com") == stored, "still the bcrypt hash")
+        _ = try #require(
+            try await service.handle(login("long@example.com", prefix + "-real-tail")), "the real password still works")
     }
 
     // MARK: - Throttling

@@ -192,6 +192,44 @@ enum Signers {
         }
     }
 
+    /// With e = 1 an RSA "signature" is the padded message itself: anyone can make one.
+    @Test func rsaExponentsBelowThreeAreRefused() throws {
+        var jwk = Signers.rsa2048.jwk()
+        for (exponent, usable) in [("AQ", false), ("Ag", false), ("AAE", false), ("Aw", true), ("AQAB", true)] {
+            jwk["e"] = exponent
+            let data = try JSONSerialization.data(withJSONObject: jwk)
+            if usable {
+                _ = try JWK(json: data)
+            } else {
+                #expect(throws: JOSEError(.invalidKey, ""), "e = \(exponent)") { try JWK(json: data) }
+            }
+        }
+    }
+
+    /// A small-order Ed25519 key verifies signatures nobody made: under the neutral point,
+    /// R = neutral and S = 0 verify for any message. Such keys never enter a key set.
+    @Test func smallOrderEd25519KeysAreRefusedAndCannotForge() throws {
+        let neutral = [1] + [UInt8](repeating: 0, count: 31)
+        let document: [String: Any] = [
+            "keys": [["kty": "OKP", "crv": "Ed25519", "x": Base64URL.encode(neutral), "kid": "weak"]]
+        ]
+        let set = try JWKSet(json: try JSONSerialization.data(withJSONObject: document))
+        #expect(set.keyIDs.isEmpty)
+        let header = Base64URL.encode(Array(#"{"alg":"EdDSA","kid":"weak"}"#.utf8))
+        let payload = Base64URL.encode(Array(#"{"sub":"victim","iss":"https://issuer.example"}"#.utf8))
+        let forged = try CompactJWS(
+            "\(header).\(payload).\(Base64URL.encode(neutral + [UInt8](repeating: 0, count: 32)))")
+        #expect(throws: JOSEError.self) { try JWSVerifier.verifySignature(forged, keys: set, allowed: [.edDSA]) }
+        // Every blocklisted encoding, with its sign bit either way.
+        for point in PublicKey.smallOrderEd25519 {
+            for sign in [UInt8(0), 0x80] {
+                let encoded = Array(point[0..<31]) + [point[31] | sign]
+                #expect(throws: JOSEError.self) { try PublicKey.ed25519(encoded) }
+            }
+        }
+        _ = try PublicKey.ed25519(Array(try #require(Base64URL.decode(Signers.ed25519.jwk()["x"] ?? ""))))
+    }
+
     @Test func pointsOffTheCurveAreRefused() throws {
         var jwk = Signers.p256.jwk()
         var y = try #require(Base64URL.decode(jwk["y"] ?? ""))

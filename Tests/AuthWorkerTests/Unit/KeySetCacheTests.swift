@@ -167,6 +167,15 @@ import Testing
         #expect(!HTTPDocumentFetcher.isAllowed(URL(string: "http://10.0.0.1/keys")!))
         #expect(!HTTPDocumentFetcher.isAllowed(URL(string: "file:///etc/passwd")!))
         #expect(!HTTPDocumentFetcher.isAllowed(URL(string: "ftp://example.com/keys")!))
+        // Decided by address, not by what the name looks like.
+        #expect(HTTPDocumentFetcher.isAllowed(URL(string: "http://127.8.9.10/keys")!))
+        #expect(HTTPDocumentFetcher.isAllowed(URL(string: "http://[::1]:8080/keys")!))
+        #expect(HTTPDocumentFetcher.isAllowed(URL(string: "http://[::ffff:127.0.0.1]/keys")!))
+        #expect(!HTTPDocumentFetcher.isAllowed(URL(string: "http://127.attacker.invalid/keys")!))
+        #expect(!HTTPDocumentFetcher.isAllowed(URL(string: "http://127.0.0.1.nip.io/keys")!))
+        #expect(!HTTPDocumentFetcher.isAllowed(URL(string: "http://[::ffff:10.0.0.1]/keys")!))
+        #expect(!HTTPDocumentFetcher.isAllowed(URL(string: "http://[::2]/keys")!))
+        #expect(!HTTPDocumentFetcher.isAllowed(URL(string: "http://localhost.attacker.invalid/keys")!))
     }
 
     @Test func cacheControlParsing() {

@@ -1,4 +1,6 @@
+import AuthCrypto
 import Kafka
+import Messages
 import Testing
 
 @testable import AuthWorker
@@ -94,5 +96,26 @@ import Testing
         let fresh = watermark.read(message(offset: 6, key: nil))
         watermark.finish(partition, offset: 6, epoch: fresh)
         #expect(watermark.advance() == [partition: 7])
+    }
+
+    /// A reply key of small order or in a non-canonical encoding is the request's fault: answered
+    /// `malformed_request` on `data.reply_key`, never a retriable internal error.
+    @Test(arguments: [
+        [UInt8](repeating: 0, count: 32), [1] + [UInt8](repeating: 0, count: 31),
+        [0xec] + [UInt8](repeating: 0xff, count: 30) + [0x7f], [UInt8](repeating: 0xff, count: 32),
+    ])
+    func unusableReplyKeysAreMalformed(key: [UInt8]) {
+        var data = LoginRequestData(method: "guest")
+        data.replyKey = Base64URL.encode(key)
+        let request = LoginRequest(id: "r", source: "/t", time: nil, traceparent: nil, method: .guest, data: data)
+        do {
+            _ = try RequestPipeline.replyKey(request, required: false)
+            Issue.record("accepted an unusable reply key")
+        } catch let error as LoginError {
+            #expect(error.code == .malformedRequest)
+            #expect(error.field == "data.reply_key")
+        } catch {
+            Issue.record("unexpected \(error)")
+        }
     }
 }

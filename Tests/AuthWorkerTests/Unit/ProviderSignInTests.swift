@@ -99,6 +99,23 @@ import Testing
         #expect(session.abilities == ["*"])
     }
 
+    /// When every short handle for a name is taken, the random part grows instead of the sign-in
+    /// failing: all 65,536 `mario_rossi_xxxx` are taken here, so the handle has six hex digits.
+    @Test func handlesGrowWhenTheShortOnesAreAllTaken() async throws {
+        let service = try await service()
+        _ = try await service.query(
+            """
+            INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+            SELECT gen_random_uuid(), 'mario_rossi_' || lpad(to_hex(n), 4, '0'), false, now(), now()
+            FROM generate_series(0, 65535) AS n
+            """)
+        let outcome = try #require(
+            try await service.handle(
+                request(.apple, token: appleToken(), profile: .init(givenName: "Mario", familyName: "Rossi"))))
+        let handle = try #require(outcome.result.user?.handle)
+        #expect(handle.wholeMatch(of: /mario_rossi_[0-9a-f]{6}/) != nil, "got \(handle)")
+    }
+
     @Test func laterLoginsFindTheUserAndKeepNameAndEmail() async throws {
         let service = try await service()
         let first = try #require(
@@ -196,6 +213,60 @@ import Testing
             try await service.handle(request(.apple, token: es256, nonce: nil))
         }
         #expect(try await service.count("users") == 0, "no failed login leaves a user behind")
+    }
+
+    /// Apple resends a notification it thinks was lost; a copy that arrives in another envelope
+    /// (another CloudEvent id, other whitespace) is the same notification and must act once.
+    /// Keyed by the verified `jti`, `iat` and events, not by the bytes that carried them; a token
+    /// with whitespace around it is not a compact JWS and is refused, never trimmed.
+    @Test func appleNotificationsAreKeyedByWhatWasVerified() async throws {
+        let logger = Logger(label: "test", level: .debug, handler: logs)
+        let keys = KeySetCache(
+            fixed: try JWKSet(json: TestSigner.keySet([Signers.rsa2048])), clock: clock, logger: logger)
+        let apple = IdentityProvider(
+            configuration: .apple(audiences: ["com.example.app"], keysURL: URL(fileURLWithPath: "/unused")),
+            keySet: keys, clock: clock)
+        let flow = AppleNotificationFlow(provider: apple, configuration: WorkerConfiguration(), clock: clock)
+        func token(jti: String) -> String {
+            Signers.rsa2048.token(
+                [
+                    "iss": "https://appleid.apple.com", "aud": "com.example.app", "iat": 1_795_953_590,
+                    "exp": 1_795_953_900, "jti": jti, "events": #"{"type":"account-delete","sub":"s-1"}"#,
+                ], algorithm: .rs256)
+        }
+        /// `payload` is put in the JSON as is: the caller writes JSON escapes.
+        func envelope(_ payload: String, id: String = "n", space: String = "") -> [UInt8] {
+            Array(
+                #"{"specversion":"1.0","id":"\#(id)","source":"/apple","type":"auth.provider.notification","data":\#(space){"payload":"\#(payload)"}}"#
+                    .utf8)
+        }
+        let original = token(jti: "event-1")
+        let first = try await flow.prepare(envelope(original))
+        let resent = try await flow.prepare(envelope(original, id: "n-2", space: " \n "))
+        await #expect(throws: AppleNotificationFlow.Refusal.self) {
+            try await flow.prepare(envelope(" \\n \(original)\\n\\t"))
+        }
+        let other = try await flow.prepare(envelope(token(jti: "event-2")))
+        #expect(first.key == resent.key)
+        #expect(first.key != other.key)
+        #expect(first.type == "account-delete" && first.subject == "s-1")
+    }
+
+    /// A provider `sub` of `victim\0…` must never reach SQL, where a C string would end at the
+    /// NUL and sign the caller in as `victim`. A signed claim with a NUL is refused as invalid.
+    @Test func claimsWithANULAreRefused() async throws {
+        let service = try await service()
+        _ = try await service.handle(request(.apple, token: appleToken(sub: "victim")))
+        await #expect(throws: LoginError(.invalidToken, "")) {
+            try await service.handle(request(.apple, token: appleToken(sub: "victim\u{0}attacker")))
+        }
+        await #expect(throws: LoginError(.invalidToken, "")) {
+            try await service.handle(request(.apple, token: appleToken(sub: "other", email: "a@b.c\u{0}x")))
+        }
+        await #expect(throws: LoginError(.invalidToken, "")) {
+            try await service.handle(request(.apple, token: appleToken(sub: "other", extra: ["name": "N\u{0}"])))
+        }
+        #expect(try await service.count("users") == 1)
     }
 
     @Test func disabledProvidersAndUnavailableKeys() async throws {

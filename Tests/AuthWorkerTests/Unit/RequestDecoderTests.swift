@@ -71,6 +71,47 @@ import Testing
         #expect(error.code == .malformedRequest)
     }
 
+    /// libpq ends text parameters at a NUL: `P\0A` would collide with `P`, and a field cut short
+    /// would be stored as something the sender did not send. The field is named.
+    @Test(arguments: [
+        (#"{"method":"password","email":"victim@example.com\u0000x","password":"pw-long-enough"}"#, "data.email"),
+        (#"{"method":"guest","device":{"name":"phone\u0000","platform":"ios"}}"#, "data.device.name"),
+        (#"{"method":"refresh","refresh_token":"rt_\u0000"}"#, "data.refresh_token"),
+    ])
+    func fieldsWithANULAreMalformed(data: String, field: String) {
+        guard case .invalid(let id, _, let error) = decoder.decode(request(data)) else {
+            Issue.record("expected invalid for \(data)")
+            return
+        }
+        #expect(id == "req-1")
+        #expect(error.code == .malformedRequest)
+        #expect(error.field == field)
+    }
+
+    /// An id with a NUL cannot key a result (it would collide with its prefix): dead-lettered.
+    @Test func anIdWithANULIsUnanswerable() {
+        guard case .unanswerable = decoder.decode(request(#"{"method":"guest"}"#, id: #"P\u0000A"#)) else {
+            Issue.record("expected unanswerable")
+            return
+        }
+    }
+
+    /// JSON the reader will not take (too deep, a member named twice) is answered when an id can
+    /// still be read at the top level, instead of being dead-lettered with the gateway waiting.
+    @Test(arguments: [
+        String(repeating: #"{"a":"#, count: 200) + "1" + String(repeating: "}", count: 200),
+        #"{"method":"guest","method":"password"}"#,
+    ])
+    func unacceptableJSONWithAnIdIsAnswered(data: String) {
+        guard case .invalid(let id, _, let error) = decoder.decode(request(data)) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(id == "req-1")
+        #expect(error.code == .malformedRequest)
+        #expect(error.field == "value")
+    }
+
     @Test func wrongSpecVersionIsMalformed() {
         let value = Array(
             #"{"specversion":"0.3","id":"x","source":"/g","type":"auth.login.request","data":{"method":"guest"}}"#.utf8)

@@ -32,6 +32,35 @@ import Testing
     /// RFC 7518 Appendix C: the Concat KDF example (ECDH-ES with A128GCM, apu "Alice", apv "Bob")
     /// is for P-256 and non-empty party info; here the structure is pinned against a value computed
     /// by an independent implementation in the interop test instead.
+    /// Each blocklisted point really is of small order (agreeing with it fails for a random key),
+    /// and neither it nor a non-canonical encoding is usable; real public keys are.
+    @Test func replyKeysOfSmallOrderOrNonCanonicalAreNotUsable() throws {
+        let small: [[UInt8]] = [
+            [UInt8](repeating: 0, count: 32), [1] + [UInt8](repeating: 0, count: 31),
+            Array(hex: "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800"),
+            Array(hex: "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157"),
+            [0xec] + [UInt8](repeating: 0xff, count: 30) + [0x7f],
+        ]
+        let ours = try X25519.generateKeyPair()
+        for point in small {
+            #expect(throws: X25519.Failure.self) {
+                try X25519.sharedSecret(privateKey: ours.privateKey, publicKey: point)
+            }
+            #expect(!X25519.isUsablePublicKey(point))
+        }
+        let nonCanonical: [[UInt8]] = [
+            [0xed] + [UInt8](repeating: 0xff, count: 30) + [0x7f],  // p
+            [0xee] + [UInt8](repeating: 0xff, count: 30) + [0x7f],  // p + 1
+            [UInt8](repeating: 0xff, count: 32),  // top bit set
+            try X25519.generateKeyPair().publicKey.enumerated().map {
+                $0.offset == 31 ? $0.element | 0x80 : $0.element
+            },
+        ]
+        for key in nonCanonical { #expect(!X25519.isUsablePublicKey(key)) }
+        for _ in 0..<20 { #expect(X25519.isUsablePublicKey(try X25519.generateKeyPair().publicKey)) }
+        #expect(!X25519.isUsablePublicKey([UInt8](repeating: 9, count: 31)))
+    }
+
     @Test func compactJWEShape() throws {
         let recipient = try X25519.generateKeyPair()
         let jwe = try JWE.sealECDHES(Array("{}".utf8), to: recipient.publicKey)
@@ -76,5 +105,15 @@ import Testing
         ]
         .joined(separator: " ")
         #expect(try IndependentJOSE.run(script, input: tampered).hasPrefix("REFUSED"))
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Bytes from hex; test data only.
+    init(hex: String) {
+        let digits = Array(hex.utf8)
+        self = stride(from: 0, to: digits.count - 1, by: 2).map {
+            UInt8(String(decoding: digits[$0...($0 + 1)], as: UTF8.self), radix: 16) ?? 0
+        }
     }
 }

@@ -1,0 +1,124 @@
+import Foundation
+import Kafka
+
+/// What a dead letter carries: the original value with every credential the worker can find
+/// replaced, cut to a size the broker takes.
+///
+/// A dead-lettered message is one the worker could not read as a request, but it may still be
+/// mostly JSON with a password in it: a dead-letter topic is read by people, kept for long, and
+/// must not become a store of credentials.
+enum DeadLetters {
+    /// Members whose values are credentials, wherever they appear.
+    static let credentialMembers: Set<String> = [
+        "password", "identity_token", "refresh_token", "access_token", "link_to",
+    ]
+    static let redacted = "[redacted]"
+
+    struct Copy: Equatable {
+        var value: [UInt8]
+        /// The original size, when the copy was cut.
+        var truncatedFrom: Int?
+        var redacted: Bool
+    }
+
+    /// The value to publish for `value`, at most `limit` bytes long.
+    static func copy(of value: [UInt8], limit: Int) -> Copy {
+        var copy = Copy(value: value, truncatedFrom: nil, redacted: false)
+        if let structured = redactingJSON(value) {
+            copy.value = structured.value
+            copy.redacted = structured.changed
+        } else {
+            let scanned = redactingText(value)
+            copy.value = scanned.value
+            copy.redacted = scanned.changed
+        }
+        if copy.value.count > limit {
+            copy.truncatedFrom = value.count
+            copy.value = Array(copy.value.prefix(max(limit, 0)))
+        }
+        return copy
+    }
+
+    /// Values that parse as JSON (leniently: duplicate members and all): each credential member's
+    /// value replaced, at any depth. Nil when the value is not JSON.
+    private static func redactingJSON(_ value: [UInt8]) -> (value: [UInt8], changed: Bool)? {
+        guard value.count <= 4 << 20, value.first.map({ $0 == UInt8(ascii: "{") || $0 == UInt8(ascii: "[") }) == true,
+            let parsed = try? JSONSerialization.jsonObject(with: Data(value), options: [.fragmentsAllowed])
+        else { return nil }
+        var changed = false
+        func walk(_ node: Any) -> Any {
+            if let object = node as? [String: Any] {
+                var out: [String: Any] = [:]
+                for (key, member) in object {
+                    if credentialMembers.contains(key), !(member is NSNull) {
+                        out[key] = redacted
+                        changed = true
+                    } else {
+                        out[key] = walk(member)
+                    }
+                }
+                return out
+            }
+            if let array = node as? [Any] { return array.map(walk) }
+            return node
+        }
+        let cleaned = walk(parsed)
+        guard changed else { return (value, false) }
+        guard let data = try? JSONSerialization.data(withJSONObject: cleaned, options: [.sortedKeys]) else {
+            return nil
+        }
+        return (Array(data), true)
+    }
+
+    /// Values that do not parse (cut short, broken): the string after each `"<credential member>":`
+    /// is replaced up to its closing quote, or to the end.
+    private static func redactingText(_ value: [UInt8]) -> (value: [UInt8], changed: Bool) {
+        var out: [UInt8] = []
+        out.reserveCapacity(value.count)
+        var changed = false
+        var index = 0
+        let quote = UInt8(ascii: "\"")
+        func skipSpace(_ position: Int) -> Int {
+            var position = position
+            while position < value.count, [0x20, 0x09, 0x0A, 0x0D].contains(value[position]) { position += 1 }
+            return position
+        }
+        while index < value.count {
+            guard value[index] == quote,
+                let name = credentialMembers.first(where: { name in
+                    let bytes = Array(name.utf8)
+                    let end = index + 1 + bytes.count
+                    return end < value.count && value[(index + 1)..<end].elementsEqual(bytes) && value[end] == quote
+                })
+            else {
+                out.append(value[index])
+                index += 1
+                continue
+            }
+            let afterName = index + name.utf8.count + 2
+            var position = skipSpace(afterName)
+            guard position < value.count, value[position] == UInt8(ascii: ":") else {
+                out.append(contentsOf: value[index..<afterName])
+                index = afterName
+                continue
+            }
+            position = skipSpace(position + 1)
+            guard position < value.count, value[position] == quote else {
+                out.append(contentsOf: value[index..<position])
+                index = position
+                continue
+            }
+            out.append(contentsOf: value[index...position])
+            out.append(contentsOf: Array(redacted.utf8))
+            // Skip the string's content, escapes included, to its closing quote (or the end).
+            var end = position + 1
+            while end < value.count, value[end] != quote {
+                end += value[end] == UInt8(ascii: "\\") ? 2 : 1
+            }
+            if end < value.count { out.append(quote) }
+            index = end + 1
+            changed = true
+        }
+        return (out, changed)
+    }
+}
