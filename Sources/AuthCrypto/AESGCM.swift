@@ -144,6 +144,58 @@ public enum X25519 {
         return (privateKey, publicKey)
     }
 
+    /// The public key of a private key (32 bytes each).
+    public static func publicKey(ofPrivateKey privateKey: [UInt8]) throws -> [UInt8] {
+        guard privateKey.count == 32, let key = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, nil, privateKey, 32)
+        else { throw Failure(description: "bad X25519 private key") }
+        defer { EVP_PKEY_free(key) }
+        var publicKey = [UInt8](repeating: 0, count: 32)
+        var length = 32
+        guard EVP_PKEY_get_raw_public_key(key, &publicKey, &length) == 1 else {
+            throw Failure(description: "X25519 export failed")
+        }
+        return publicKey
+    }
+
+    /// A private key from PEM (PKCS#8), its 32 raw bytes.
+    /// - Throws: when the text is not an unencrypted X25519 private key.
+    public static func privateKey(pem: String) throws -> [UInt8] {
+        let bytes = Array(pem.utf8)
+        let loaded: OpaquePointer? = bytes.withUnsafeBytes { raw in
+            guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+        }
+        ERR_clear_error()
+        guard let loaded else { throw Failure(description: "not a PEM private key") }
+        defer { EVP_PKEY_free(loaded) }
+        guard EVP_PKEY_get_base_id(loaded) == EVP_PKEY_X25519 else {
+            throw Failure(description: "not an X25519 key")
+        }
+        var privateKey = [UInt8](repeating: 0, count: 32)
+        var length = 32
+        guard EVP_PKEY_get_raw_private_key(loaded, &privateKey, &length) == 1, length == 32 else {
+            throw Failure(description: "X25519 export failed")
+        }
+        return privateKey
+    }
+
+    /// A private key as PKCS#8 PEM, for a file only its owner reads.
+    public static func privateKeyPEM(_ privateKey: [UInt8]) throws -> String {
+        guard privateKey.count == 32, let key = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, nil, privateKey, 32)
+        else { throw Failure(description: "bad X25519 private key") }
+        defer { EVP_PKEY_free(key) }
+        guard let bio = BIO_new(BIO_s_mem()) else { throw Failure(description: "BIO_new failed") }
+        defer { BIO_free(bio) }
+        guard PEM_write_bio_PrivateKey(bio, key, nil, nil, 0, nil, nil) == 1 else {
+            throw Failure(description: "PEM encoding failed")
+        }
+        var data: UnsafeMutablePointer<CChar>?
+        let length = copenssl_shim_BIO_get_mem_data(bio, &data)
+        guard let data, length > 0 else { throw Failure(description: "PEM encoding is empty") }
+        return String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
+    }
+
     /// The shared secret of our private key and their public key.
     /// - Throws: for a malformed public key, or one of small order (an all-zero secret).
     public static func sharedSecret(privateKey: [UInt8], publicKey: [UInt8]) throws -> [UInt8] {

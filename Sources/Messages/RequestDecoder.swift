@@ -37,7 +37,22 @@ public enum DecodedRequest: Sendable {
 }
 
 /// Turns the bytes of an `auth.login.request` value into a `DecodedRequest`, strictly.
+/// Opens credentials a gateway sealed to the worker (`data.sealed_credentials`).
+public protocol CredentialOpener: Sendable {
+    /// The plaintext of one sealed credential (a compact JWE).
+    /// - Throws: anything, for a value that does not open; its description says why.
+    func open(_ sealed: String) throws -> String
+}
+
 public struct RequestDecoder: Sendable {
+    /// The credentials that may arrive sealed, by their member name in `data`.
+    public static let sealableCredentials = ["password", "identity_token", "refresh_token", "access_token", "link_to"]
+
+    /// Opens `data.sealed_credentials`; without one, sealed credentials are refused.
+    public var credentials: (any CredentialOpener)?
+    /// Refuse credentials sent in clear: each must be under `data.sealed_credentials`.
+    public var requireSealedCredentials = false
+
     /// Values larger than this are refused. Default: 64 KiB.
     public var maxValueBytes = 64 * 1024
     /// Limits on individual fields, in UTF-8 bytes.
@@ -132,6 +147,7 @@ public struct RequestDecoder: Sendable {
         request.linkTo = try data.optional("link_to")
         request.replyKey = try data.optional("reply_key")
         request.clientID = try data.optional("client_id")
+        try unseal(data, into: &request)
         if let profile = try data.optionalObject("profile") {
             request.profile = .init(
                 givenName: try profile.optional("given_name"), familyName: try profile.optional("family_name"))
@@ -147,6 +163,60 @@ public struct RequestDecoder: Sendable {
         return LoginRequest(id: id, source: source, time: time, traceparent: traceparent, method: method, data: request)
     }
 
+    /// Replaces the members of `data.sealed_credentials` by their plaintext, and refuses clear
+    /// credentials when they must be sealed. A credential given both ways is refused.
+    private func unseal(_ data: Fields, into request: inout LoginRequestData) throws {
+        func slot(_ name: String) -> WritableKeyPath<LoginRequestData, String?> {
+            switch name {
+            case "password": \.password
+            case "identity_token": \.identityToken
+            case "refresh_token": \.refreshToken
+            case "access_token": \.accessToken
+            default: \.linkTo
+            }
+        }
+        var opened: Set<String> = []
+        if let sealed = try data.optionalObject("sealed_credentials") {
+            for name in sealed.memberNames {
+                guard Self.sealableCredentials.contains(name) else {
+                    throw RequestValidationError(
+                        field: "data.sealed_credentials.\(name)", reason: "is not a credential that can be sealed")
+                }
+            }
+            for name in Self.sealableCredentials {
+                guard let value = try sealed.optional(name) else { continue }
+                let field = "data.sealed_credentials.\(name)"
+                guard request[keyPath: slot(name)] == nil else {
+                    throw RequestValidationError(field: field, reason: "is also given in clear as data.\(name)")
+                }
+                guard let credentials else {
+                    throw RequestValidationError(
+                        field: field, reason: "cannot be opened: this worker has no credential key")
+                }
+                guard value.utf8.count <= maxTokenBytes * 2 else {
+                    throw RequestValidationError(field: field, reason: "longer than \(maxTokenBytes * 2) bytes")
+                }
+                let plaintext: String
+                do {
+                    plaintext = try credentials.open(value)
+                } catch {
+                    throw RequestValidationError(field: field, reason: "does not open: \(error)")
+                }
+                guard !plaintext.utf8.contains(0) else {
+                    throw RequestValidationError(field: field, reason: "must not contain a NUL character")
+                }
+                request[keyPath: slot(name)] = plaintext
+                opened.insert(name)
+            }
+        }
+        if requireSealedCredentials {
+            for name in Self.sealableCredentials where !opened.contains(name) && request[keyPath: slot(name)] != nil {
+                throw RequestValidationError(
+                    field: "data.\(name)", reason: "must be sealed to the worker's key, under data.sealed_credentials")
+            }
+        }
+    }
+
     /// Typed access to an object's members, naming the member's path in every refusal. Strings
     /// with a NUL are refused: C code and the database would see them cut short.
     private struct Fields {
@@ -154,6 +224,8 @@ public struct RequestDecoder: Sendable {
         let path: String
 
         private func name(_ key: String) -> String { path.isEmpty ? key : path + "." + key }
+
+        var memberNames: [String] { members.keys.sorted() }
 
         func optional(_ key: String) throws -> String? {
             switch members[key] {

@@ -32,23 +32,44 @@ public struct PasswordPolicy: Sendable {
         guard !Self.common.contains(lowered) else {
             throw Weakness(reason: "is one of the most commonly used passwords")
         }
-        if let email, let local = email.split(separator: "@").first, lowered == email.lowercased() || lowered == local {
-            throw Weakness(reason: "must not be the e-mail address")
+        if let email {
+            let address = email.lowercased()
+            let local = String(address.split(separator: "@").first ?? "")
+            if lowered == address || Self.isDecorated(lowered, word: local) {
+                throw Weakness(reason: "must not be the e-mail address")
+            }
+        }
+        for word in contextWords where Self.isDecorated(lowered, word: word.lowercased()) {
+            throw Weakness(reason: "must not be the name of this service")
         }
         if Set(lowered).count == 1 {
             throw Weakness(reason: "must not repeat one character")
         }
     }
 
-    /// The most common passwords of breach corpora (8 characters or more, lower-cased).
-    static let common: Set<String> = [
-        "password", "password1", "password123", "12345678", "123456789", "1234567890", "qwertyuiop", "qwerty123",
-        "iloveyou", "11111111", "00000000", "abc12345", "abcd1234", "sunshine", "princess", "football", "baseball",
-        "welcome1", "welcome123", "passw0rd", "p@ssw0rd", "p@ssword", "letmein1", "trustno1", "superman", "starwars",
-        "whatever", "dragon123", "monkey123", "1q2w3e4r", "1qaz2wsx", "qazwsxedc", "asdfghjkl", "zaq12wsx",
-        "admin123", "administrator", "changeme", "secret123", "master123", "computer", "internet", "michelle",
-        "jennifer", "12341234", "87654321", "88888888", "123123123", "password!", "qwertyui", "q1w2e3r4",
-    ]
+    /// Words that must not be a password, nor its core with only digits or symbols around it:
+    /// the service's and the company's names, for example (NIST's "context-specific words").
+    /// Compared lower-cased. The e-mail address and its local part always count.
+    public var contextWords: [String] = []
+
+    /// The most common breached passwords (lower-cased, 8 characters or more): the generated
+    /// list, read once, on first use, into a set.
+    static let common: Set<String> = {
+        var set = Set<String>(minimumCapacity: 130_000)
+        for line in commonPasswordLines.split(separator: "\n") { set.insert(String(line)) }
+        return set
+    }()
+
+    /// How many passwords the common list holds.
+    public static var commonPasswordCount: Int { common.count }
+
+    /// `password` is `word`, or `word` with only non-letters before or after it (`acme2024!`).
+    static func isDecorated(_ password: String, word: String) -> Bool {
+        guard word.count >= 3 else { return password == word }
+        guard let range = password.range(of: word) else { return false }
+        return !password[..<range.lowerBound].contains(where: \.isLetter)
+            && !password[range.upperBound...].contains(where: \.isLetter)
+    }
 }
 
 /// E-mail addresses as accounts use them.

@@ -17,8 +17,10 @@ public struct CommandLineInterface: Sendable {
         commands:
           run                                   consume and answer login requests until SIGTERM
           migrate                               bring the database schema up to date, then exit
-          keys generate FILE [--alg EdDSA|ES256]  make a signing key (PEM, mode 0600)
+          keys generate FILE [--alg ES256|EdDSA|X25519]  make a signing key, or with X25519 a
+                                                credential key (PEM, mode 0600)
           keys jwks                             print the public JWK Set of AUTH_SIGNING_KEYS
+                                                and AUTH_CREDENTIAL_KEYS
           request guest [--device NAME] [--platform P] [--timeout SECONDS]
                                                 publish a guest login and print its result
           users show ID_OR_EMAIL                print a user, its identities and sessions (no secrets)
@@ -136,16 +138,22 @@ public struct CommandLineInterface: Sendable {
         // ES256 by default: OpenSSL 3.0 signs P-256 about twice as fast as Ed25519 (assembly for
         // the curve; Ed25519 is portable C), and every JWT library verifies it.
         var algorithm = SigningKey.Algorithm.es256
+        var encryption = false
         var path: String?
         var index = 0
         while index < arguments.count {
             switch arguments[index] {
             case "--alg":
-                guard index + 1 < arguments.count, let parsed = SigningKey.Algorithm(rawValue: arguments[index + 1])
-                else {
-                    throw UsageError(message: "--alg takes ES256 or EdDSA")
+                guard index + 1 < arguments.count else {
+                    throw UsageError(message: "--alg takes ES256, EdDSA or X25519")
                 }
-                algorithm = parsed
+                if arguments[index + 1] == "X25519" {
+                    encryption = true
+                } else if let parsed = SigningKey.Algorithm(rawValue: arguments[index + 1]) {
+                    algorithm = parsed
+                } else {
+                    throw UsageError(message: "--alg takes ES256, EdDSA or X25519")
+                }
                 index += 2
             default:
                 guard path == nil else { throw UsageError(message: "keys generate takes one FILE") }
@@ -153,25 +161,46 @@ public struct CommandLineInterface: Sendable {
                 index += 1
             }
         }
-        guard let path else { throw UsageError(message: "usage: auth-worker keys generate FILE [--alg ES256|EdDSA]") }
+        guard let path else {
+            throw UsageError(message: "usage: auth-worker keys generate FILE [--alg ES256|EdDSA|X25519]")
+        }
         guard !FileManager.default.fileExists(atPath: path) else {
             throw UsageError(message: "\(path) exists; refusing to overwrite a key")
         }
-        let key = try SigningKey.generate(algorithm)
-        let pem = try key.privateKeyPEM()
+        let pem: String
+        let description: String
+        if encryption {
+            let pair = try X25519.generateKeyPair()
+            pem = try X25519.privateKeyPEM(pair.privateKey)
+            description = "X25519 credential key \(try CredentialKeys.Key(privateKey: pair.privateKey).keyID)"
+        } else {
+            let key = try SigningKey.generate(algorithm)
+            pem = try key.privateKeyPEM()
+            description = "\(algorithm.rawValue) key \(key.keyID)"
+        }
         do {
             try SecretFile.create(atPath: path, contents: Array(pem.utf8))
         } catch let failure as SecretFile.Failure {
             throw UsageError(message: "cannot write the key: \(failure.description)")
         }
-        output("wrote \(algorithm.rawValue) key \(key.keyID) to \(path)")
+        output("wrote \(description) to \(path)")
     }
 
+    /// The public JWK Set: the signing keys of AUTH_SIGNING_KEYS and the credential keys of
+    /// AUTH_CREDENTIAL_KEYS (`use: enc`), current keys first.
     private func printJWKS() throws {
-        var configuration = try configuration()
-        configuration.accessTokenFormat = .jwt
-        let issuer = try JWTAccessTokenIssuer(configuration: configuration)
-        output(try JWTAccessTokenIssuer.jwks(issuer.keys))
+        let configuration = try configuration()
+        var signing: [[String: String]] = []
+        if !configuration.signingKeyPaths.isEmpty {
+            var jwt = configuration
+            jwt.accessTokenFormat = .jwt
+            signing = try JWTAccessTokenIssuer(configuration: jwt).keys.map(\.publicJWK)
+        }
+        let credentials = try CredentialKeys(paths: configuration.credentialKeyPaths).keys.map(\.publicJWK)
+        guard !signing.isEmpty || !credentials.isEmpty else {
+            throw UsageError(message: "no keys: set AUTH_SIGNING_KEYS and/or AUTH_CREDENTIAL_KEYS")
+        }
+        output(String(decoding: try MessageCoding.encode(["keys": signing + credentials]), as: UTF8.self))
     }
 
     // MARK: - request guest

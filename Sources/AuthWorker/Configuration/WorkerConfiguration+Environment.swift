@@ -39,6 +39,8 @@ extension WorkerConfiguration {
             config.accessTokenFormat = format
         }
         if let value = reader.list("AUTH_SIGNING_KEYS") { config.signingKeyPaths = value }
+        if let value = reader.list("AUTH_CREDENTIAL_KEYS") { config.credentialKeyPaths = value }
+        if let value = try reader.bool("AUTH_REQUIRE_SEALED_CREDENTIALS") { config.requireSealedCredentials = value }
         if let value = reader.string("AUTH_TOKEN_ISSUER") { config.tokenIssuer = value }
         if let value = reader.string("AUTH_TOKEN_AUDIENCE") { config.tokenAudience = value }
         if let value = reader.string("AUTH_LOG_LEVEL") {
@@ -141,14 +143,15 @@ extension WorkerConfiguration {
         if let value = try reader.seconds("AUTH_LOGIN_LOCK_MAX_SECONDS") {
             config.accounts.throttle.maximumDelay = value
         }
-        if let text = reader.string("AUTH_GUEST_RATE_LIMIT") {
-            let parts = text.split(separator: "/")
-            guard parts.count == 2, let count = Int(parts[0]), let window = Int(parts[1]), count >= 0, window > 0 else {
-                throw ConfigurationError(
-                    variable: "AUTH_GUEST_RATE_LIMIT", reason: "must be COUNT/SECONDS, e.g. 20/3600")
-            }
-            config.accounts.guestRateLimit = RateLimit(count: count, window: TimeInterval(window))
+        if let limit = try reader.rateLimit("AUTH_GUEST_RATE_LIMIT") { config.accounts.guestRateLimit = limit }
+        if let limit = try reader.rateLimit("AUTH_GUEST_GLOBAL_RATE_LIMIT") {
+            config.accounts.guestGlobalRateLimit = limit
         }
+        if let limit = try reader.rateLimit("AUTH_REGISTER_RATE_LIMIT") { config.accounts.registerRateLimit = limit }
+        if let limit = try reader.rateLimit("AUTH_REGISTER_GLOBAL_RATE_LIMIT") {
+            config.accounts.registerGlobalRateLimit = limit
+        }
+        if let words = reader.list("AUTH_PASSWORD_CONTEXT_WORDS") { config.accounts.passwordContextWords = words }
         if let value = try reader.bool("AUTH_LINK_BY_VERIFIED_EMAIL") { config.accounts.linkByVerifiedEmail = value }
         if let value = try reader.integer("AUTH_SHUTDOWN_TIMEOUT_SECONDS") { config.shutdownTimeout = .seconds(value) }
         return config
@@ -194,6 +197,16 @@ struct EnvironmentReader {
             throw ConfigurationError(variable: name, reason: "must be a non-negative whole number")
         }
         return value
+    }
+
+    /// `COUNT/SECONDS`, e.g. `20/3600`; a count of 0 turns the limit off.
+    func rateLimit(_ name: String) throws -> WorkerConfiguration.RateLimit? {
+        guard let text = string(name) else { return nil }
+        let parts = text.split(separator: "/")
+        guard parts.count == 2, let count = Int(parts[0]), let window = Int(parts[1]), count >= 0, window > 0 else {
+            throw ConfigurationError(variable: name, reason: "must be COUNT/SECONDS, e.g. 20/3600 (0/60 turns it off)")
+        }
+        return WorkerConfiguration.RateLimit(count: count, window: TimeInterval(window))
     }
 
     func seconds(_ name: String) throws -> TimeInterval? {

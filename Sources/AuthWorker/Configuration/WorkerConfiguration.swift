@@ -22,6 +22,12 @@ public struct WorkerConfiguration: Sendable {
     public var accessTokenFormat: AccessTokenFormat = .jwt
     /// Private key files that sign JWT access tokens, newest first. Env: `AUTH_SIGNING_KEYS`.
     public var signingKeyPaths: [String] = []
+    /// X25519 private keys (PEM) gateways seal credentials to, the current one first; the others
+    /// still open what was sealed to them. Env: `AUTH_CREDENTIAL_KEYS`, comma-separated. Default: none.
+    public var credentialKeyPaths: [String] = []
+    /// Refuse passwords and tokens sent in clear: each must arrive under `data.sealed_credentials`.
+    /// Env: `AUTH_REQUIRE_SEALED_CREDENTIALS`. Default: false.
+    public var requireSealedCredentials = false
     /// `iss` of issued JWT access tokens. Env: `AUTH_TOKEN_ISSUER`. Default: `auth-worker`.
     public var tokenIssuer = "auth-worker"
     /// `aud` of issued JWT access tokens. Env: `AUTH_TOKEN_AUDIENCE`. Default: `api`.
@@ -139,6 +145,24 @@ public struct WorkerConfiguration: Sendable {
         /// Guest sign-ups per client per window; a count of 0 disables the limit.
         /// Env: `AUTH_GUEST_RATE_LIMIT` as `COUNT/SECONDS`. Default: 20 per hour.
         public var guestRateLimit = RateLimit(count: 20, window: 3600)
+        /// Guest sign-ups per window from all clients together, shared by every replica: the
+        /// ceiling for what per-client limits cannot see (no client id, rotating client ids).
+        /// Env: `AUTH_GUEST_GLOBAL_RATE_LIMIT`. Default: 3000 per minute.
+        public var guestGlobalRateLimit = RateLimit(count: 3000, window: 60)
+        /// Registrations per client per window (`client_id`, else the Kafka key).
+        /// Env: `AUTH_REGISTER_RATE_LIMIT`. Default: 10 per hour.
+        public var registerRateLimit = RateLimit(count: 10, window: 3600)
+        /// Registrations per window from all clients together. Env: `AUTH_REGISTER_GLOBAL_RATE_LIMIT`.
+        /// Default: 600 per minute.
+        public var registerGlobalRateLimit = RateLimit(count: 600, window: 60)
+        /// Words a new password must not be built on (the service's name, say), beside the e-mail.
+        /// Env: `AUTH_PASSWORD_CONTEXT_WORDS`, comma-separated. Default: none.
+        public var passwordContextWords: [String] = []
+
+        /// The longest window of any rate limit: buckets older than it can be forgotten.
+        public var longestRateLimitWindow: TimeInterval {
+            [guestRateLimit, guestGlobalRateLimit, registerRateLimit, registerGlobalRateLimit].map(\.window).max() ?? 0
+        }
         /// Attach a new provider identity to the one full account whose verified, non-relay e-mail
         /// matches the provider's verified e-mail. Env: `AUTH_LINK_BY_VERIFIED_EMAIL`. Default: false.
         public var linkByVerifiedEmail = false
@@ -212,6 +236,11 @@ public struct WorkerConfiguration: Sendable {
         }
         guard databaseURL.hasPrefix("postgres://") || databaseURL.hasPrefix("postgresql://") else {
             throw ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "must be a postgres:// URL")
+        }
+        if requireSealedCredentials, credentialKeyPaths.isEmpty {
+            throw ConfigurationError(
+                variable: "AUTH_REQUIRE_SEALED_CREDENTIALS", reason: "needs AUTH_CREDENTIAL_KEYS to open what is sealed"
+            )
         }
         if accessTokenFormat == .jwt, signingKeyPaths.isEmpty {
             throw ConfigurationError(

@@ -2,7 +2,43 @@ import PGStore
 
 /// The database schema, as ordered migrations. Released versions are never edited: add a new one.
 public enum Migrations {
-    public static let all: [PGMigration] = [initialSchema, refreshSuccessors, storedResults, batchedPipeline]
+    public static let all: [PGMigration] = [
+        initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits,
+    ]
+
+    /// Rate limits reserved ahead of the work they allow, in one atomic step shared by every
+    /// replica: global ceilings for guest sign-ups and registrations, and registrations per client.
+    static let sharedRateLimits = PGMigration(
+        version: 5, name: "shared rate limits",
+        sql: """
+            -- Grants up to p_wanted uses of a bucket's window, as many as its limit still allows,
+            -- and says when the window ends. A window older than p_window starts over.
+            CREATE FUNCTION auth_reserve_rate_limit(
+                p_bucket text, p_at timestamptz, p_window interval, p_limit integer, p_wanted integer)
+            RETURNS TABLE (granted integer, window_end timestamptz)
+            LANGUAGE plpgsql AS $$
+            DECLARE
+                current rate_limits%ROWTYPE;
+                used integer;
+                started timestamptz;
+                given integer;
+            BEGIN
+                INSERT INTO rate_limits (bucket, window_start, count)
+                VALUES (p_bucket, p_at, 0) ON CONFLICT (bucket) DO NOTHING;
+                SELECT * INTO current FROM rate_limits WHERE bucket = p_bucket FOR UPDATE;
+                IF current.window_start <= p_at - p_window THEN
+                    used := 0;
+                    started := p_at;
+                ELSE
+                    used := current.count;
+                    started := current.window_start;
+                END IF;
+                given := GREATEST(0, LEAST(p_wanted, p_limit - used));
+                UPDATE rate_limits SET count = used + given, window_start = started WHERE bucket = p_bucket;
+                RETURN QUERY SELECT given, started + p_window;
+            END
+            $$;
+            """)
 
     /// A request id is bound to a digest of its request, so a second request reusing the id is
     /// refused instead of answered with the first one's result; password attempts are counted

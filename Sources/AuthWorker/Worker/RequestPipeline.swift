@@ -32,7 +32,7 @@ public final class RequestPipeline: Service {
     private let clock: any WorkerClock
     private let metrics: WorkerMetrics
     private let logger: Logger
-    private let decoder = RequestDecoder()
+    private let decoder: RequestDecoder
     /// The key of request digests: the results key, so digests are stable across replicas.
     private let digestKey: [UInt8]
     private let board: CompletionBoard<Prepared>
@@ -55,6 +55,12 @@ public final class RequestPipeline: Service {
         self.metrics = metrics
         self.logger = logger
         digestKey = try configuration.resultsKey ?? SecureRandom.bytes(32)
+        var decoder = RequestDecoder()
+        if !configuration.credentialKeyPaths.isEmpty {
+            decoder.credentials = try CredentialKeys(paths: configuration.credentialKeyPaths)
+        }
+        decoder.requireSealedCredentials = configuration.requireSealedCredentials
+        self.decoder = decoder
         board = CompletionBoard(onPost: { [consumer] in consumer.wake() })
     }
 
@@ -129,7 +135,8 @@ public final class RequestPipeline: Service {
                 try await Task.sleep(for: .milliseconds(1))
             }
             if let lookup = looking, lookup.stage.isDone {
-                start(lookup.jobs, kept: try await lookup.stage.value(), &state)
+                let found = try await lookup.stage.value()
+                start(lookup.jobs, kept: found.kept, guests: found.guests, &state)
                 looking = nil
             }
             if looking == nil { looking = beginLookup(&state) }
@@ -245,18 +252,44 @@ public final class RequestPipeline: Service {
         guard !starting.isEmpty else { return nil }
         for job in starting { job.phase = .lookingUp }
         let ids = starting.compactMap { $0.request?.id }
+        let guestIDs = starting.compactMap { $0.request?.method == .guest ? $0.request?.id : nil }
+        let guestCeiling = configuration.accounts.guestGlobalRateLimit
         let stage = Stage(wake: wake) {
-            ids.isEmpty
+            let kept =
+                ids.isEmpty
                 ? [:] : try await self.retrying("look up request ids") { try await self.store.keptRequests(ids) }
+            // The global guest ceiling is taken for the batch's new guests at once, before any
+            // work: one atomic step per lookup, not a contended row in every write transaction.
+            let wanted = guestIDs.count { kept[$0] == nil }
+            guard guestCeiling.count > 0, wanted > 0 else { return LookupResult(kept: kept, guests: nil) }
+            let grant = try await self.retrying("reserve guest sign-ups") {
+                try await self.store.reserveRateLimits(
+                    [RateLimitReservation(bucket: Self.guestCeilingBucket, limit: guestCeiling, wanted: wanted)],
+                    at: self.clock.now())
+            }
+            return LookupResult(kept: kept, guests: grant.first)
         }
         return Lookup(stage: stage, jobs: starting.map(\.seq))
     }
 
+    /// The bucket of the global guest ceiling (per-client buckets are `guest:<client>`).
+    static let guestCeilingBucket = "guest-all"
+
+    /// What a lookup found: the kept answers, and the guest sign-ups the global ceiling allows.
+    struct LookupResult: Sendable {
+        let kept: [String: KeptRequest]
+        /// Nil when no ceiling applies.
+        let guests: RateLimitGrant?
+    }
+
     /// Answers the looked-up jobs that need no work, and starts preparing the rest.
-    private func start(_ seqs: [Int], kept: [String: KeptRequest], _ state: inout LoopState) {
+    private func start(
+        _ seqs: [Int], kept: [String: KeptRequest], guests: RateLimitGrant?, _ state: inout LoopState
+    ) {
         let starting = seqs.compactMap { state.jobs[$0] }
         var cheap: [Preparation] = []
         let now = clock.now()
+        var guestsAllowed = guests?.granted ?? Int.max
         for job in starting {
             guard let request = job.request else {
                 startNotification(job)
@@ -279,6 +312,16 @@ public final class RequestPipeline: Service {
                                 .internalError, "the request expired before it could be processed; send a new one",
                                 retriable: true), job: job, request: request), outcome: "expired"))
                 continue
+            }
+            if request.method == .guest, let guests {
+                guard guestsAllowed > 0 else {
+                    let error = LoginError.tooManyAttempts(
+                        until: guests.windowEnd, message: "too many guest sign-ups right now; try again later")
+                    job.phase = .ready(
+                        .publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error)))
+                    continue
+                }
+                guestsAllowed -= 1
             }
             let replyKey: [UInt8]?
             do {
@@ -308,7 +351,7 @@ public final class RequestPipeline: Service {
 
     /// A lookup of request ids running in the background, and the jobs waiting for it.
     struct Lookup {
-        let stage: Stage<[String: KeptRequest]>
+        let stage: Stage<LookupResult>
         let jobs: [Int]
     }
 

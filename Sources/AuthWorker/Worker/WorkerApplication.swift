@@ -1,6 +1,7 @@
 import Foundation
 import Kafka
 import PGStore
+import Passwords
 import ServiceKit
 
 /// Composes the running worker from a configuration: the one place that wires the parts.
@@ -34,8 +35,11 @@ public struct WorkerApplication: Sendable {
             logger.info(
                 "Identity providers enabled", metadata: ["auth.providers": providers.names.joined(separator: ",")])
         }
+        var passwordPolicy = PasswordPolicy()
+        passwordPolicy.contextWords = configuration.accounts.passwordContextWords
         let passwords = try PasswordService(
-            parameters: configuration.accounts.argon2, threads: configuration.accounts.hashingThreads)
+            parameters: configuration.accounts.argon2, threads: configuration.accounts.hashingThreads,
+            policy: passwordPolicy)
         // Of AUTH_DB_POOL_SIZE connections, AUTH_DB_WRITERS write batches and one counts password
         // attempts (the store opens those itself); the rest serve lookups, the relay and health.
         let writers = configuration.processing.writers
@@ -70,7 +74,7 @@ public struct WorkerApplication: Sendable {
             store: store, producer: producer, clock: clock, logger: logger.child(label: "auth.outbox"),
             interval: .seconds(max(1, min(5, Int(configuration.outboxRelayGrace)))),
             grace: configuration.outboxRelayGrace, throttleWindow: configuration.accounts.throttle.window,
-            rateLimitWindow: configuration.accounts.guestRateLimit.window, passwords: passwords)
+            rateLimitWindow: configuration.accounts.longestRateLimitWindow, passwords: passwords)
         let health = configuration.healthPort.map { port in
             makeHealthServer(
                 port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,

@@ -86,7 +86,8 @@ import Testing
             "AUTH_RESULTS_KEY_FILE": keyFile, "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
             "AUTH_MAX_RETRY_DELAY_MS": "1000",
             "AUTH_HEALTH_PORT": "off", "AUTH_REQUEST_DEADLINE_SECONDS": "0", "AUTH_OUTBOX_RELAY_GRACE_SECONDS": "2",
-            "AUTH_GUEST_RATE_LIMIT": "0/60", "AUTH_BATCH_WAIT_MS": "50", "AUTH_LOG_LEVEL": "warning",
+            "AUTH_GUEST_RATE_LIMIT": "0/60", "AUTH_GUEST_GLOBAL_RATE_LIMIT": "0/60", "AUTH_BATCH_WAIT_MS": "50",
+            "AUTH_LOG_LEVEL": "warning",
         ])
         let results = try TopicReader(topic: topics.results, brokers: cluster.brokers)
         let events = try TopicReader(topic: topics.events, brokers: cluster.brokers)

@@ -6,6 +6,7 @@ import Kafka
 import Messages
 import PGStore
 import Passwords
+import ServiceKit
 import Testing
 
 @testable import AuthWorker
@@ -194,6 +195,106 @@ import Testing
         #expect(try await harness.result(third).data.error?.code == .tooManyAttempts)
         let users = try PGConnection(conninfo: harness.databaseURL).query("SELECT count(*) AS n FROM users")
         #expect(try users.first?.decode("n", as: Int.self) == 2)
+        try await harness.stop()
+    }
+
+    /// No client id and no key, or a new client id per request, sidesteps every per-client
+    /// limit: the global ceiling still holds, across every client, and names when to try again.
+    @Test func theGlobalGuestCeilingHoldsWhateverTheClientIds() async throws {
+        let harness = try await Harness {
+            $0.accounts.guestRateLimit = WorkerConfiguration.RateLimit(count: 20, window: 3600)
+            $0.accounts.guestGlobalRateLimit = WorkerConfiguration.RateLimit(count: 3, window: 3600)
+        }
+        let ids = (0..<6).map { "guest-ceiling-\($0)-\(UUID())" }
+        for (index, id) in ids.enumerated() {
+            let data =
+                index.isMultiple(of: 2) ? #"{"method":"guest"}"# : #"{"method":"guest","client_id":"c-\#(index)"}"#
+            try await harness.publish(id: id, data: data)
+        }
+        var codes: [String] = []
+        for id in ids {
+            let answer = try await harness.result(id).data
+            codes.append(answer.error?.code.rawValue ?? answer.status)
+            if let error = answer.error {
+                #expect(error.retryAfter != nil, "says when to try again")
+            }
+        }
+        #expect(codes.count { $0 == "ok" } == 3, "\(codes)")
+        #expect(codes.count { $0 == "too_many_attempts" } == 3, "\(codes)")
+        let users = try PGConnection(conninfo: harness.databaseURL).query("SELECT count(*) AS n FROM users")
+        #expect(try users.first?.decode("n", as: Int.self) == 3)
+        // A redelivered allowed request is answered from its kept result and takes nothing more.
+        let allowed = try #require(ids.first)
+        try await harness.publish(id: allowed, data: #"{"method":"guest"}"#)
+        #expect(try await harness.result(allowed).data.status == "ok")
+        try await harness.stop()
+    }
+
+    /// Registration had no limit at all: per client (key or client id) and globally now.
+    @Test func registrationsAreLimitedPerClientAndGlobally() async throws {
+        let harness = try await Harness {
+            $0.accounts.argon2 = Argon2Parameters(memoryKiB: 64, iterations: 1, parallelism: 1)
+            $0.accounts.registerRateLimit = WorkerConfiguration.RateLimit(count: 2, window: 3600)
+            $0.accounts.registerGlobalRateLimit = WorkerConfiguration.RateLimit(count: 4, window: 3600)
+        }
+        func register(_ index: Int, key: String?, client: String? = nil) async throws -> String {
+            let id = "register-\(index)-\(UUID())"
+            let clientField = client.map { #","client_id":"\#($0)""# } ?? ""
+            try await harness.publish(
+                id: id, key: key,
+                data:
+                    #"{"method":"register","email":"r\#(index)@example.com","password":"a long passphrase \#(index)"\#(clientField)}"#
+            )
+            let answer = try await harness.result(id).data
+            return answer.error?.code.rawValue ?? answer.status
+        }
+        #expect(try await register(1, key: "device-a") == "ok")
+        #expect(try await register(2, key: "device-a") == "ok")
+        #expect(try await register(3, key: "device-a") == "too_many_attempts", "the client's third")
+        #expect(try await register(4, key: "device-b", client: "c-4") == "ok")
+        #expect(try await register(5, key: nil, client: "c-5") == "ok")
+        #expect(try await register(6, key: nil, client: "c-6") == "too_many_attempts", "the global ceiling")
+        let users = try PGConnection(conninfo: harness.databaseURL).query("SELECT count(*) AS n FROM users")
+        #expect(try users.first?.decode("n", as: Int.self) == 4)
+        try await harness.stop()
+    }
+
+    /// Credentials sealed to the worker's published key sign in through the broker; with sealing
+    /// required, a clear password is refused naming its field, and nothing is written for it.
+    @Test func sealedCredentialsSignInAndClearOnesAreRefusedWhenRequired() async throws {
+        let pair = try X25519.generateKeyPair()
+        let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("credential-\(UUID()).pem")
+        try SecretFile.create(atPath: keyFile.path, contents: Array(try X25519.privateKeyPEM(pair.privateKey).utf8))
+        defer { try? FileManager.default.removeItem(at: keyFile) }
+        let harness = try await Harness {
+            $0.accounts.argon2 = Argon2Parameters(memoryKiB: 64, iterations: 1, parallelism: 1)
+            $0.credentialKeyPaths = [keyFile.path]
+            $0.requireSealedCredentials = true
+        }
+        let key = try CredentialKeys.Key(privateKey: pair.privateKey)
+        func sealed(_ password: String) throws -> String {
+            try JWE.sealECDHES(Array(password.utf8), to: key.publicKey, keyID: key.keyID)
+        }
+        let register = "sealed-register-\(UUID())"
+        try await harness.publish(
+            id: register,
+            data:
+                #"{"method":"register","email":"s@example.com","sealed_credentials":{"password":"\#(try sealed("a sealed passphrase"))"}}"#
+        )
+        #expect(try await harness.result(register).data.status == "ok")
+        let login = "sealed-login-\(UUID())"
+        try await harness.publish(
+            id: login,
+            data:
+                #"{"method":"password","email":"s@example.com","sealed_credentials":{"password":"\#(try sealed("a sealed passphrase"))"}}"#
+        )
+        #expect(try await harness.result(login).data.session != nil, "the sealed password was the one registered")
+        let clear = "clear-login-\(UUID())"
+        try await harness.publish(
+            id: clear, data: #"{"method":"password","email":"s@example.com","password":"a sealed passphrase"}"#)
+        let refused = try await harness.result(clear).data.error
+        #expect(refused?.code == .malformedRequest)
+        #expect(refused?.field == "data.password")
         try await harness.stop()
     }
 

@@ -46,6 +46,8 @@ import Testing
     @Test(arguments: [
         ("AUTH_ACCESS_TOKEN_FORMAT", "paseto"), ("AUTH_LOG_LEVEL", "loud"), ("AUTH_BATCH_MAX", "many"),
         ("AUTH_MIGRATE_ON_START", "maybe"), ("AUTH_KAFKA_PROPERTIES_FILE", "/nonexistent/file"),
+        ("AUTH_GUEST_GLOBAL_RATE_LIMIT", "100"), ("AUTH_REGISTER_RATE_LIMIT", "10/0"),
+        ("AUTH_REGISTER_GLOBAL_RATE_LIMIT", "-1/60"), ("AUTH_REQUIRE_SEALED_CREDENTIALS", "perhaps"),
     ])
     func badValuesNameTheirVariable(variable: String, value: String) {
         #expect(throws: ConfigurationError.self) { try WorkerConfiguration.fromEnvironment([variable: value]) }
@@ -65,6 +67,26 @@ import Testing
         try config.validate()
         config.databaseURL = "mysql://db"
         #expect(throws: ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "")) { try config.validate() }
+    }
+
+    @Test func ceilingsAndSealingAreConfigured() throws {
+        let config = try WorkerConfiguration.fromEnvironment([
+            "AUTH_GUEST_GLOBAL_RATE_LIMIT": "500/60", "AUTH_REGISTER_RATE_LIMIT": "3/600",
+            "AUTH_REGISTER_GLOBAL_RATE_LIMIT": "0/60", "AUTH_PASSWORD_CONTEXT_WORDS": "Acme, acme-auth ,",
+        ])
+        #expect(config.accounts.guestGlobalRateLimit == .init(count: 500, window: 60))
+        #expect(config.accounts.registerRateLimit == .init(count: 3, window: 600))
+        #expect(config.accounts.registerGlobalRateLimit.count == 0)
+        #expect(config.accounts.passwordContextWords == ["Acme", "acme-auth"])
+        #expect(config.accounts.longestRateLimitWindow == 3600, "the guest limit's hour")
+        var sealed = WorkerConfiguration()
+        sealed.accessTokenFormat = .opaque
+        sealed.requireSealedCredentials = true
+        #expect(throws: ConfigurationError(variable: "AUTH_REQUIRE_SEALED_CREDENTIALS", reason: "")) {
+            try sealed.validate()
+        }
+        sealed.credentialKeyPaths = ["/keys/credential.pem"]
+        try sealed.validate()
     }
 
     @Test func kafkaPropertiesFileIsPassedThroughAndWins() throws {

@@ -154,6 +154,29 @@ let fastArgon2 = Argon2Parameters(memoryKiB: 256, iterations: 2, parallelism: 1)
         try policy.check(password, email: "mario@example.com")
     }
 
+    /// The list of breached passwords is a real one, not a sample: a hundred thousand and more,
+    /// looked up in a set, case-insensitively.
+    @Test(arguments: ["baseball1", "qwerty1234", "iloveyou2", "Sunshine1", "michael123", "1q2w3e4r5t", "p@ssw0rd"])
+    func commonBreachedPasswordsAreRefused(password: String) {
+        #expect(PasswordPolicy.commonPasswordCount >= 100_000)
+        let weakness = #expect(throws: PasswordPolicy.Weakness.self) { try policy.check(password) }
+        #expect(weakness?.reason == "is one of the most commonly used passwords")
+    }
+
+    /// The e-mail's local part, or a context word, dressed up with digits and symbols is refused;
+    /// the same word inside a real passphrase is not.
+    @Test func contextWordsAndTheAddressAreRefusedWithDecoration() throws {
+        var policy = PasswordPolicy()
+        policy.contextWords = ["Zephyrauth"]
+        for password in ["zephyrauth", "Zephyrauth2026!", "!!zephyrauth99", "mariorossi1985", "MarioRossi!!"] {
+            #expect(throws: PasswordPolicy.Weakness.self, "\(password)") {
+                try policy.check(password, email: "mariorossi@example.com")
+            }
+        }
+        try policy.check("zephyrauth is my favourite", email: "mariorossi@example.com")
+        try policy.check("mariorossi loves pizza", email: "mariorossi@example.com")
+    }
+
     @Test func limitsAreInBytesAndCharacters() {
         #expect(throws: PasswordPolicy.Weakness.self) { try policy.check(String(repeating: "ab", count: 600)) }
         #expect(throws: PasswordPolicy.Weakness.self) { try policy.check("abc\u{0}defgh") }

@@ -1,8 +1,11 @@
 import AuthCrypto
 import Foundation
 import JOSE
+import Messages
 import StrictJSON
 import Testing
+
+@testable import AuthWorker
 
 @Suite struct SealingTests {
     @Test func aesGCMRoundTripsAndDetectsTampering() throws {
@@ -105,6 +108,137 @@ import Testing
         ]
         .joined(separator: " ")
         #expect(try IndependentJOSE.run(script, input: tampered).hasPrefix("REFUSED"))
+    }
+}
+
+/// Credentials sealed to the worker (`data.sealed_credentials`): opened by the decoder before
+/// anything else sees the request, refused with the field named when they do not open.
+@Suite struct SealedCredentialTests {
+    let current: CredentialKeys.Key
+    let previous: CredentialKeys.Key
+    let keys: CredentialKeys
+
+    init() throws {
+        current = try CredentialKeys.Key(privateKey: try X25519.generateKeyPair().privateKey)
+        previous = try CredentialKeys.Key(privateKey: try X25519.generateKeyPair().privateKey)
+        keys = CredentialKeys(keys: [current, previous])
+    }
+
+    func request(_ data: String) -> [UInt8] {
+        Array(
+            #"{"specversion":"1.0","id":"req-1","source":"/gateway","type":"auth.login.request","data":\#(data)}"#.utf8)
+    }
+
+    func seal(_ text: String, to key: CredentialKeys.Key, kid: Bool = true) throws -> String {
+        try JWE.sealECDHES(Array(text.utf8), to: key.publicKey, keyID: kid ? key.keyID : nil)
+    }
+
+    func refusal(_ decoder: RequestDecoder, _ data: String) -> RequestValidationError? {
+        guard case .invalid(_, _, let error) = decoder.decode(request(data)) else { return nil }
+        return error
+    }
+
+    @Test func sealedCredentialsAreOpenedWithTheKeyTheyName() throws {
+        var decoder = RequestDecoder()
+        decoder.credentials = keys
+        let password = try seal("correct horse battery", to: current)
+        let token = try seal("eyJ.apple.token", to: previous)
+        let unnamed = try seal("rt_secret", to: previous, kid: false)
+        guard
+            case .valid(let login) = decoder.decode(
+                request(#"{"method":"password","email":"a@b.co","sealed_credentials":{"password":"\#(password)"}}"#)),
+            case .valid(let apple) = decoder.decode(
+                request(#"{"method":"apple","sealed_credentials":{"identity_token":"\#(token)"}}"#)),
+            case .valid(let refresh) = decoder.decode(
+                request(#"{"method":"refresh","sealed_credentials":{"refresh_token":"\#(unnamed)"}}"#))
+        else {
+            Issue.record("expected valid requests")
+            return
+        }
+        #expect(login.data.password == "correct horse battery")
+        #expect(apple.data.identityToken == "eyJ.apple.token")
+        #expect(refresh.data.refreshToken == "rt_secret", "no kid: every key is tried")
+        #expect(!"\(login)".contains("correct horse"), "never in a description")
+    }
+
+    @Test func whatDoesNotOpenIsMalformedWithTheField() throws {
+        var decoder = RequestDecoder()
+        decoder.credentials = keys
+        let stranger = try CredentialKeys.Key(privateKey: try X25519.generateKeyPair().privateKey)
+        let sealed = try seal("pw-long-enough", to: current)
+        var parts = sealed.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        var ciphertext = try #require(Base64URL.decode(parts[3]))
+        ciphertext[0] ^= 1
+        parts[3] = Base64URL.encode(ciphertext)
+        let cases = [
+            (#"{"password":"\#(try seal("x", to: stranger))"}"#, "data.sealed_credentials.password"),
+            (#"{"password":"\#(try seal("x", to: stranger, kid: false))"}"#, "data.sealed_credentials.password"),
+            (#"{"password":"\#(parts.joined(separator: "."))"}"#, "data.sealed_credentials.password"),
+            (#"{"password":"not a jwe"}"#, "data.sealed_credentials.password"),
+            (#"{"password":7}"#, "data.sealed_credentials.password"),
+            (#"{"email":"\#(sealed)"}"#, "data.sealed_credentials.email"),
+            (#"{"password":"\#(try seal("pw\u{0}x", to: current))"}"#, "data.sealed_credentials.password"),
+        ]
+        for (sealedMembers, field) in cases {
+            let error = refusal(
+                decoder, #"{"method":"password","email":"a@b.co","sealed_credentials":\#(sealedMembers)}"#)
+            #expect(error?.field == field, "\(sealedMembers)")
+            #expect(error?.code == .malformedRequest)
+        }
+        let both = refusal(
+            decoder,
+            #"{"method":"password","email":"a@b.co","password":"clear","sealed_credentials":{"password":"\#(sealed)"}}"#
+        )
+        #expect(both?.field == "data.sealed_credentials.password")
+        // A worker without a credential key cannot open anything.
+        let keyless = refusal(
+            RequestDecoder(), #"{"method":"password","email":"a@b.co","sealed_credentials":{"password":"\#(sealed)"}}"#)
+        #expect(keyless?.field == "data.sealed_credentials.password")
+    }
+
+    @Test func clearCredentialsAreRefusedWhenSealingIsRequired() throws {
+        var decoder = RequestDecoder()
+        decoder.credentials = keys
+        decoder.requireSealedCredentials = true
+        for (data, field) in [
+            (#"{"method":"password","email":"a@b.co","password":"clear-password"}"#, "data.password"),
+            (#"{"method":"apple","identity_token":"x.y.z"}"#, "data.identity_token"),
+            (#"{"method":"refresh","refresh_token":"rt"}"#, "data.refresh_token"),
+            (#"{"method":"logout","access_token":"at"}"#, "data.access_token"),
+            (#"{"method":"guest","link_to":"at"}"#, "data.link_to"),
+        ] {
+            #expect(refusal(decoder, data)?.field == field)
+        }
+        guard case .valid = decoder.decode(request(#"{"method":"guest"}"#)) else {
+            Issue.record("a request without credentials needs no sealing")
+            return
+        }
+        let sealed = try seal("pw-long-enough", to: current)
+        guard
+            case .valid = decoder.decode(
+                request(#"{"method":"register","email":"a@b.co","sealed_credentials":{"password":"\#(sealed)"}}"#))
+        else {
+            Issue.record("expected valid")
+            return
+        }
+    }
+
+    /// What a gateway does with jwcrypto: seal to the JWK the worker publishes.
+    @Test(.requiresIndependentJOSE) func jwcryptoSealsWhatTheWorkerOpens() throws {
+        let jwk = current.publicJWK
+        let script = """
+            import sys, json
+            from jwcrypto import jwk, jwe
+            published = json.loads(sys.stdin.read())
+            key = jwk.JWK(**published)
+            protected = {"alg": "ECDH-ES", "enc": "A256GCM", "kid": published["kid"]}
+            token = jwe.JWE(b"sealed by a gateway", protected=protected)
+            token.add_recipient(key)
+            print(token.serialize(compact=True))
+            """
+        let input = String(decoding: try JSONSerialization.data(withJSONObject: jwk), as: UTF8.self)
+        let sealed = try IndependentJOSE.run(script, input: input)
+        #expect(try keys.open(sealed) == "sealed by a gateway")
     }
 }
 

@@ -78,6 +78,8 @@ extension LoginFlows {
         let linkTo = try data.linkTo.map {
             try presentedToken($0, field: "data.link_to", allowExpired: false, at: now)
         }
+        // Counted before the hash is made: a flood of registrations costs no Argon2 time.
+        try await reserveRegistration(request, at: now)
         let hash = try await passwords.hash(password)
         let name = data.name?.trimmingCharacters(in: .whitespacesAndNewlines).nilIfEmpty
         // The address is unverified: nobody has proven they receive mail there.
@@ -87,6 +89,30 @@ extension LoginFlows {
         return try identitySignIn(
             request, mode: .createOnly, identity: identity, name: name,
             newUserName: name ?? String(email.split(separator: "@").first ?? "user"), linkTo: linkTo, at: now)
+    }
+
+    /// Takes one registration from the client's bucket (`client_id`, else the Kafka key) and one
+    /// from the global ceiling, or refuses with `too_many_attempts` until the window ends.
+    func reserveRegistration(_ request: LoginRequest, at now: Date) async throws {
+        let accounts = configuration.accounts
+        var reservations: [RateLimitReservation] = []
+        if accounts.registerRateLimit.count > 0,
+            let client = (request.data.clientID ?? request.partitionKey).flatMap(\.nilIfEmpty)
+        {
+            reservations.append(
+                RateLimitReservation(bucket: "register:" + client, limit: accounts.registerRateLimit, wanted: 1))
+        }
+        if accounts.registerGlobalRateLimit.count > 0 {
+            reservations.append(
+                RateLimitReservation(bucket: "register-all", limit: accounts.registerGlobalRateLimit, wanted: 1))
+        }
+        let grants = try await attempts.reserveRateLimits(reservations, at: now)
+        for (reservation, grant) in zip(reservations, grants) where grant.granted < 1 {
+            throw LoginError.tooManyAttempts(
+                until: grant.windowEnd,
+                message: reservation.bucket == "register-all"
+                    ? "too many registrations right now; try again later" : "too many registrations from this client")
+        }
     }
 
     /// `password`: the attempt is counted before the hash is checked, so a burst of guesses for

@@ -30,10 +30,39 @@ public struct FlowAnswer: Sendable {
     }
 }
 
-/// Counts password attempts before they are verified, and reads the credential to verify.
+/// Counts password attempts before they are verified, and reads the credential to verify; takes
+/// rate-limited uses before the work they allow.
 public protocol PasswordAttempts: Sendable {
     func reservePasswordAttempt(key: String, email: String?, at date: Date, policy: ThrottlePolicy) async throws
         -> PasswordAttempt
+    /// Takes up to `wanted` uses of each bucket's current window, in order, each in its own
+    /// atomic step shared by every replica; answers what each granted. A bucket that grants
+    /// fewer than wanted ends it: the buckets after it are not touched, and not answered.
+    func reserveRateLimits(_ reservations: [RateLimitReservation], at date: Date) async throws -> [RateLimitGrant]
+}
+
+/// Uses of a rate-limited bucket asked for.
+public struct RateLimitReservation: Sendable, Equatable {
+    public var bucket: String
+    public var limit: WorkerConfiguration.RateLimit
+    public var wanted: Int
+
+    public init(bucket: String, limit: WorkerConfiguration.RateLimit, wanted: Int) {
+        self.bucket = bucket
+        self.limit = limit
+        self.wanted = wanted
+    }
+}
+
+/// Uses granted, and when the bucket's window ends (when to try again if none were).
+public struct RateLimitGrant: Sendable, Equatable {
+    public var granted: Int
+    public var windowEnd: Date
+
+    public init(granted: Int, windowEnd: Date) {
+        self.granted = granted
+        self.windowEnd = windowEnd
+    }
 }
 
 /// The login flows. Each reads top to bottom in two steps: `prepare` validates the request and
