@@ -173,6 +173,13 @@ class Worker:
                     values[key] = int(rest.split()[0]) / 1024
         return values.get("VmHWM", 0), values.get("VmRSS", 0)
 
+    def cpu_seconds(self):
+        """User and system CPU time the worker has used so far, from /proc."""
+        with open(f"/proc/{self.process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        # utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the command name.
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
         try:
@@ -304,6 +311,7 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
     worker = Worker(services, database, topics, key_server, extra)
     answered = reader.wait_for(keys, timeout=max(120, count / 50))
     peak, current = worker.memory()
+    cpu = worker.cpu_seconds()
     worker.stop()
     reader.close()
     if not answered:
@@ -313,8 +321,11 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
         raise RuntimeError(f"{kind}: {len(failed)} requests were not answered ok; see {worker.log.name}")
     services.drop(database)
     rate = throughput(reader.stamps, keys)
-    log(f"{label or kind}: {rate:,.0f} logins/s, peak RSS {peak:.0f} MiB, {reader.duplicates} answered twice")
-    return {"rate": rate, "count": count, "duplicates": reader.duplicates, "peak_rss_mib": peak, "rss_mib": current}
+    cpu_us = cpu / count * 1e6
+    log(f"{label or kind}: {rate:,.0f} logins/s, worker CPU {cpu_us:,.0f} µs per login, peak RSS {peak:.0f} MiB, "
+        f"{reader.duplicates} answered twice")
+    return {"rate": rate, "count": count, "duplicates": reader.duplicates, "peak_rss_mib": peak, "rss_mib": current,
+            "worker_cpu_us_per_login": cpu_us}
 
 
 class EchoResponder:
@@ -551,6 +562,11 @@ def report(results):
         limit = f"broker echo: {echo['p50_ms']} / {echo['p99_ms']} ms" if echo else ""
         lines.append(f"| guest latency at {entry['offered_rate']:,.0f}/s, p50 / p99 | "
                      f"{entry['p50_ms']} / {entry['p99_ms']} ms | {limit} | |")
+    for kind, label in (("guest", "guest"), ("apple", "Apple")):
+        cpu_us = results[kind].get("worker_cpu_us_per_login")
+        if cpu_us:
+            lines.append(f"| worker CPU per {label} login (start-up included) | {cpu_us:,.0f} µs | "
+                         f"one core: {1e6 / cpu_us:,.0f} logins/s | |")
     lines.append(f"| worker peak RSS (guest run) | {results['guest']['peak_rss_mib']:.0f} MiB | | |")
     lines.append(f"| requests answered more than once | {duplicates} | | |")
     batch = " · ".join(f"{entry['batch_max']}: {entry['rate']:,.0f}/s" for entry in results["batch"])

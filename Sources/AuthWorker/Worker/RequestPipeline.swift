@@ -118,11 +118,31 @@ public final class RequestPipeline: Service {
         var publishing: [(stage: Stage<[UUID]>, jobs: [JobRecords])] = []
         var toPublish: [JobRecords] = []
         var looking: Lookup?
+        var nextDrainReport: ContinuousClock.Instant?
         while true {
             beat()
             let busy =
                 writing.contains { $0 != nil } || !publishing.isEmpty || looking != nil || !toPublish.isEmpty
             if isStopping, !busy, !state.canProgress { break }
+            if isStopping {
+                // A drain that takes long says what it waits for, every five seconds.
+                let now = ContinuousClock.now
+                if let report = nextDrainReport {
+                    if now >= report {
+                        logger.warning(
+                            "Draining: still waiting",
+                            metadata: [
+                                LogKey.count: String(state.jobs.count),
+                                "drain.writing": String(writing.count { $0 != nil }),
+                                "drain.publishing": String(publishing.count),
+                                "drain.looking_up": String(looking != nil),
+                            ])
+                        nextDrainReport = now + .seconds(5)
+                    }
+                } else {
+                    nextDrainReport = now + .seconds(5)
+                }
+            }
             if !isStopping, state.jobs.count < processing.maxInFlight {
                 // Background work that finishes wakes the poll, so it is picked up at once; the
                 // timeout only bounds the wait for messages.

@@ -91,6 +91,17 @@ final class IsolatedCluster: @unchecked Sendable {
     }
 
     /// Cuts every client off the broker (its data stays): the broker is unreachable until `startProxy`.
+    /// Freezes the broker process (SIGSTOP): connections stay open and nothing answers, as
+    /// with a broker stuck in a long GC pause or on a frozen VM.
+    func freezeBroker() {
+        if let broker, broker.isRunning { kill(broker.processIdentifier, SIGSTOP) }
+    }
+
+    /// Resumes a frozen broker (SIGCONT).
+    func thawBroker() {
+        if let broker, broker.isRunning { kill(broker.processIdentifier, SIGCONT) }
+    }
+
     func stopProxy() {
         // SIGKILL: every connection drops at once, as when a broker's host goes away.
         if let proxy, proxy.isRunning { kill(proxy.processIdentifier, SIGKILL) }
