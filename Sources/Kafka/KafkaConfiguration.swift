@@ -46,6 +46,9 @@ public struct KafkaProducerConfiguration: Sendable, Equatable {
     public var deliveryTimeout: Duration = .seconds(30)
     /// `none`, `gzip`, `snappy`, `lz4` or `zstd`. Default: `lz4`.
     public var compression: String = "lz4"
+    /// Let the broker create a topic the producer names (when the broker allows it). Default:
+    /// false: topics are created on purpose, and asking whether one exists must not create it.
+    public var allowAutoCreateTopics = false
 
     public init(kafka: KafkaConfiguration) {
         self.kafka = kafka
@@ -59,6 +62,7 @@ public struct KafkaProducerConfiguration: Sendable, Equatable {
         result["linger.ms"] = String(linger.milliseconds)
         result["message.timeout.ms"] = String(deliveryTimeout.milliseconds)
         result["compression.codec"] = compression
+        result["allow.auto.create.topics"] = allowAutoCreateTopics ? "true" : "false"
         for (key, value) in kafka.properties { result[key] = value }
         return result
     }

@@ -20,9 +20,23 @@ public final class PGConnection {
         if let connection { PQfinish(connection) }
     }
 
+    /// Connection settings that keep a frozen or vanished server from hanging a caller for ever:
+    /// a connect timeout, TCP keepalives, a TCP user timeout for unacknowledged sends, and a
+    /// statement timeout. Anything the connection string sets itself wins.
+    public static let defaultSettings: [(String, String)] = [
+        ("connect_timeout", "5"), ("keepalives", "1"), ("keepalives_idle", "10"), ("keepalives_interval", "5"),
+        ("keepalives_count", "3"), ("tcp_user_timeout", "30000"), ("options", "-c statement_timeout=60000"),
+    ]
+
     private func connect() throws {
         if let connection { PQfinish(connection) }
-        connection = PQconnectdb(conninfo)
+        // Defaults first, then the connection string (expanded): later keywords win.
+        let pairs = Self.defaultSettings + [("dbname", conninfo)]
+        connection = Self.withCStrings(pairs.map(\.0)) { keywords in
+            Self.withCStrings(pairs.map(\.1)) { values in
+                PQconnectdbParams(keywords, values, 1)
+            }
+        }
         guard let connection, PQstatus(connection) == CONNECTION_OK else {
             let message = connection.map { Self.message(PQerrorMessage($0)) } ?? "out of memory"
             throw PGError(.connection, serverMessage: message)
@@ -31,6 +45,20 @@ public final class PGConnection {
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         // Fixed session settings the text decoders rely on.
         _ = try execute(unsafeSQL: "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET client_encoding = 'UTF8'")
+    }
+
+    /// A NULL-terminated array of C strings, alive for `body`.
+    private static func withCStrings<Result>(
+        _ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> Result
+    ) -> Result {
+        let copies = strings.map { strdup($0) }
+        defer { for copy in copies { free(copy) } }
+        let pointers = copies.map { UnsafePointer($0) } + [nil]
+        return pointers.withUnsafeBufferPointer { buffer in
+            // Never empty (the terminating nil is there), so there is always a base address.
+            guard let base = buffer.baseAddress else { preconditionFailure("an array of one has storage") }
+            return body(base)
+        }
     }
 
     /// True while the connection is usable.

@@ -7,94 +7,159 @@ import Synchronization
 
 /// A minimal HTTP/1.1 server for orchestrator probes and metrics: `GET /livez`, `/readyz`, `/metrics`.
 ///
-/// Each path maps to a check that returns a status and a body; anything else is 404. One thread
-/// accepts; each request is answered and the connection closed.
+/// Each path maps to a check that answers at once from state the application keeps current (it
+/// must never wait on PostgreSQL or the broker); anything else is 404. One thread of its own runs
+/// an event loop over the listening socket and every open connection, so connections are served
+/// side by side: a client that connects and sends nothing holds nothing up, and is closed after
+/// `requestTimeout`. Each request is answered and its connection closed.
 public final class HealthServer: Service, @unchecked Sendable {
-    // @unchecked: `socket` is written once before the accept thread starts; the rest is immutable or atomic.
-    public typealias Check = @Sendable () async -> (status: Int, body: String)
+    // @unchecked: the listening socket is owned by the server thread; the rest is immutable or atomic.
+    public typealias Check = @Sendable () -> (status: Int, body: String)
 
     private let host: String
     private let requestedPort: UInt16
     private let routes: [String: Check]
     private let logger: Logger
-    private var socket: Int32 = -1
     private let stopped = Atomic<Bool>(false)
     private let boundPort = Atomic<Int>(0)
+    /// How long a connection may take to send its request line. Default: 200 ms.
+    public let requestTimeout: Duration
+    /// Connections open at once at most; beyond it, new ones are closed at once. Default: 64.
+    public let maximumConnections: Int
 
     /// - Parameters:
-    ///   - host: address to listen on. Default: all interfaces (probes come from the orchestrator).
+    ///   - host: IPv4 address to listen on (`0.0.0.0`: every interface, as an orchestrator probes).
     ///   - port: 0 picks a free port (tests).
-    public init(host: String = "0.0.0.0", port: UInt16, routes: [String: Check], logger: Logger) {
+    public init(
+        host: String = "0.0.0.0", port: UInt16, routes: [String: Check], logger: Logger,
+        requestTimeout: Duration = .milliseconds(200), maximumConnections: Int = 64
+    ) {
         self.host = host
         self.requestedPort = port
         self.routes = routes
         self.logger = logger
+        self.requestTimeout = requestTimeout
+        self.maximumConnections = maximumConnections
     }
 
     /// The port actually listened on, once `run()` has bound it.
     public var port: UInt16 { UInt16(boundPort.load(ordering: .acquiring)) }
 
     public func run() async throws {
+        let fd = try listen()
+        logger.info("Health endpoint listening", metadata: ["http.port": String(port), "http.host": host])
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let thread = Thread { [self] in
+                serve(fd)
+                close(fd)
+                continuation.resume()
+            }
+            thread.name = "health-server"
+            thread.start()
+        }
+    }
+
+    public func triggerGracefulShutdown() {
+        stopped.store(true, ordering: .releasing)
+    }
+
+    private func listen() throws -> Int32 {
         let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw HealthServerError(reason: "socket() failed") }
         var yes: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr(host)
+        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
+            close(fd)
+            throw HealthServerError(reason: "\(host) is not an IPv4 address")
+        }
         address.sin_port = requestedPort.bigEndian
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        guard bound == 0, listen(fd, 16) == 0 else {
+        guard bound == 0, Glibc.listen(fd, 64) == 0 else {
             close(fd)
             throw HealthServerError(reason: "cannot listen on \(host):\(requestedPort)")
         }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
         }
-        socket = fd
         boundPort.store(Int(UInt16(bigEndian: address.sin_port)), ordering: .releasing)
-        logger.info("Health endpoint listening", metadata: ["http.port": String(port)])
+        return fd
+    }
+
+    /// An open connection: what it has sent so far, and when it must have sent its request line.
+    private struct Connection {
+        let fd: Int32
+        let deadline: ContinuousClock.Instant
+        var received: [UInt8] = []
+    }
+
+    /// The event loop: accept, read request lines as they arrive, answer, close; until stopped.
+    private func serve(_ listener: Int32) {
+        var connections: [Connection] = []
         while !stopped.load(ordering: .acquiring) {
-            let client = await acceptOne(fd)
-            guard client >= 0 else { continue }
-            await answer(client)
+            var descriptors = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0)]
+            descriptors += connections.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+            // Wake at least every 50 ms: to notice a stop, and connections past their deadline.
+            _ = poll(&descriptors, nfds_t(descriptors.count), 50)
+            let now = ContinuousClock.now
+            var open: [Connection] = []
+            for (index, var connection) in connections.enumerated() {
+                let events = descriptors[index + 1].revents
+                if events & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                    var buffer = [UInt8](repeating: 0, count: 2048)
+                    let count = read(connection.fd, &buffer, buffer.count)
+                    if count <= 0 {
+                        close(connection.fd)
+                        continue
+                    }
+                    connection.received += buffer[0..<count]
+                    if let end = connection.received.firstIndex(where: { $0 == 0x0D || $0 == 0x0A }) {
+                        answer(connection.fd, requestLine: Array(connection.received[..<end]))
+                        close(connection.fd)
+                        continue
+                    }
+                    if connection.received.count > 8192 {
+                        close(connection.fd)
+                        continue
+                    }
+                }
+                if now >= connection.deadline {
+                    close(connection.fd)
+                    continue
+                }
+                open.append(connection)
+            }
+            connections = open
+            if descriptors[0].revents & Int16(POLLIN) != 0 {
+                while true {
+                    let client = accept(listener, nil, nil)
+                    guard client >= 0 else { break }
+                    guard connections.count < maximumConnections else {
+                        close(client)
+                        continue
+                    }
+                    _ = fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK)
+                    connections.append(Connection(fd: client, deadline: now + requestTimeout))
+                }
+            }
         }
+        for connection in connections { close(connection.fd) }
     }
 
-    public func triggerGracefulShutdown() {
-        stopped.store(true, ordering: .releasing)
-        if socket >= 0 { shutdown(socket, Int32(SHUT_RDWR)) }
-    }
-
-    /// Waits for a connection without blocking a cooperative thread: poll with a short timeout.
-    private func acceptOne(_ fd: Int32) async -> Int32 {
-        var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        while !stopped.load(ordering: .acquiring) {
-            if poll(&descriptor, 1, 0) > 0 { return accept(fd, nil, nil) }
-            try? await Task.sleep(for: .milliseconds(50))
-        }
-        close(fd)
-        return -1
-    }
-
-    private func answer(_ client: Int32) async {
-        defer { close(client) }
-        var timeout = timeval(tv_sec: 2, tv_usec: 0)
-        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var buffer = [UInt8](repeating: 0, count: 2048)
-        let count = read(client, &buffer, buffer.count)
-        guard count > 0 else { return }
-        let line = String(decoding: buffer[0..<count].prefix { $0 != 0x0D && $0 != 0x0A }, as: UTF8.self)
+    private func answer(_ client: Int32, requestLine: [UInt8]) {
+        let line = String(decoding: requestLine, as: UTF8.self)
         let parts = line.split(separator: " ")
         let path = parts.count >= 2 ? String(parts[1].split(separator: "?").first ?? "") : ""
         let (status, body): (Int, String)
         if parts.first == "GET", let check = routes[path] {
-            (status, body) = await check()
+            (status, body) = check()
         } else {
             (status, body) = (404, "not found\n")
         }
@@ -103,11 +168,19 @@ public final class HealthServer: Service, @unchecked Sendable {
         let response = Array(
             "HTTP/1.1 \(status) \(reason)\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
                 .utf8)
+        // The socket is non-blocking: wait for room a little at a time, never more than a second.
         var offset = 0
-        while offset < response.count {
+        let deadline = ContinuousClock.now + .seconds(1)
+        while offset < response.count, ContinuousClock.now < deadline {
             let written = response[offset...].withUnsafeBytes { write(client, $0.baseAddress, $0.count) }
-            if written <= 0 { return }
-            offset += written
+            if written > 0 {
+                offset += written
+            } else if written < 0, errno == EAGAIN || errno == EWOULDBLOCK {
+                var descriptor = pollfd(fd: client, events: Int16(POLLOUT), revents: 0)
+                _ = poll(&descriptor, 1, 50)
+            } else {
+                return
+            }
         }
     }
 }

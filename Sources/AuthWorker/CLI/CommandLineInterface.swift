@@ -1,4 +1,7 @@
 import AuthCrypto
+import CLibPQ
+import COpenSSL
+import CRdKafka
 import Foundation
 import JOSE
 import Kafka
@@ -16,7 +19,9 @@ public struct CommandLineInterface: Sendable {
 
         commands:
           run                                   consume and answer login requests until SIGTERM
-          migrate                               bring the database schema up to date, then exit
+          migrate [--status | --dry-run]        bring the database schema up to date, then exit;
+                                                with an option, only say what would be applied
+          version                               print the version and the C libraries' versions
           keys generate FILE [--alg ES256|EdDSA|X25519]  make a signing key, or with X25519 a
                                                 credential key (PEM, mode 0600)
           keys jwks                             print the public JWK Set of AUTH_SIGNING_KEYS
@@ -59,9 +64,19 @@ public struct CommandLineInterface: Sendable {
         do {
             switch (arguments[0], arguments.dropFirst().first) {
             case ("run", _):
+                guard arguments.count == 1 else {
+                    throw UsageError(message: "run takes no arguments (configuration is AUTH_* variables)")
+                }
                 try await runWorker()
             case ("migrate", _):
-                try await migrate()
+                let options = Array(arguments.dropFirst())
+                guard options.isEmpty || options == ["--status"] || options == ["--dry-run"] else {
+                    throw UsageError(message: "usage: auth-worker migrate [--status | --dry-run]")
+                }
+                try await migrate(apply: options.isEmpty)
+            case ("version", _):
+                guard arguments.count == 1 else { throw UsageError(message: "version takes no arguments") }
+                output("auth-worker \(Self.version) (\(Self.libraryVersions))")
             case ("keys", "generate"):
                 try generateKey(Array(arguments.dropFirst(2)))
             case ("keys", "jwks"):
@@ -94,6 +109,17 @@ public struct CommandLineInterface: Sendable {
         }
     }
 
+    /// This release's version.
+    public static let version = "0.3.0"
+
+    /// The C libraries the worker runs on, as linked at run time.
+    static var libraryVersions: String {
+        let openssl = String(cString: OpenSSL_version(OPENSSL_VERSION))
+        let rdkafka = String(cString: rd_kafka_version_str())
+        let libpq = PQlibVersion()
+        return "\(openssl), librdkafka \(rdkafka), libpq \(libpq / 10000).\(libpq % 100)"
+    }
+
     struct UsageError: Error {
         var message: String
     }
@@ -121,9 +147,20 @@ public struct CommandLineInterface: Sendable {
         try await application.run()
     }
 
-    private func migrate() async throws {
+    /// With `apply` false (`--status`, `--dry-run`), only says what would be applied.
+    private func migrate(apply: Bool) async throws {
         let configuration = try configuration()
         let store = PostgresStore(pool: PGPool(conninfo: configuration.databaseURL, size: 1))
+        guard apply else {
+            let current = try await store.schemaVersion() ?? 0
+            let pending = Migrations.all.filter { $0.version > current }
+            output(
+                pending.isEmpty
+                    ? "schema is up to date (version \(current)); nothing to apply"
+                    : "schema version \(current); would apply: "
+                        + pending.map { "\($0.version) (\($0.name))" }.joined(separator: ", "))
+            return
+        }
         let applied = try await store.migrate()
         let version = try await store.schemaVersion() ?? 0
         output(

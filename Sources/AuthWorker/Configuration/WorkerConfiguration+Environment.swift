@@ -105,6 +105,13 @@ extension WorkerConfiguration {
         }
         if let value = try reader.seconds("AUTH_REQUEST_DEADLINE_SECONDS") { config.requestDeadline = value }
         if let value = try reader.seconds("AUTH_OUTBOX_RELAY_GRACE_SECONDS") { config.outboxRelayGrace = value }
+        if let text = reader.string("AUTH_HEALTH_ADDRESS") {
+            var address = in_addr()
+            guard inet_pton(AF_INET, text, &address) == 1 else {
+                throw ConfigurationError(variable: "AUTH_HEALTH_ADDRESS", reason: "must be an IPv4 address")
+            }
+            config.healthAddress = text
+        }
         if let text = reader.string("AUTH_HEALTH_PORT") {
             if text == "off" {
                 config.healthPort = nil

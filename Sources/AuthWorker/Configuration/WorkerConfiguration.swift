@@ -80,6 +80,9 @@ public struct WorkerConfiguration: Sendable {
     /// Port of the health endpoint (`/livez`, `/readyz`, `/metrics`); nil turns it off, 0 picks one.
     /// Env: `AUTH_HEALTH_PORT` (`off` turns it off). Default: 8080.
     public var healthPort: UInt16? = 8080
+    /// The IPv4 address the health endpoint listens on. Env: `AUTH_HEALTH_ADDRESS`. Default:
+    /// `0.0.0.0` (every interface: an orchestrator probes the pod's address).
+    public var healthAddress = "0.0.0.0"
     /// Outbox events older than this and still unpublished (a crash came between commit and
     /// publish) are published by the relay. Env: `AUTH_OUTBOX_RELAY_GRACE_SECONDS`. Default: 30.
     public var outboxRelayGrace: TimeInterval = 30
@@ -106,6 +109,9 @@ public struct WorkerConfiguration: Sendable {
         public var notifications = "auth.provider.notifications"
         public var deadLetters = "auth.login.requests.dlq"
         public init() {}
+
+        /// Every topic the worker reads or writes.
+        public var all: [String] { [requests, results, events, notifications, deadLetters] }
     }
 
     /// Lifetimes of what a login issues.

@@ -18,6 +18,8 @@ public struct WorkerApplication: Sendable {
     public let relay: OutboxRelay
     public let metrics: WorkerMetrics
     public let health: HealthServer?
+    /// What `/readyz` answers, checked in the background.
+    public let readiness: Readiness
     public let logger: Logger
 
     /// Validates the configuration, migrates when configured, and creates every part.
@@ -75,47 +77,39 @@ public struct WorkerApplication: Sendable {
             interval: .seconds(max(1, min(5, Int(configuration.outboxRelayGrace)))),
             grace: configuration.outboxRelayGrace, throttleWindow: configuration.accounts.throttle.window,
             rateLimitWindow: configuration.accounts.longestRateLimitWindow, passwords: passwords)
+        let readiness = Readiness(
+            database: PGClient(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
+            topics: configuration.topics.all)
         let health = configuration.healthPort.map { port in
             makeHealthServer(
                 port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,
-                logger: logger.child(label: "auth.health"))
+                readiness: readiness, logger: logger.child(label: "auth.health"))
         }
         return WorkerApplication(
             configuration: configuration, pool: pool, producer: producer, consumer: consumer, store: store,
             worker: worker,
-            relay: relay, metrics: metrics, health: health, logger: logger)
+            relay: relay, metrics: metrics, health: health, readiness: readiness, logger: logger)
     }
 
-    /// `/livez`: the consume loop showed progress recently. `/readyz`: PostgreSQL and a broker answer.
-    /// `/metrics`: Prometheus text.
+    /// `/livez`: the consume loop showed progress recently. `/readyz`: PostgreSQL and a broker
+    /// answered the last check, and every topic the worker uses exists. `/metrics`: Prometheus
+    /// text. Every answer comes from state kept current in the background (`Readiness`): a probe
+    /// never waits on PostgreSQL or the broker.
     static func makeHealthServer(
         port: UInt16, configuration: WorkerConfiguration, producer: KafkaProducer, worker: RequestPipeline,
-        metrics: WorkerMetrics, logger: Logger
+        metrics: WorkerMetrics, readiness: Readiness, logger: Logger
     ) -> HealthServer {
-        let probe = PGClient(conninfo: configuration.databaseURL, name: "pg-health")
         // A loop stuck longer than the longest retry wait plus a poll is not alive.
         let livenessLimit = max(60, Int(configuration.processing.maxRetryDelay.wholeMilliseconds / 1000) * 3)
         return HealthServer(
-            port: port,
+            host: configuration.healthAddress, port: port,
             routes: [
                 "/livez": {
                     let silent = worker.secondsSinceHeartbeat
                     return silent <= livenessLimit
                         ? (200, "ok\n") : (503, "the consume loop has shown no progress for \(silent) s\n")
                 },
-                "/readyz": {
-                    do {
-                        _ = try await probe.withConnection { try $0.query("SELECT 1 AS one").count }
-                    } catch {
-                        return (503, "PostgreSQL is unreachable\n")
-                    }
-                    do {
-                        try await producer.checkBrokers(timeout: .seconds(2))
-                    } catch {
-                        return (503, "no Kafka broker answers\n")
-                    }
-                    return (200, "ready\n")
-                },
+                "/readyz": { readiness.answer() },
                 "/metrics": { (200, metrics.prometheusText()) },
             ], logger: logger)
     }
@@ -142,7 +136,7 @@ public struct WorkerApplication: Sendable {
     /// The service group for this application, so a caller can stop it.
     public func makeServiceGroup(signals: [Int32] = [SIGTERM, SIGINT]) -> ServiceGroup {
         ServiceGroup(
-            services: [health].compactMap { $0 } + [relay, worker], signals: signals,
+            services: (health.map { [$0, readiness] } ?? []) + [relay, worker], signals: signals,
             gracefulShutdownTimeout: configuration.shutdownTimeout,
             logger: logger.child(label: "auth.lifecycle"))
     }

@@ -130,10 +130,34 @@ import Testing
         let (unknown, _, _) = try launch(["frobnicate"], environment: [:])
         unknown.waitUntilExit()
         #expect(unknown.terminationStatus == 2)
+        // Options a command does not take are refused before anything starts (`run --bogus` used
+        // to start and join the live group).
+        for arguments in [["run", "--bogus"], ["migrate", "--force"], ["version", "extra"]] {
+            let (refused, _, errors) = try launch(arguments, environment: [:])
+            refused.waitUntilExit()
+            #expect(refused.terminationStatus == 2, "\(arguments)")
+            #expect(
+                String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("usage")
+                    || arguments[0] != "migrate")
+        }
+        let (version, versionOutput, _) = try launch(["version"], environment: [:])
+        version.waitUntilExit()
+        #expect(version.terminationStatus == 0)
+        let printed = String(decoding: versionOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(printed.hasPrefix("auth-worker ") && printed.contains("OpenSSL") && printed.contains("librdkafka"))
     }
 
     @Test func migrateAndKeysCommands() throws {
         let databaseURL = try IntegrationEnvironment.makeDatabase()
+        // --dry-run and --status only say what would be applied (--dry-run used to migrate).
+        for option in ["--dry-run", "--status"] {
+            let (dry, dryOutput, _) = try launch(["migrate", option], environment: ["AUTH_DATABASE_URL": databaseURL])
+            dry.waitUntilExit()
+            #expect(dry.terminationStatus == 0)
+            #expect(
+                String(decoding: dryOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
+                    "would apply: 1 (initial schema)"))
+        }
         let (first, firstOutput, _) = try launch(["migrate"], environment: ["AUTH_DATABASE_URL": databaseURL])
         first.waitUntilExit()
         #expect(first.terminationStatus == 0)

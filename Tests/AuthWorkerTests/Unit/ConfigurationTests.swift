@@ -110,7 +110,7 @@ import Testing
             producer == [
                 "bootstrap.servers": "a:1,b:2", "client.id": "worker-1", "enable.idempotence": "true", "acks": "all",
                 "linger.ms": "1", "message.timeout.ms": "30000", "compression.codec": "lz4",
-                "socket.nagle.disable": "true",
+                "socket.nagle.disable": "true", "allow.auto.create.topics": "false",
             ])
         var consumerConfig = KafkaConsumerConfiguration(kafka: kafka, groupID: "auth-worker")
         consumerConfig.sessionTimeout = .seconds(6)

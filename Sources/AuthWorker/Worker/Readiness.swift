@@ -1,0 +1,79 @@
+import Foundation
+import Kafka
+import PGStore
+import ServiceKit
+import Synchronization
+
+/// Whether the worker can do its job, checked every `interval` in the background so `/readyz`
+/// answers at once from the last result: PostgreSQL answers a query, a broker answers, and every
+/// topic the worker uses exists. A check that has not come back for `staleAfter` (PostgreSQL
+/// frozen, the broker unreachable) counts as not ready, and says so.
+public final class Readiness: Service, Sendable {
+    private struct State {
+        var ready = false
+        var reason = "starting: the first readiness check has not finished\n"
+        var checkedAt: ContinuousClock.Instant?
+    }
+
+    private let database: PGClient
+    private let producer: KafkaProducer
+    private let topics: [String]
+    private let interval: Duration
+    private let staleAfter: Duration
+    private let state = Mutex(State())
+    private let stopped = Atomic<Bool>(false)
+
+    public init(
+        database: PGClient, producer: KafkaProducer, topics: [String], interval: Duration = .seconds(2),
+        staleAfter: Duration = .seconds(10)
+    ) {
+        self.database = database
+        self.producer = producer
+        self.topics = topics
+        self.interval = interval
+        self.staleAfter = staleAfter
+    }
+
+    /// The `/readyz` answer: 200 when the last check passed and is recent, else 503 and why.
+    public func answer() -> (status: Int, body: String) {
+        let current = state.withLock { $0 }
+        guard let checkedAt = current.checkedAt else { return (503, current.reason) }
+        let age = ContinuousClock.now - checkedAt
+        guard age <= staleAfter else {
+            return (
+                503,
+                "the readiness check has not come back for \(age.components.seconds) s (PostgreSQL or the broker is not answering)\n"
+            )
+        }
+        return current.ready ? (200, "ready\n") : (503, current.reason)
+    }
+
+    public func run() async throws {
+        while !stopped.load(ordering: .acquiring), !Task.isCancelled {
+            let (ready, reason) = await check()
+            state.withLock { $0 = State(ready: ready, reason: reason, checkedAt: .now) }
+            try? await Task.sleep(for: interval)
+        }
+    }
+
+    public func triggerGracefulShutdown() {
+        stopped.store(true, ordering: .releasing)
+    }
+
+    private func check() async -> (Bool, String) {
+        do {
+            _ = try await database.withConnection { try $0.query("SELECT 1 AS one").count }
+        } catch {
+            return (false, "PostgreSQL is unreachable\n")
+        }
+        let exists: [String: Bool]
+        do {
+            exists = try await producer.describeTopics(topics, timeout: .seconds(2))
+        } catch {
+            return (false, "no Kafka broker answers\n")
+        }
+        let missing = topics.filter { exists[$0] != true }
+        guard missing.isEmpty else { return (false, "topics missing: \(missing.joined(separator: ", "))\n") }
+        return (true, "ready\n")
+    }
+}
