@@ -22,6 +22,8 @@ public struct CommandLineInterface: Sendable {
           migrate [--status | --dry-run]        bring the database schema up to date, then exit;
                                                 with an option, only say what would be applied
           version                               print the version and the C libraries' versions
+          probe [livez | readyz]                ask this machine's health endpoint (a container
+                                                HEALTHCHECK); exit 0 when it answers 200
           keys generate FILE [--alg ES256|EdDSA|X25519]  make a signing key, or with X25519 a
                                                 credential key (PEM, mode 0600)
           keys jwks                             print the public JWK Set of AUTH_SIGNING_KEYS
@@ -74,6 +76,12 @@ public struct CommandLineInterface: Sendable {
                     throw UsageError(message: "usage: auth-worker migrate [--status | --dry-run]")
                 }
                 try await migrate(apply: options.isEmpty)
+            case ("probe", _):
+                let path = arguments.dropFirst().first ?? "livez"
+                guard arguments.count <= 2, ["livez", "readyz"].contains(path) else {
+                    throw UsageError(message: "usage: auth-worker probe [livez | readyz]")
+                }
+                return probe(path)
             case ("version", _):
                 guard arguments.count == 1 else { throw UsageError(message: "version takes no arguments") }
                 output("auth-worker \(Self.version) (\(Self.libraryVersions))")
@@ -107,6 +115,45 @@ public struct CommandLineInterface: Sendable {
             errorOutput("auth-worker: \(error)")
             return 1
         }
+    }
+
+    /// Asks this machine's health endpoint (`AUTH_HEALTH_PORT`), as a container HEALTHCHECK does:
+    /// exit 0 when it answers 200 within two seconds, 1 otherwise.
+    private func probe(_ path: String) -> Int32 {
+        let port = environment["AUTH_HEALTH_PORT"].flatMap { UInt16($0) } ?? 8080
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return 1 }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else {
+            errorOutput("auth-worker: nothing listens on 127.0.0.1:\(port)")
+            return 1
+        }
+        let request = Array("GET /\(path) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".utf8)
+        guard request.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == request.count else { return 1 }
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 1024)
+        while response.count < 65536 {
+            let count = read(fd, &buffer, buffer.count)
+            if count <= 0 { break }
+            response += buffer[0..<count]
+        }
+        let text = String(decoding: response, as: UTF8.self)
+        let statusLine = text.prefix { $0 != "\r" && $0 != "\n" }
+        let body = text.components(separatedBy: "\r\n\r\n").dropFirst().joined()
+        output("\(statusLine): \(body.trimmingCharacters(in: .whitespacesAndNewlines))")
+        return statusLine.hasPrefix("HTTP/1.1 200") ? 0 : 1
     }
 
     /// This release's version.

@@ -22,11 +22,13 @@ public final class Readiness: Service, Sendable {
     private let staleAfter: Duration
     private let state = Mutex(State())
     private let stopped = Atomic<Bool>(false)
+    private let logger: Logger?
 
     public init(
         database: PGClient, producer: KafkaProducer, topics: [String], interval: Duration = .seconds(2),
-        staleAfter: Duration = .seconds(10)
+        staleAfter: Duration = .seconds(10), logger: Logger? = nil
     ) {
+        self.logger = logger
         self.database = database
         self.producer = producer
         self.topics = topics
@@ -51,7 +53,19 @@ public final class Readiness: Service, Sendable {
     public func run() async throws {
         while !stopped.load(ordering: .acquiring), !Task.isCancelled {
             let (ready, reason) = await check()
-            state.withLock { $0 = State(ready: ready, reason: reason, checkedAt: .now) }
+            let previous = state.withLock { current in
+                defer { current = State(ready: ready, reason: reason, checkedAt: .now) }
+                return current
+            }
+            // Changes are logged, so "why was it not ready at 3 a.m." has an answer in the log.
+            if previous.checkedAt == nil || previous.ready != ready || previous.reason != reason {
+                if ready {
+                    logger?.info("Ready")
+                } else {
+                    logger?.warning(
+                        "Not ready", metadata: ["health.reason": reason.trimmingCharacters(in: .newlines)])
+                }
+            }
             try? await Task.sleep(for: interval)
         }
     }

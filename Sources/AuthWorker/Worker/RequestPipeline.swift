@@ -133,6 +133,7 @@ public final class RequestPipeline: Service {
                             "Draining: still waiting",
                             metadata: [
                                 LogKey.count: String(state.jobs.count),
+                                "drain.phases": state.phaseSummary,
                                 "drain.writing": String(writing.count { $0 != nil }),
                                 "drain.publishing": String(publishing.count),
                                 "drain.looking_up": String(looking != nil),
@@ -1097,14 +1098,46 @@ struct LoopState {
         return Array(ready.prefix(limit))
     }
 
-    /// False when nothing in flight can finish any more (only abandoned jobs and those behind them).
+    /// How many jobs are in each phase, for a drain's log line: `ready=3 abandoned=1`.
+    var phaseSummary: String {
+        var counts: [String: Int] = [:]
+        for job in jobs.values {
+            let name =
+                switch job.phase {
+                case .lookup: "lookup"
+                case .lookingUp: "looking_up"
+                case .preparing: "preparing"
+                case .ready: "ready"
+                case .batched: "batched"
+                case .waitingForID: "waiting_for_id"
+                case .abandoned: "abandoned"
+                }
+            counts[name, default: 0] += 1
+        }
+        return counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+    }
+
+    /// False when nothing in flight can finish any more: only abandoned jobs, jobs waiting for
+    /// an id another job holds, and ready jobs behind either in their lane (a lane is written in
+    /// order, so those can never be batched). A drain ends there instead of waiting for ever.
     var canProgress: Bool {
-        jobs.values.contains { job in
+        for job in jobs.values {
             switch job.phase {
-            case .lookup, .lookingUp, .preparing, .ready, .batched: true
-            case .waitingForID, .abandoned: false
+            case .lookup, .lookingUp, .preparing, .batched: return true
+            case .ready, .waitingForID, .abandoned: continue
             }
         }
+        for seqs in lanes.values {
+            lane: for seq in seqs {
+                guard let job = jobs[seq] else { break lane }
+                switch job.phase {
+                case .batched: continue lane
+                case .ready: return true
+                default: break lane
+                }
+            }
+        }
+        return false
     }
 }
 

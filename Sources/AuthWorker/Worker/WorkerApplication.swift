@@ -79,7 +79,7 @@ public struct WorkerApplication: Sendable {
             rateLimitWindow: configuration.accounts.longestRateLimitWindow, passwords: passwords)
         let readiness = Readiness(
             database: PGClient(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
-            topics: configuration.topics.all)
+            topics: configuration.topics.all, logger: logger.child(label: "auth.health"))
         let health = configuration.healthPort.map { port in
             makeHealthServer(
                 port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,

@@ -50,16 +50,21 @@ import Testing
             logger: IntegrationEnvironment.quietLogger)
     }
 
-    /// Polls `answer` for `duration`, returning the slowest call and the last answer.
-    func watch(_ readiness: Readiness, for duration: Duration) async throws -> (slowest: Duration, last: String) {
+    /// Polls `answer` until `done` holds for it (or `timeout`), returning the slowest call and
+    /// the last answer.
+    func watch(
+        _ readiness: Readiness, timeout: Duration = .seconds(30),
+        until done: (_ status: Int, _ body: String) -> Bool
+    ) async throws -> (slowest: Duration, last: String) {
         var slowest = Duration.zero
         var last = ""
-        let end = ContinuousClock.now + duration
+        let end = ContinuousClock.now + timeout
         while ContinuousClock.now < end {
             let started = ContinuousClock.now
-            let (_, body) = readiness.answer()
+            let (status, body) = readiness.answer()
             slowest = max(slowest, ContinuousClock.now - started)
             last = body
+            if done(status, body) { break }
             try await Task.sleep(for: .milliseconds(100))
         }
         return (slowest, last)
@@ -74,7 +79,9 @@ import Testing
             producer: producer, topics: [], interval: .milliseconds(200), staleAfter: .seconds(2))
         let task = Task { try await readiness.run() }
         // libpq's connect timeout (5 s) ends the check; until then the probe says it has no answer.
-        let (slowest, last) = try await watch(readiness, for: .seconds(7))
+        let (slowest, last) = try await watch(readiness) { _, body in
+            body.contains("PostgreSQL") || body.contains("not come back")
+        }
         #expect(slowest < .milliseconds(100), "\(slowest)")
         #expect(readiness.answer().status == 503)
         #expect(last.contains("PostgreSQL") || last.contains("not come back"), "\(last)")
@@ -94,7 +101,8 @@ import Testing
             database: PGClient(conninfo: databaseURL, name: "pg-test"), producer: producer, topics: topics.all,
             interval: .milliseconds(200))
         let tasks = [Task { try await missing.run() }, Task { try await present.run() }]
-        _ = try await watch(missing, for: .seconds(3))
+        _ = try await watch(missing) { _, body in body.contains("topics missing") }
+        _ = try await watch(present) { status, _ in status == 200 }
         #expect(missing.answer().status == 503)
         #expect(missing.answer().body.contains("topics missing"))
         #expect(present.answer().status == 200, "\(present.answer().body)")

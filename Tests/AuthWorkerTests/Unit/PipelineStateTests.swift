@@ -37,6 +37,27 @@ import Testing
         #expect(state.readyJobs(shard: 0, of: 1).map(\.seq) == [jobs[3].seq])
     }
 
+    /// A drain stops waiting when nothing can move: a ready job behind an abandoned one in its lane
+    /// can never be written (seen in the fault injection: a SIGTERM drain waited out its whole
+    /// deadline with two such jobs and nothing else in flight).
+    @Test func readyJobsBehindAnAbandonedOneCannotProgress() {
+        var state = LoopState()
+        let jobs = [("a", 0), ("a", 1), ("b", 2)].map { key, offset in
+            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: key), epoch: 0)
+        }
+        for job in jobs { state.add(job) }
+        jobs[0].phase = .abandoned
+        ready(jobs[1])
+        jobs[2].phase = .abandoned
+        #expect(!state.canProgress, "a's ready job is stuck behind its abandoned head")
+        jobs[0].phase = .preparing
+        #expect(state.canProgress, "a job being prepared will finish")
+        jobs[0].phase = .batched
+        #expect(state.canProgress, "with its head written, the ready one can be batched")
+        jobs[0].phase = .waitingForID
+        #expect(!state.canProgress)
+    }
+
     @Test func aBatchIsCutAtTheLimitInReadOrderAndTheRestComesNext() {
         var state = LoopState()
         let jobs = (0..<10).map { offset in
