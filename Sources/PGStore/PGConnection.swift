@@ -184,8 +184,13 @@ public final class PGConnection {
         default:
             let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
             let message = Self.message(PQresultErrorMessage(result))
+            // Every error the server reports has a SQLSTATE; one without is libpq's own (the
+            // server closed the connection, a send failed): the connection's problem, retriable,
+            // even when libpq has not marked the connection bad yet.
             let broken = connection.map { PQstatus($0) != CONNECTION_OK } ?? true
-            throw PGError(broken ? .connection : .query, sqlState: sqlState, serverMessage: message, step: step)
+            throw PGError(
+                broken || sqlState == nil ? .connection : .query, sqlState: sqlState, serverMessage: message,
+                step: step)
         }
         let columnCount = Int(PQnfields(result))
         let rowCount = Int(PQntuples(result))

@@ -163,14 +163,16 @@ public final class RequestPipeline: Service {
             if looking == nil { looking = beginLookup(&state) }
             collect(&state)
 
-            var published = false
-            for (stage, jobs) in publishing where stage.isDone {
-                state.eventsToMark += try await stage.value()
-                finish(jobs, &state)
-                published = true
+            // Each publish is finished exactly when it is seen done: a stage that completes while
+            // this runs waits for the next turn (removing "whatever is done now" afterwards would
+            // drop it unfinished, its jobs stuck and its partition's offsets with them).
+            let (donePublishing, stillPublishing) = Self.split(publishing) { $0.stage.isDone }
+            publishing = stillPublishing
+            for entry in donePublishing {
+                state.eventsToMark += try await entry.stage.value()
+                finish(entry.jobs, &state)
             }
-            if published {
-                publishing.removeAll { $0.stage.isDone }
+            if !donePublishing.isEmpty {
                 await consumer.storeOffsets(state.watermark.advance())
             }
             for shard in 0..<writers {
@@ -193,6 +195,17 @@ public final class RequestPipeline: Service {
             }
             if !wrote, !busy { try await markPublishedWhileIdle(&state) }
         }
+    }
+
+    /// Splits `entries` into those `isDone` says are done and the rest, asking once per entry:
+    /// every entry lands in exactly one of the two, whenever a background stage completes.
+    static func split<Entry>(_ entries: [Entry], isDone: (Entry) -> Bool) -> (done: [Entry], pending: [Entry]) {
+        var done: [Entry] = []
+        var pending: [Entry] = []
+        for entry in entries {
+            if isDone(entry) { done.append(entry) } else { pending.append(entry) }
+        }
+        return (done, pending)
     }
 
     /// Learns where the output topics live before the first request, so its answer does not

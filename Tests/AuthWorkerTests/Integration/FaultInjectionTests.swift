@@ -108,9 +108,7 @@ import Testing
             "AUTH_HEALTH_PORT": "off", "AUTH_REQUEST_DEADLINE_SECONDS": "0", "AUTH_OUTBOX_RELAY_GRACE_SECONDS": "2",
             "AUTH_GUEST_RATE_LIMIT": "0/60", "AUTH_GUEST_GLOBAL_RATE_LIMIT": "0/60", "AUTH_BATCH_WAIT_MS": "50",
             "AUTH_LOG_LEVEL": "info",
-            // Longer than librdkafka's 30 s message timeout: a record the broker never acknowledged
-            // (seen once in ten rounds, after the broker was frozen) is retried within the drain.
-            "AUTH_SHUTDOWN_TIMEOUT_SECONDS": "75",
+            "AUTH_SHUTDOWN_TIMEOUT_SECONDS": "30",
         ]
         let replicas = (0..<3).map { _ in WorkerProcess(environment: environment) }
         let results = try TopicReader(topic: topics.results, brokers: cluster.brokers)

@@ -42,6 +42,30 @@ import Testing
         #expect(try connection.query("SELECT \("ok")::text AS v").first?.decode("v") == "ok")
     }
 
+    /// A server that goes away mid-session is the connection's problem, retriable. (The fault
+    /// injection once stopped a replica on "server closed the connection unexpectedly", an error
+    /// without SQLSTATE on a connection libpq still called OK, when PostgreSQL was killed during a
+    /// batch; errors without SQLSTATE now count as connection errors. This test covers the
+    /// common path, where libpq has already marked the connection bad; the fault injection, the
+    /// rare one.)
+    @Test func aServerThatGoesAwayIsARetriableConnectionError() throws {
+        let url = try IntegrationEnvironment.makeDatabase()
+        let victim = try PGConnection(conninfo: url)
+        let pid: Int = try #require(try victim.query("SELECT pg_backend_pid() AS pid").first?.decode("pid"))
+        let killer = try PGConnection(conninfo: url)
+        try killer.query("SELECT pg_terminate_backend(\(pid))")
+        for _ in 0..<2 {
+            do {
+                try victim.query("SELECT 1 AS one")
+                Issue.record("a terminated connection answered")
+            } catch let error as PGError {
+                #expect(error.isRetriable, "\(error.debugDescription)")
+            }
+        }
+        try victim.reconnectIfNeeded()
+        #expect(try victim.query("SELECT 1 AS one").first?.decode("one", as: Int.self) == 1)
+    }
+
     @Test func transactionsRollBackWhenTheBodyThrows() throws {
         let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
         try connection.execute(unsafeSQL: "CREATE TABLE t (v integer PRIMARY KEY)")
