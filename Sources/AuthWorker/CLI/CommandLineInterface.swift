@@ -9,6 +9,10 @@ import Messages
 import PGStore
 import ServiceKit
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The `auth-worker` command: parses arguments, runs one command, returns the exit status.
 ///
 /// Every command prints a usage line for `--help` and a one-line reason on error, with a non-zero

@@ -1,6 +1,10 @@
 import Foundation
 import ServiceKit
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 extension WorkerConfiguration {
     /// Reads the configuration from environment variables (tests pass a dictionary).
     /// - Throws: `ConfigurationError` naming the first variable that does not parse.

@@ -1,6 +1,10 @@
 import Foundation
 import JOSE
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
@@ -128,7 +132,8 @@ enum LoopbackCheck {
     static func resolvesOnlyToLoopback(_ host: String) -> Bool {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        // Any socket type: each address may come back more than once, which changes nothing here.
+        hints.ai_socktype = 0
         var list: UnsafeMutablePointer<addrinfo>?
         guard getaddrinfo(host, nil, &hints, &list) == 0, let first = list else { return false }
         defer { freeaddrinfo(first) }
