@@ -540,6 +540,16 @@ public final class RequestPipeline: Service {
                 records.append(JobRecords(job: job, records: published, events: [], outcome: outcome))
             case .writeLogin(let work):
                 guard let outcome = next.next() else { continue }
+                if case .refused(let error as PGError) = outcome, error.isUniqueViolation, !job.lookedUpAgain {
+                    // Most likely written already: a commit that reached the server while the
+                    // connection died before its acknowledgement, then retried. Looked up again,
+                    // it is answered with what was kept; a real conflict comes back here and is
+                    // answered as before.
+                    job.lookedUpAgain = true
+                    job.phase = .lookup
+                    state.changed(job)
+                    continue
+                }
                 records.append(loginRecords(outcome, job: job, work: work))
             case .writeNotification(let notification):
                 guard let outcome = next.next() else { continue }
@@ -906,6 +916,8 @@ final class Job {
     /// The keyed digest of the request's content (or of the raw value).
     var digest: [UInt8] = []
     var phase: Phase = .lookup
+    /// Set when a write conflict sent the job back to look its id up (once at most).
+    var lookedUpAgain = false
 
     /// Messages with the same partition and key are written in order; messages without a key
     /// are ordered against nothing.
