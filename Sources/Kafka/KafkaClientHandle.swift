@@ -19,6 +19,12 @@ enum KafkaClientHandle {
         return conf
     }
 
+    /// Throws what librdkafka says about `properties` (an unknown name, a bad value), without
+    /// creating a client or connecting.
+    static func checkConf(_ properties: [String: String]) throws {
+        rd_kafka_conf_destroy(try makeConf(properties))
+    }
+
     /// A client handle. rd_kafka_new takes ownership of `conf` only on success; on failure it is freed here.
     static func makeClient(_ type: rd_kafka_type_t, conf: OpaquePointer) throws -> OpaquePointer {
         var errorBuffer = [CChar](repeating: 0, count: 512)

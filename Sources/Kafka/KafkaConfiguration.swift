@@ -55,6 +55,12 @@ public struct KafkaProducerConfiguration: Sendable, Equatable {
     }
 
     /// The librdkafka properties this configuration sets.
+    /// Throws `KafkaError.configuration` for what librdkafka refuses, connecting to nothing.
+    public func check() throws {
+        try kafka.validate()
+        try KafkaClientHandle.checkConf(librdkafkaProperties)
+    }
+
     public var librdkafkaProperties: [String: String] {
         var result = kafka.commonProperties
         result["enable.idempotence"] = idempotent ? "true" : "false"
@@ -97,6 +103,12 @@ public struct KafkaConsumerConfiguration: Sendable, Equatable {
     ///
     /// Offsets are stored by the application only after a message's outcome is durable
     /// (`enable.auto.offset.store=false`) and committed in the background from that store.
+    /// Throws `KafkaError.configuration` for what librdkafka refuses, connecting to nothing.
+    public func check() throws {
+        try kafka.validate()
+        try KafkaClientHandle.checkConf(librdkafkaProperties)
+    }
+
     public var librdkafkaProperties: [String: String] {
         var result = kafka.commonProperties
         result["group.id"] = groupID

@@ -180,6 +180,33 @@ public actor KafkaConsumer {
         return ConsumerContext.describe(list)
     }
 
+    /// Per assigned partition, how many messages lie between this member's position (the next
+    /// message it will be handed) and the partition's end, from the watermarks of the last fetch
+    /// (no request to the broker). Partitions whose position or end is not known yet are left out.
+    public func lag() -> [TopicPartition: Int64] {
+        guard !closed else { return [:] }
+        var list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+        guard rd_kafka_assignment(pointer, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list else { return [:] }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        _ = rd_kafka_position(pointer, list)
+        var lag: [TopicPartition: Int64] = [:]
+        for index in 0..<Int(list.pointee.cnt) {
+            let element = list.pointee.elems[index]
+            guard let topic = element.topic else { continue }
+            var low: Int64 = -1
+            var high: Int64 = -1
+            guard
+                rd_kafka_get_watermark_offsets(pointer, topic, element.partition, &low, &high)
+                    == RD_KAFKA_RESP_ERR_NO_ERROR,
+                high >= 0
+            else { continue }
+            // No position yet (nothing consumed since assignment): count from the log's start.
+            let position = element.offset >= 0 ? element.offset : max(low, 0)
+            lag[TopicPartition(topic: String(cString: topic), partition: element.partition)] = max(high - position, 0)
+        }
+        return lag
+    }
+
     /// Commits stored offsets, leaves the group and destroys the client. Idempotent.
     public func close() {
         guard !closed, handle.beginClosing() else { return }

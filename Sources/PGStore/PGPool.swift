@@ -1,4 +1,5 @@
 import ServiceKit
+import Synchronization
 
 /// A fixed set of `PGClient`s handed out one caller at a time.
 ///
@@ -7,6 +8,7 @@ import ServiceKit
 public final class PGPool: Sendable {
     private let clients: [PGClient]
     private let slots: SlotQueue
+    private let lent = Atomic<Int>(0)
     /// What the pool connects with.
     public let conninfo: String
 
@@ -23,11 +25,18 @@ public final class PGPool: Sendable {
     /// The number of connections.
     public var size: Int { clients.count }
 
+    /// How many connections are lent out now.
+    public var inUse: Int { lent.load(ordering: .relaxed) }
+
     /// Runs `body` with a connection of its own.
     @discardableResult
     public func withConnection<T: Sendable>(_ body: @Sendable (PGConnection) throws -> T) async throws -> T {
         let index = await slots.acquire()
-        defer { slots.release(index) }
+        lent.add(1, ordering: .relaxed)
+        defer {
+            lent.subtract(1, ordering: .relaxed)
+            slots.release(index)
+        }
         return try await clients[index].withConnection(body)
     }
 
@@ -35,7 +44,11 @@ public final class PGPool: Sendable {
     @discardableResult
     public func withTransaction<T: Sendable>(_ body: @Sendable (PGConnection) throws -> T) async throws -> T {
         let index = await slots.acquire()
-        defer { slots.release(index) }
+        lent.add(1, ordering: .relaxed)
+        defer {
+            lent.subtract(1, ordering: .relaxed)
+            slots.release(index)
+        }
         return try await clients[index].withTransaction(body)
     }
 

@@ -18,31 +18,118 @@ import ServiceKit
 /// Every command prints a usage line for `--help` and a one-line reason on error, with a non-zero
 /// exit status. Configuration comes from the environment (see the README), never from arguments.
 public struct CommandLineInterface: Sendable {
-    public static let usage = """
-        usage: auth-worker <command> [options]
+    /// One command: its words, what it takes, and what it does.
+    struct Command: Sendable {
+        /// `["keys", "generate"]`.
+        let words: [String]
+        /// What follows the words in the usage line.
+        let arguments: String
+        let summary: String
+        /// Options that take a value (`--alg ES256`).
+        var options: [String] = []
+        /// Options that stand alone (`--status`); at most one of them.
+        var flags: [String] = []
+        /// How many positional arguments.
+        var positionals: ClosedRange<Int> = 0...0
 
-        commands:
-          run                                   consume and answer login requests until SIGTERM
-          migrate [--status | --dry-run]        bring the database schema up to date, then exit;
-                                                with an option, only say what would be applied
-          version                               print the version and the C libraries' versions
-          probe [livez | readyz]                ask this machine's health endpoint (a container
-                                                HEALTHCHECK); exit 0 when it answers 200
-          keys generate FILE [--alg ES256|EdDSA|X25519]  make a signing key, or with X25519 a
-                                                credential key (PEM, mode 0600)
-          keys jwks                             print the public JWK Set of AUTH_SIGNING_KEYS
-                                                and AUTH_CREDENTIAL_KEYS
-          request guest [--device NAME] [--platform P] [--timeout SECONDS]
-                                                publish a guest login and print its result
-          users show ID_OR_EMAIL                print a user, its identities and sessions (no secrets)
-          users delete ID                       delete a user and its sessions; emits auth.user.deleted
-          guests purge --older-than DURATION    delete guests older than e.g. 30d that never signed up
-          token verify --provider NAME [--keys FILE] [--at UNIX_TIME] [--nonce RAW] TOKEN
-                                                verify a provider token as a login would; print its
-                                                header and claims, or the error code and why
+        var usage: String {
+            "usage: auth-worker " + (words + [arguments]).filter { !$0.isEmpty }.joined(separator: " ")
+        }
+    }
 
-        Configuration is read from AUTH_* environment variables; see the README.
-        """
+    static let commands: [Command] = [
+        Command(words: ["run"], arguments: "", summary: "consume and answer login requests until SIGTERM"),
+        Command(
+            words: ["migrate"], arguments: "[--status | --dry-run]",
+            summary: "bring the database schema up to date, then exit; with an option, only say what would be applied",
+            flags: ["--status", "--dry-run"]),
+        Command(
+            words: ["config", "check"], arguments: "",
+            summary:
+                "check the whole AUTH_* environment (keys, providers file, limits) without connecting to anything"),
+        Command(
+            words: ["version"], arguments: "", summary: "print the version, the commit and the C libraries' versions"),
+        Command(
+            words: ["probe"], arguments: "[livez | readyz]",
+            summary: "ask this machine's health endpoint (a container HEALTHCHECK); exit 0 when it answers 200",
+            positionals: 0...1),
+        Command(
+            words: ["keys", "generate"], arguments: "FILE [--alg ES256|EdDSA|X25519]",
+            summary: "make a signing key, or with X25519 a credential key (PEM, mode 0600, never overwritten)",
+            options: ["--alg"], positionals: 1...1),
+        Command(
+            words: ["keys", "jwks"], arguments: "",
+            summary: "print the public JWK Set of AUTH_SIGNING_KEYS and AUTH_CREDENTIAL_KEYS"),
+        Command(
+            words: ["request", "guest"], arguments: "[--device NAME] [--platform P] [--timeout SECONDS]",
+            summary: "publish a guest login and print its result", options: ["--device", "--platform", "--timeout"]),
+        Command(
+            words: ["users", "show"], arguments: "ID_OR_EMAIL",
+            summary: "print a user, its identities and sessions (no secrets)", positionals: 1...1),
+        Command(
+            words: ["users", "delete"], arguments: "ID",
+            summary: "delete a user and its sessions; emits auth.user.deleted", positionals: 1...1),
+        Command(
+            words: ["guests", "purge"], arguments: "--older-than DURATION",
+            summary: "delete guests older than DURATION (30d, 12h) that never signed up", options: ["--older-than"]),
+        Command(
+            words: ["token", "verify"], arguments: "--provider NAME [--keys FILE] [--at UNIX_TIME] [--nonce RAW] TOKEN",
+            summary: "verify a provider token as a login would; print its header and claims, or the error code and why",
+            options: ["--provider", "--keys", "--at", "--nonce"], positionals: 1...1),
+    ]
+
+    /// The overview `--help` prints.
+    public static var usage: String {
+        let width = 34
+        var lines = ["usage: auth-worker <command> [options]", "", "commands:"]
+        for command in commands {
+            let head = "  " + (command.words + [command.arguments]).filter { !$0.isEmpty }.joined(separator: " ")
+            if head.count < width {
+                lines.append(head.padding(toLength: width, withPad: " ", startingAt: 0) + command.summary)
+            } else {
+                lines.append(head)
+                lines.append(String(repeating: " ", count: width) + command.summary)
+            }
+        }
+        lines += [
+            "", "Every command takes --help. Configuration is read from AUTH_* environment variables; see the README.",
+        ]
+        return lines.joined(separator: "\n")
+    }
+
+    /// A command's arguments, parsed against its `Command`.
+    struct Arguments {
+        var values: [String: String] = [:]
+        var flag: String?
+        var positionals: [String] = []
+
+        /// Refuses what `command` does not take, with its usage line.
+        init(_ arguments: [String], for command: Command) throws {
+            var index = 0
+            while index < arguments.count {
+                let argument = arguments[index]
+                if command.options.contains(argument) {
+                    guard index + 1 < arguments.count else {
+                        throw UsageError(message: "\(argument) needs a value; \(command.usage)")
+                    }
+                    values[argument] = arguments[index + 1]
+                    index += 2
+                } else if command.flags.contains(argument) {
+                    guard flag == nil else { throw UsageError(message: "one option at most; \(command.usage)") }
+                    flag = argument
+                    index += 1
+                } else if argument.hasPrefix("-"), argument.count > 1 {
+                    throw UsageError(message: "unknown option \(argument); \(command.usage)")
+                } else {
+                    positionals.append(argument)
+                    index += 1
+                }
+            }
+            guard command.positionals.contains(positionals.count) else {
+                throw UsageError(message: command.usage)
+            }
+        }
+    }
 
     private let environment: [String: String]
     private let output: @Sendable (String) -> Void
@@ -63,50 +150,57 @@ public struct CommandLineInterface: Sendable {
     /// Runs the command named by `arguments` (without the program name).
     /// - Returns: the exit status: 0 on success, 1 on failure, 2 on a usage error.
     public func run(_ arguments: [String]) async -> Int32 {
-        if arguments.isEmpty || arguments.contains("--help") || arguments.contains("-h") || arguments.first == "help" {
+        if arguments.isEmpty || ["--help", "-h", "help"].contains(arguments[0]) {
             output(Self.usage)
             return arguments.isEmpty ? 2 : 0
         }
+        // The command whose words begin the arguments, the longest first (`keys generate`).
+        guard
+            let command = Self.commands.filter({ arguments.starts(with: $0.words) }).max(by: {
+                $0.words.count < $1.words.count
+            })
+        else {
+            errorOutput(
+                "auth-worker: unknown command '\(arguments.prefix(2).joined(separator: " "))'\n"
+                    + "usage: auth-worker <command> [options]; see auth-worker --help")
+            return 2
+        }
+        let rest = Array(arguments.dropFirst(command.words.count))
+        if rest.contains("--help") || rest.contains("-h") {
+            output(command.usage + "\n\n" + command.summary)
+            return 0
+        }
         do {
-            switch (arguments[0], arguments.dropFirst().first) {
-            case ("run", _):
-                guard arguments.count == 1 else {
-                    throw UsageError(message: "run takes no arguments (configuration is AUTH_* variables)")
-                }
+            let parsed = try Arguments(rest, for: command)
+            switch command.words {
+            case ["run"]:
                 try await runWorker()
-            case ("migrate", _):
-                let options = Array(arguments.dropFirst())
-                guard options.isEmpty || options == ["--status"] || options == ["--dry-run"] else {
-                    throw UsageError(message: "usage: auth-worker migrate [--status | --dry-run]")
-                }
-                try await migrate(apply: options.isEmpty)
-            case ("probe", _):
-                let path = arguments.dropFirst().first ?? "livez"
-                guard arguments.count <= 2, ["livez", "readyz"].contains(path) else {
-                    throw UsageError(message: "usage: auth-worker probe [livez | readyz]")
-                }
+            case ["migrate"]:
+                try await migrate(apply: parsed.flag == nil)
+            case ["config", "check"]:
+                try checkConfiguration()
+            case ["probe"]:
+                let path = parsed.positionals.first ?? "livez"
+                guard ["livez", "readyz"].contains(path) else { throw UsageError(message: command.usage) }
                 return probe(path)
-            case ("version", _):
-                guard arguments.count == 1 else { throw UsageError(message: "version takes no arguments") }
-                output("auth-worker \(Self.version) (\(Self.libraryVersions))")
-            case ("keys", "generate"):
-                try generateKey(Array(arguments.dropFirst(2)))
-            case ("keys", "jwks"):
+            case ["version"]:
+                output("auth-worker \(Self.version) commit \(BuildInfo.commit) (\(Self.libraryVersions))")
+            case ["keys", "generate"]:
+                try generateKey(parsed)
+            case ["keys", "jwks"]:
                 try printJWKS()
-            case ("request", "guest"):
-                return try await requestGuest(Array(arguments.dropFirst(2)))
-            case ("users", "show"):
-                return try await showUser(Array(arguments.dropFirst(2)))
-            case ("users", "delete"):
-                return try await deleteUser(Array(arguments.dropFirst(2)))
-            case ("guests", "purge"):
-                return try await purgeGuests(Array(arguments.dropFirst(2)))
-            case ("token", "verify"):
-                return try await verifyToken(Array(arguments.dropFirst(2)))
+            case ["request", "guest"]:
+                return try await requestGuest(parsed)
+            case ["users", "show"]:
+                return try await showUser(parsed.positionals[0])
+            case ["users", "delete"]:
+                return try await deleteUser(parsed.positionals[0])
+            case ["guests", "purge"]:
+                return try await purgeGuests(parsed, usage: command.usage)
+            case ["token", "verify"]:
+                return try await verifyToken(parsed, usage: command.usage)
             default:
-                errorOutput(
-                    "auth-worker: unknown command '\(arguments.joined(separator: " "))'; see auth-worker --help")
-                return 2
+                throw UsageError(message: command.usage)
             }
             return 0
         } catch let error as UsageError {
@@ -161,7 +255,7 @@ public struct CommandLineInterface: Sendable {
     }
 
     /// This release's version.
-    public static let version = "0.3.0"
+    public static var version: String { BuildInfo.version }
 
     /// The C libraries the worker runs on, as linked at run time.
     static var libraryVersions: String {
@@ -175,8 +269,16 @@ public struct CommandLineInterface: Sendable {
         var message: String
     }
 
-    private func configuration() throws -> WorkerConfiguration {
-        try WorkerConfiguration.fromEnvironment(environment)
+    /// What a command connects to, each required to be set (there are no development defaults).
+    private enum Endpoint {
+        case database, brokers
+    }
+
+    private func configuration(needs endpoints: Set<Endpoint> = []) throws -> WorkerConfiguration {
+        let configuration = try WorkerConfiguration.fromEnvironment(environment)
+        if endpoints.contains(.database) { try configuration.validateDatabase() }
+        if endpoints.contains(.brokers) { try configuration.validateBrokers() }
+        return configuration
     }
 
     private func logger(_ configuration: WorkerConfiguration) -> Logger {
@@ -198,9 +300,48 @@ public struct CommandLineInterface: Sendable {
         try await application.run()
     }
 
+    /// Checks everything the worker would check at start, and more, connecting to nothing: the
+    /// variables, the key files, the providers file, the librdkafka properties.
+    private func checkConfiguration() throws {
+        let configuration = try configuration()
+        try configuration.validate()
+        do {
+            try configuration.producerConfiguration.check()
+            try configuration.consumerConfiguration.check()
+        } catch let error as KafkaError {
+            throw ConfigurationError(variable: "AUTH_KAFKA_PROPERTIES_FILE", reason: "librdkafka refuses \(error)")
+        }
+        var signing: [String] = []
+        if !configuration.signingKeyPaths.isEmpty {
+            var jwt = configuration
+            jwt.accessTokenFormat = .jwt
+            signing = try JWTAccessTokenIssuer(configuration: jwt).keys.map { key in
+                "\(key.publicJWK["alg"] ?? "?") \(key.publicJWK["kid"] ?? "?")"
+            }
+        }
+        let credentials = try CredentialKeys(paths: configuration.credentialKeyPaths).keys.map(\.keyID)
+        let providers = try configuration.identityProviders().map(\.name)
+        var database = "set"
+        if let url = URLComponents(string: configuration.databaseURL) {
+            // Where it points, never the password.
+            database = "\(url.host ?? "local socket"):\(url.port.map(String.init) ?? "5432")\(url.path)"
+        }
+        output(
+            """
+            configuration is valid
+              brokers: \(configuration.kafkaBrokers.joined(separator: ",")) (group \(configuration.kafkaGroup))
+              database: \(database)
+              topics: \(configuration.topics.all.joined(separator: ", "))
+              access tokens: \(configuration.accessTokenFormat.rawValue); signing keys: \(signing.isEmpty ? "none" : signing.joined(separator: ", "))
+              credential keys: \(credentials.isEmpty ? "none" : credentials.joined(separator: ", "))\(configuration.requireSealedCredentials ? " (sealed credentials required)" : "")
+              identity providers: \(providers.isEmpty ? "none" : providers.joined(separator: ", "))
+              results key: \(configuration.resultsKey == nil ? "none (a redelivered request cannot be answered again)" : "set")
+            """)
+    }
+
     /// With `apply` false (`--status`, `--dry-run`), only says what would be applied.
     private func migrate(apply: Bool) async throws {
-        let configuration = try configuration()
+        let configuration = try configuration(needs: [.database])
         let store = PostgresStore(pool: PGPool(conninfo: configuration.databaseURL, size: 1))
         guard apply else {
             let current = try await store.schemaVersion() ?? 0
@@ -222,35 +363,20 @@ public struct CommandLineInterface: Sendable {
 
     // MARK: - keys
 
-    private func generateKey(_ arguments: [String]) throws {
+    private func generateKey(_ arguments: Arguments) throws {
         // ES256 by default: OpenSSL 3.0 signs P-256 about twice as fast as Ed25519 (assembly for
         // the curve; Ed25519 is portable C), and every JWT library verifies it.
         var algorithm = SigningKey.Algorithm.es256
         var encryption = false
-        var path: String?
-        var index = 0
-        while index < arguments.count {
-            switch arguments[index] {
-            case "--alg":
-                guard index + 1 < arguments.count else {
-                    throw UsageError(message: "--alg takes ES256, EdDSA or X25519")
-                }
-                if arguments[index + 1] == "X25519" {
-                    encryption = true
-                } else if let parsed = SigningKey.Algorithm(rawValue: arguments[index + 1]) {
-                    algorithm = parsed
-                } else {
-                    throw UsageError(message: "--alg takes ES256, EdDSA or X25519")
-                }
-                index += 2
-            default:
-                guard path == nil else { throw UsageError(message: "keys generate takes one FILE") }
-                path = arguments[index]
-                index += 1
+        let path = arguments.positionals[0]
+        if let name = arguments.values["--alg"] {
+            if name == "X25519" {
+                encryption = true
+            } else if let parsed = SigningKey.Algorithm(rawValue: name) {
+                algorithm = parsed
+            } else {
+                throw UsageError(message: "--alg takes ES256, EdDSA or X25519")
             }
-        }
-        guard let path else {
-            throw UsageError(message: "usage: auth-worker keys generate FILE [--alg ES256|EdDSA|X25519]")
         }
         guard !FileManager.default.fileExists(atPath: path) else {
             throw UsageError(message: "\(path) exists; refusing to overwrite a key")
@@ -293,26 +419,16 @@ public struct CommandLineInterface: Sendable {
 
     // MARK: - request guest
 
-    private func requestGuest(_ arguments: [String]) async throws -> Int32 {
+    private func requestGuest(_ arguments: Arguments) async throws -> Int32 {
         var device = LoginRequestData.Device(name: "auth-worker CLI", platform: "cli")
+        if let name = arguments.values["--device"] { device.name = name }
+        if let platform = arguments.values["--platform"] { device.platform = platform }
         var timeout = 30
-        var index = 0
-        while index < arguments.count {
-            guard index + 1 < arguments.count else { throw UsageError(message: "\(arguments[index]) needs a value") }
-            let value = arguments[index + 1]
-            switch arguments[index] {
-            case "--device": device.name = value
-            case "--platform": device.platform = value
-            case "--timeout":
-                guard let seconds = Int(value), seconds > 0 else {
-                    throw UsageError(message: "--timeout takes seconds")
-                }
-                timeout = seconds
-            default: throw UsageError(message: "unknown option \(arguments[index])")
-            }
-            index += 2
+        if let value = arguments.values["--timeout"] {
+            guard let seconds = Int(value), seconds > 0 else { throw UsageError(message: "--timeout takes seconds") }
+            timeout = seconds
         }
-        let configuration = try configuration()
+        let configuration = try configuration(needs: [.brokers])
         var quiet = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
         quiet.logLevel = .error
         let client = try GatewayClient(configuration: configuration, logger: quiet)
@@ -333,38 +449,16 @@ public struct CommandLineInterface: Sendable {
 
     // MARK: - token verify
 
-    private func verifyToken(_ arguments: [String]) async throws -> Int32 {
-        let usage = "usage: auth-worker token verify --provider NAME [--keys FILE] [--at UNIX_TIME] [--nonce RAW] TOKEN"
-        var providerName: String?
-        var keysPath: String?
+    private func verifyToken(_ arguments: Arguments, usage: String) async throws -> Int32 {
+        guard let providerName = arguments.values["--provider"] else { throw UsageError(message: usage) }
+        let token = arguments.positionals[0]
+        let keysPath = arguments.values["--keys"]
+        let nonce = arguments.values["--nonce"]
         var at: Date?
-        var nonce: String?
-        var token: String?
-        var index = 0
-        while index < arguments.count {
-            let argument = arguments[index]
-            if argument.hasPrefix("--") {
-                guard index + 1 < arguments.count else {
-                    throw UsageError(message: "\(argument) needs a value; \(usage)")
-                }
-                let value = arguments[index + 1]
-                switch argument {
-                case "--provider": providerName = value
-                case "--keys": keysPath = value
-                case "--nonce": nonce = value
-                case "--at":
-                    guard let seconds = Double(value) else { throw UsageError(message: "--at takes a Unix time") }
-                    at = Date(timeIntervalSince1970: seconds)
-                default: throw UsageError(message: "unknown option \(argument); \(usage)")
-                }
-                index += 2
-            } else {
-                guard token == nil else { throw UsageError(message: usage) }
-                token = argument
-                index += 1
-            }
+        if let value = arguments.values["--at"] {
+            guard let seconds = Double(value) else { throw UsageError(message: "--at takes a Unix time") }
+            at = Date(timeIntervalSince1970: seconds)
         }
-        guard let providerName, let token else { throw UsageError(message: usage) }
         let configuration = try configuration()
         guard
             let providerConfiguration = try configuration.identityProviders().first(where: { $0.name == providerName })
@@ -414,17 +508,17 @@ public struct CommandLineInterface: Sendable {
 
     // MARK: - users delete, guests purge
 
-    private func deleteUser(_ arguments: [String]) async throws -> Int32 {
-        guard arguments.count == 1, let id = UUID(uuidString: arguments[0]) else {
+    private func deleteUser(_ argument: String) async throws -> Int32 {
+        guard let id = UUID(uuidString: argument) else {
             throw UsageError(message: "usage: auth-worker users delete ID (a user id)")
         }
-        let configuration = try configuration()
+        let configuration = try configuration(needs: [.database])
         let store = PostgresStore(pool: PGPool(conninfo: configuration.databaseURL, size: 1))
         guard
             let deletion = try await AccountDeletion.deleteUser(
                 id, reason: "operator", store: store, configuration: configuration, clock: SystemClock())
         else {
-            errorOutput("auth-worker: no user \(arguments[0])")
+            errorOutput("auth-worker: no user \(argument)")
             return 1
         }
         await publishNow(store: store, configuration: configuration)
@@ -432,10 +526,11 @@ public struct CommandLineInterface: Sendable {
         return 0
     }
 
-    private func purgeGuests(_ arguments: [String]) async throws -> Int32 {
-        guard arguments.count == 2, arguments[0] == "--older-than", let age = Self.duration(arguments[1])
-        else { throw UsageError(message: "usage: auth-worker guests purge --older-than DURATION (e.g. 30d, 12h)") }
-        let configuration = try configuration()
+    private func purgeGuests(_ arguments: Arguments, usage: String) async throws -> Int32 {
+        guard let text = arguments.values["--older-than"], let age = Self.duration(text) else {
+            throw UsageError(message: usage + " (DURATION: 30d, 12h, 90m)")
+        }
+        let configuration = try configuration(needs: [.database])
         let store = PostgresStore(pool: PGPool(conninfo: configuration.databaseURL, size: 1))
         let cutoff = Date() - age
         let deletion = try await AccountDeletion.purgeGuests(
@@ -472,12 +567,11 @@ public struct CommandLineInterface: Sendable {
 
     // MARK: - users show
 
-    private func showUser(_ arguments: [String]) async throws -> Int32 {
-        guard arguments.count == 1 else { throw UsageError(message: "usage: auth-worker users show ID_OR_EMAIL") }
-        let configuration = try configuration()
+    private func showUser(_ argument: String) async throws -> Int32 {
+        let configuration = try configuration(needs: [.database])
         let store = PostgresStore(pool: PGPool(conninfo: configuration.databaseURL, size: 1))
-        guard let report = try await store.userReport(arguments[0]) else {
-            errorOutput("auth-worker: no user \(arguments[0])")
+        guard let report = try await store.userReport(argument) else {
+            errorOutput("auth-worker: no user \(argument)")
             return 1
         }
         output(String(decoding: try MessageCoding.encode(report), as: UTF8.self))

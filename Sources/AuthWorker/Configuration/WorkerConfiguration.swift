@@ -8,13 +8,14 @@ import ServiceKit
 /// Names follow the operator interface of the contract. Secrets come from the environment or
 /// files, never from the command line.
 public struct WorkerConfiguration: Sendable {
-    /// Kafka bootstrap servers. Env: `AUTH_KAFKA_BROKERS`. Default: the local setup's `127.0.0.1:19092`.
+    /// Kafka bootstrap servers. Env: `AUTH_KAFKA_BROKERS`. Required: no default (the local scripts
+    /// set the local setup's), so a forgotten variable never reaches some other broker.
     public var kafkaBrokers: [String]
     /// Consumer group id. Env: `AUTH_KAFKA_GROUP`. Default: `auth-worker`.
     public var kafkaGroup = "auth-worker"
     /// Raw librdkafka properties (SASL, TLS), from the `key=value` file named by `AUTH_KAFKA_PROPERTIES_FILE`.
     public var kafkaProperties: [String: String] = [:]
-    /// PostgreSQL URL. Env: `AUTH_DATABASE_URL`. Default: the local setup's database.
+    /// PostgreSQL URL. Env: `AUTH_DATABASE_URL`. Required, like the brokers.
     public var databaseURL: String
     /// Topic names. Env: `AUTH_TOPIC_*`.
     public var topics = Topics()
@@ -223,26 +224,20 @@ public struct WorkerConfiguration: Sendable {
         public init() {}
     }
 
-    /// The local setup's defaults for the two endpoints; everything else has its documented default.
-    public init(
-        kafkaBrokers: [String] = ["127.0.0.1:19092"],
-        databaseURL: String = "postgres://postgres@127.0.0.1:55432/auth"
-    ) {
+    /// The two endpoints have no default (empty is "not set", refused by `validate()`); everything
+    /// else has its documented default.
+    public init(kafkaBrokers: [String] = [], databaseURL: String = "") {
         self.kafkaBrokers = kafkaBrokers
         self.databaseURL = databaseURL
     }
 
     /// Throws a `ConfigurationError` naming the setting that cannot work.
     public func validate() throws {
-        guard !kafkaBrokers.isEmpty, kafkaBrokers.allSatisfy({ $0.contains(":") }) else {
-            throw ConfigurationError(variable: "AUTH_KAFKA_BROKERS", reason: "must list host:port pairs")
-        }
+        try validateBrokers()
         guard !kafkaGroup.isEmpty else {
             throw ConfigurationError(variable: "AUTH_KAFKA_GROUP", reason: "must not be empty")
         }
-        guard databaseURL.hasPrefix("postgres://") || databaseURL.hasPrefix("postgresql://") else {
-            throw ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "must be a postgres:// URL")
-        }
+        try validateDatabase()
         if requireSealedCredentials, credentialKeyPaths.isEmpty {
             throw ConfigurationError(
                 variable: "AUTH_REQUIRE_SEALED_CREDENTIALS", reason: "needs AUTH_CREDENTIAL_KEYS to open what is sealed"
@@ -276,6 +271,30 @@ public struct WorkerConfiguration: Sendable {
         }
         guard sessions.accessTokenLifetime > 0, sessions.refreshTokenLifetime > 0, sessions.sessionLifetime > 0 else {
             throw ConfigurationError(variable: "AUTH_ACCESS_TOKEN_TTL_SECONDS", reason: "lifetimes must be positive")
+        }
+    }
+
+    /// Throws unless `AUTH_KAFKA_BROKERS` is set to host:port pairs.
+    public func validateBrokers() throws {
+        guard !kafkaBrokers.isEmpty else {
+            throw ConfigurationError(
+                variable: "AUTH_KAFKA_BROKERS",
+                reason: "is not set: list the brokers as host:port,host:port (scripts/run sets the local setup's)")
+        }
+        guard kafkaBrokers.allSatisfy({ $0.contains(":") }) else {
+            throw ConfigurationError(variable: "AUTH_KAFKA_BROKERS", reason: "must list host:port pairs")
+        }
+    }
+
+    /// Throws unless `AUTH_DATABASE_URL` is set to a `postgres://` URL.
+    public func validateDatabase() throws {
+        guard !databaseURL.isEmpty else {
+            throw ConfigurationError(
+                variable: "AUTH_DATABASE_URL",
+                reason: "is not set: give a postgres:// URL (scripts/run sets the local setup's)")
+        }
+        guard databaseURL.hasPrefix("postgres://") || databaseURL.hasPrefix("postgresql://") else {
+            throw ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "must be a postgres:// URL")
         }
     }
 

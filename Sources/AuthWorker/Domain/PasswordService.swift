@@ -14,7 +14,7 @@ public final class PasswordService: Sendable {
     /// after a parameter change are the old ones until most users have signed in again.
     private let dummyHash: Mutex<String>
     /// Verifications made, the dummy ones for unknown e-mails included.
-    public let verifications = WorkerMetrics.Counter(name: "auth_password_verifications_total")
+    public let verifications = Counter()
 
     /// Makes the pool and the dummy hash (one hash's time).
     public init(parameters: Argon2Parameters, threads: Int, policy: PasswordPolicy = PasswordPolicy()) throws {

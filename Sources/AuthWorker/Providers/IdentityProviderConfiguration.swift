@@ -102,7 +102,7 @@ struct OIDCProviderEntry: Decodable {
     var requireKeyID: Bool?
     var maximumTokenAgeSeconds: Double?
 
-    enum CodingKeys: String, CodingKey {
+    enum CodingKeys: String, CodingKey, CaseIterable {
         case name, issuer, discovery, audiences, algorithms, nonce
         case additionalIssuers = "additional_issuers"
         case jwksURI = "jwks_uri"
@@ -118,8 +118,11 @@ struct OIDCProviderEntry: Decodable {
         let variable = "AUTH_OIDC_PROVIDERS"
         var keysURL: URL?
         if let jwksURI {
-            guard let url = URL(string: jwksURI), url.scheme != nil else {
-                throw ConfigurationError(variable: variable, reason: "provider \(name): jwks_uri is not a URL")
+            guard let url = URL(string: jwksURI), ["https", "http"].contains(url.scheme?.lowercased() ?? ""),
+                url.host?.isEmpty == false
+            else {
+                throw ConfigurationError(
+                    variable: variable, reason: "provider \(name): jwks_uri is not an https:// URL: \(jwksURI)")
             }
             keysURL = url
         }
@@ -182,13 +185,7 @@ extension WorkerConfiguration {
             guard let data = FileManager.default.contents(atPath: path) else {
                 throw ConfigurationError(variable: "AUTH_OIDC_PROVIDERS", reason: "cannot read \(path)")
             }
-            let entries: [OIDCProviderEntry]
-            do {
-                entries = try JSONDecoder().decode([OIDCProviderEntry].self, from: data)
-            } catch {
-                throw ConfigurationError(
-                    variable: "AUTH_OIDC_PROVIDERS", reason: "\(path) is not a JSON array of providers: \(error)")
-            }
+            let entries = try OIDCProviderEntry.decodeFile(data, path: path)
             for entry in entries {
                 let configuration = try entry.configuration()
                 guard !providers.contains(where: { $0.name == configuration.name }) else {
@@ -199,5 +196,51 @@ extension WorkerConfiguration {
             }
         }
         return providers
+    }
+}
+
+extension OIDCProviderEntry {
+    /// Decodes the providers file strictly: a field this release does not know (a typo such as
+    /// `algoritms`) is refused rather than ignored, and every error names the file and the field's
+    /// path (`[1].audiences`).
+    static func decodeFile(_ data: Data, path: String) throws -> [OIDCProviderEntry] {
+        func refuse(_ reason: String) -> ConfigurationError {
+            ConfigurationError(variable: "AUTH_OIDC_PROVIDERS", reason: "\(path): \(reason)")
+        }
+        guard let array = try? JSONSerialization.jsonObject(with: data) as? [Any] else {
+            throw refuse("is not a JSON array of provider objects")
+        }
+        let known = Set(CodingKeys.allCases.map(\.rawValue))
+        for (index, element) in array.enumerated() {
+            guard let object = element as? [String: Any] else { throw refuse("[\(index)] is not an object") }
+            if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
+                throw refuse(
+                    "[\(index)].\(unknown) is not a known field (known: \(known.sorted().joined(separator: ", ")))")
+            }
+        }
+        do {
+            return try JSONDecoder().decode([OIDCProviderEntry].self, from: data)
+        } catch let error as DecodingError {
+            func location(_ codingPath: [any CodingKey], _ last: (any CodingKey)? = nil) -> String {
+                (codingPath + (last.map { [$0] } ?? [])).map { key in
+                    key.intValue.map { "[\($0)]" } ?? ".\(key.stringValue)"
+                }.joined().trimmingPrefix(".").description
+            }
+            switch error {
+            case .keyNotFound(let key, let context):
+                throw refuse("\(location(context.codingPath, key)) is required")
+            case .typeMismatch(let type, let context), .valueNotFound(let type, let context):
+                let expected =
+                    type == String.self
+                    ? "a string"
+                    : type == Bool.self
+                        ? "true or false" : type == Double.self ? "a number" : "a list of strings"
+                throw refuse("\(location(context.codingPath)) must be \(expected)")
+            case .dataCorrupted(let context):
+                throw refuse("\(location(context.codingPath)) is not valid: \(context.debugDescription)")
+            @unknown default:
+                throw refuse("is not a JSON array of providers")
+            }
+        }
     }
 }

@@ -28,6 +28,8 @@ public actor KeySetCache {
     private var resolvedKeysURL: URL?
     /// How many fetches were made (tests and metrics).
     public private(set) var fetchCount = 0
+    /// How many fetches failed (`auth_key_set_fetch_failures_total`).
+    public nonisolated let failures = Counter()
 
     public init(
         source: Source, fetcher: any DocumentFetcher, clock: any WorkerClock,
@@ -79,6 +81,7 @@ public actor KeySetCache {
             return try await refresh()
         } catch {
             lastFailureAt = clock.now()
+            failures.increment()
             if let keys {
                 logger.warning(
                     "Key set fetch failed; using the cached keys", metadata: [LogKey.error: String(describing: error)])

@@ -233,6 +233,9 @@ public final class PostgresStore: Sendable {
         try await pool.withConnection { try $0.query(Self.markPublished(eventIDs)) }
     }
 
+    /// How many events wait in the outbox (written, not yet acknowledged by the broker).
+    public static let outboxBacklog: PGQuery = "SELECT count(*) AS backlog FROM outbox WHERE published_at IS NULL"
+
     /// Events left unpublished (oldest first), for the relay that runs after a crash.
     public func unpublishedEvents(olderThan date: Date, limit: Int) async throws -> [OutboxEvent] {
         try await pool.withConnection { connection in

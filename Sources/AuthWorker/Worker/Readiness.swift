@@ -23,12 +23,15 @@ public final class Readiness: Service, Sendable {
     private let state = Mutex(State())
     private let stopped = Atomic<Bool>(false)
     private let logger: Logger?
+    private let outboxBacklog: Gauge?
 
+    /// - Parameter outboxBacklog: set to the outbox's backlog at each check, when given.
     public init(
         database: PGClient, producer: KafkaProducer, topics: [String], interval: Duration = .seconds(2),
-        staleAfter: Duration = .seconds(10), logger: Logger? = nil
+        staleAfter: Duration = .seconds(10), outboxBacklog: Gauge? = nil, logger: Logger? = nil
     ) {
         self.logger = logger
+        self.outboxBacklog = outboxBacklog
         self.database = database
         self.producer = producer
         self.topics = topics
@@ -79,6 +82,16 @@ public final class Readiness: Service, Sendable {
             _ = try await database.withConnection { try $0.query("SELECT 1 AS one").count }
         } catch {
             return (false, "PostgreSQL is unreachable\n")
+        }
+        if let outboxBacklog {
+            do {
+                let backlog = try await database.withConnection {
+                    try $0.query(PostgresStore.outboxBacklog).first?.decode("backlog", as: Int.self) ?? 0
+                }
+                outboxBacklog.set(Double(backlog))
+            } catch {
+                return (false, "PostgreSQL answers but the outbox cannot be read (schema not migrated?)\n")
+            }
         }
         let exists: [String: Bool]
         do {

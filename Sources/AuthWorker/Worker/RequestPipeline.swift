@@ -119,6 +119,7 @@ public final class RequestPipeline: Service {
         var toPublish: [JobRecords] = []
         var looking: Lookup?
         var nextDrainReport: ContinuousClock.Instant?
+        var nextLagReading = ContinuousClock.now
         while true {
             beat()
             let busy =
@@ -152,6 +153,11 @@ public final class RequestPipeline: Service {
                     timeout: state.jobs.isEmpty && !busy ? processing.batchWait : .milliseconds(50))
                 for partition in consumer.takeRevokedPartitions() { state.watermark.revoke(partition) }
                 admit(messages, &state)
+                if ContinuousClock.now >= nextLagReading {
+                    nextLagReading = .now + .seconds(1)
+                    metrics.recordLag(await consumer.lag())
+                    metrics.inFlight.set(Double(state.jobs.count))
+                }
             } else if busy || !state.jobs.isEmpty {
                 try await Task.sleep(for: .milliseconds(1))
             }
@@ -243,7 +249,6 @@ public final class RequestPipeline: Service {
         let message = job.message
         switch decoder.decode(message.value) {
         case .unanswerable(let reason, let text):
-            metrics.deadLettered.increment()
             logger.warning(
                 "Request sent to the dead-letter topic",
                 metadata: [
@@ -472,7 +477,6 @@ public final class RequestPipeline: Service {
                     LogKey.error: reason, LogKey.partition: String(job.message.partition),
                     LogKey.offset: String(job.message.offset),
                 ])
-            metrics.deadLettered.increment()
             return .ready(
                 .publish(
                     [deadLetter(job.message, reason: "notification_refused", text: String(reason.prefix(200)))],
@@ -640,7 +644,6 @@ public final class RequestPipeline: Service {
             logger.error(
                 "Provider notification could not be applied",
                 metadata: [LogKey.error: ErrorPolicy.loggable(error), LogKey.offset: String(job.message.offset)])
-            metrics.deadLettered.increment()
             return JobRecords(
                 job: job,
                 records: [deadLetter(job.message, reason: "notification_failed", text: ErrorPolicy.loggable(error))],
@@ -710,7 +713,10 @@ public final class RequestPipeline: Service {
             state.watermark.finish(job.message.topicPartition, offset: job.message.offset, epoch: job.epoch)
             state.remove(job)
             let took = now - job.admittedAt
-            metrics.observeLatency(took)
+            let method =
+                job.request?.method.rawValue
+                ?? (job.message.topic == configuration.topics.notifications ? "notification" : "unknown")
+            metrics.requestDuration.labels(method, finished.outcome).observe(took)
             guard let request = job.request else { continue }
             // One line per request, so an operator can follow any of them by id or trace.
             var metadata: Logger.Metadata = [
@@ -840,6 +846,7 @@ public final class RequestPipeline: Service {
     /// The dead letter of a message: a copy without the credentials the worker can find, cut to
     /// `AUTH_DLQ_MAX_BYTES`, with `dlq-*` headers saying why and where it came from.
     private func deadLetter(_ message: KafkaMessage, reason: String, text: String) -> ProducerRecord {
+        metrics.deadLetters.labels(reason).increment()
         let copy = DeadLetters.copy(of: message.value, limit: configuration.processing.deadLetterMaxBytes)
         var headers =
             message.headers.filter { !$0.key.hasPrefix("dlq-") } + [

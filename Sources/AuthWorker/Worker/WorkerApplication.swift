@@ -65,8 +65,10 @@ public struct WorkerApplication: Sendable {
             configuration: configuration.consumerConfiguration,
             topics: [configuration.topics.requests, configuration.topics.notifications],
             logger: logger.child(label: "kafka.consumer"))
-        let metrics = WorkerMetrics()
-        metrics.track(passwords)
+        let metrics = WorkerMetrics(passwordVerifications: passwords.verifications)
+        metrics.track(pool)
+        metrics.track(providers)
+        metrics.trackProcess()
         let worker = try RequestPipeline(
             configuration: configuration, consumer: consumer, producer: producer, flows: flows,
             notifications: AppleNotificationFlow(
@@ -79,7 +81,8 @@ public struct WorkerApplication: Sendable {
             rateLimitWindow: configuration.accounts.longestRateLimitWindow, passwords: passwords)
         let readiness = Readiness(
             database: PGClient(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
-            topics: configuration.topics.all, logger: logger.child(label: "auth.health"))
+            topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,
+            logger: logger.child(label: "auth.health"))
         let health = configuration.healthPort.map { port in
             makeHealthServer(
                 port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,

@@ -87,14 +87,44 @@ import Testing
         let result = try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes)
         let token = try #require(result.data.session?.accessToken)
         #expect(token.split(separator: ".").count == 3, "JWT access tokens by default")
+        // An invalid request (answered with an error) and a poison message (dead-lettered) are
+        // counted too.
+        let invalidID = UUID().uuidString.lowercased()
+        try await gateway.publish(requestID: invalidID, data: LoginRequestData(method: "teleport"))
+        let invalid = try #require(try await gateway.awaitResult(requestID: invalidID, timeout: .seconds(30)))
+        let invalidCode = try #require(
+            try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: invalid).data.error?.code.rawValue)
+        try await gateway.publishRaw(key: Array("poison".utf8), value: Array("not json".utf8))
         gateway.close()
 
         // The health endpoint, as an orchestrator probes it.
         let port = try #require(await logs.value(of: "http.port", inLineWith: "Health endpoint listening"))
         #expect(try await HTTP.get("http://127.0.0.1:\(port)/livez").status == 200)
         #expect(try await HTTP.get("http://127.0.0.1:\(port)/readyz").status == 200)
-        let metrics = try await HTTP.get("http://127.0.0.1:\(port)/metrics")
+        var metrics = try await HTTP.get("http://127.0.0.1:\(port)/metrics")
+        // Dead letters are counted once published; lag is sampled each second.
+        for _ in 0..<50
+        where !metrics.body.contains("auth_requests_dead_lettered_total{reason=")
+            || !metrics.body.contains("\nauth_consumer_lag{")
+        {
+            try await Task.sleep(for: .milliseconds(100))
+            metrics = try await HTTP.get("http://127.0.0.1:\(port)/metrics")
+        }
+        try MetricsExposition.check(metrics.body)
         #expect(metrics.body.contains("auth_results_total{code=\"ok\"} 1"))
+        #expect(metrics.body.contains("auth_results_total{code=\"\(invalidCode)\"} 1"), "invalid requests counted")
+        #expect(metrics.body.contains("auth_requests_dead_lettered_total{reason=\"invalid_json\"} 1"))
+        #expect(metrics.body.contains("auth_request_duration_seconds_count{method=\"guest\",outcome=\"ok\"} 1"))
+        #expect(
+            metrics.body.contains("auth_request_duration_seconds_bucket{method=\"guest\",outcome=\"ok\",le=\"10\"} 1"))
+        #expect(
+            metrics.body.contains("auth_build_info{version=\"\(CommandLineInterface.version)\",commit=\"unknown\"} 1"))
+        for family in [
+            "auth_consumer_lag{topic=", "auth_outbox_backlog_events ", "auth_db_pool_connections_in_use ",
+            "process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ",
+        ] {
+            #expect(metrics.body.contains("\n" + family), "\(family) is exposed")
+        }
         #expect(try await HTTP.get("http://127.0.0.1:\(port)/nope").status == 404)
 
         let started = ContinuousClock.now
@@ -111,9 +141,49 @@ import Testing
         #expect(!text.contains(result.data.session?.refreshToken ?? "-"), "nor the refresh token")
     }
 
+    /// Authentication to the broker failing (here SASL against a broker that does not speak the
+    /// mechanism) is logged as an error, with librdkafka's reason, and the worker is not ready.
+    @Test func brokerAuthenticationFailuresAreLoggedAsErrors() async throws {
+        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let (keyPath, _) = try TestKeys.temporaryKeyFile()
+        defer { try? FileManager.default.removeItem(atPath: keyPath) }
+        let properties = FileManager.default.temporaryDirectory.appendingPathComponent("kafka-\(UUID()).properties")
+        try "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=auth\nsasl.password=wrong\n"
+            .write(to: properties, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: properties) }
+        let (process, output, _) = try launch(
+            ["run"],
+            environment: [
+                "AUTH_KAFKA_BROKERS": try #require(IntegrationEnvironment.kafkaBrokers),
+                "AUTH_DATABASE_URL": databaseURL,
+                "AUTH_SIGNING_KEYS": keyPath, "AUTH_KAFKA_PROPERTIES_FILE": properties.path, "AUTH_HEALTH_PORT": "0",
+                "AUTH_MIGRATE_ON_START": "true", "AUTH_KAFKA_GROUP": IntegrationEnvironment.uniqueName("group"),
+            ])
+        let logs = LogCollector(output)
+        let reason = await logs.value(of: "msg", inLineWith: "SASL")
+        let port = try #require(await logs.value(of: "http.port", inLineWith: "Health endpoint listening"))
+        var ready = 0
+        for _ in 0..<30 {
+            ready = try await HTTP.get("http://127.0.0.1:\(port)/readyz").status
+            if ready == 503 { break }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        process.terminate()
+        process.waitUntilExit()
+        let lines = await logs.all().split(separator: "\n")
+        let failure = lines.first { $0.contains("SASL") }
+        #expect(reason != nil, "the SASL failure is logged")
+        #expect(failure?.contains("\"level\":\"error\"") == true, "as an error: \(failure ?? "none")")
+        #expect(!lines.contains { $0.contains("wrong") }, "the password is not logged")
+        #expect(ready == 503, "not ready while the broker refuses the worker")
+    }
+
     @Test func runRefusesToStartWithoutASigningKey() throws {
         let (process, _, errors) = try launch(
-            ["run"], environment: ["AUTH_DATABASE_URL": "postgres://postgres@127.0.0.1:1/none"])
+            ["run"],
+            environment: [
+                "AUTH_DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "AUTH_KAFKA_BROKERS": "127.0.0.1:1",
+            ])
         process.waitUntilExit()
         #expect(process.terminationStatus == 1)
         let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)

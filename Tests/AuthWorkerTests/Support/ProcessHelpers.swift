@@ -54,3 +54,61 @@ enum HTTP {
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
     }
 }
+
+/// Checks a `/metrics` answer: every sample belongs to a family announced with `# HELP` and
+/// `# TYPE`, and `promtool check metrics` (Debian's `prometheus` package, installed by
+/// `scripts/dev-env`) finds nothing to report. Without promtool the check is required only where
+/// the integration environment is (`AUTH_TEST_REQUIRE_INTEGRATION=1`).
+enum MetricsExposition {
+    struct Problem: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    static func check(_ text: String) throws {
+        var helped = Set<String>()
+        var typed: [String: String] = [:]
+        for line in text.split(separator: "\n") {
+            let words = line.split(separator: " ", maxSplits: 3)
+            if line.hasPrefix("# HELP "), words.count >= 3 {
+                helped.insert(String(words[2]))
+            } else if line.hasPrefix("# TYPE "), words.count == 4 {
+                typed[String(words[2])] = String(words[3])
+            } else if !line.hasPrefix("#") {
+                let name = String(line.prefix { $0 != "{" && $0 != " " })
+                let family =
+                    typed[name] != nil
+                    ? name
+                    : ["_bucket", "_sum", "_count"].lazy
+                        .filter { name.hasSuffix($0) }.map { String(name.dropLast($0.count)) }.first ?? name
+                guard helped.contains(family), typed[family] != nil else {
+                    throw Problem(description: "\(name) has no # HELP and # TYPE before it")
+                }
+            }
+        }
+        let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"].first {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }
+        guard let promtool else {
+            if ProcessInfo.processInfo.environment["AUTH_TEST_REQUIRE_INTEGRATION"] == "1" {
+                throw Problem(description: "promtool is not installed (scripts/dev-env install)")
+            }
+            return
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: promtool)
+        process.arguments = ["check", "metrics"]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        input.fileHandleForWriting.write(Data(text.utf8))
+        try input.fileHandleForWriting.close()
+        let report = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0, report.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+            throw Problem(description: "promtool check metrics: \(report)")
+        }
+    }
+}

@@ -4,11 +4,10 @@ import Kafka
 import Testing
 
 @Suite struct ConfigurationTests {
-    @Test func defaultsAreTheLocalSetupAndTheContract() throws {
+    @Test func defaultsAreTheContractsAndTheEndpointsHaveNone() throws {
         let config = try WorkerConfiguration.fromEnvironment([:])
-        #expect(config.kafkaBrokers == ["127.0.0.1:19092"])
+        #expect(config.kafkaBrokers.isEmpty && config.databaseURL.isEmpty, "no development default")
         #expect(config.kafkaGroup == "auth-worker")
-        #expect(config.databaseURL == "postgres://postgres@127.0.0.1:55432/auth")
         #expect(config.topics.requests == "auth.login.requests")
         #expect(config.topics.results == "auth.login.results")
         #expect(config.topics.events == "auth.user.events")
@@ -60,8 +59,38 @@ import Testing
         }
     }
 
+    /// Unset or empty, the brokers and the database are refused by name: an empty
+    /// `AUTH_KAFKA_BROKERS=` used to fall back to the local setup's broker.
+    @Test func theEndpointsMustBeSetNotDefaulted() throws {
+        for environment in [[:], ["AUTH_KAFKA_BROKERS": "", "AUTH_DATABASE_URL": "postgres://db/x"]] {
+            let config = try WorkerConfiguration.fromEnvironment(
+                environment.merging(["AUTH_ACCESS_TOKEN_FORMAT": "opaque"]) { $1 })
+            #expect(throws: ConfigurationError(variable: "AUTH_KAFKA_BROKERS", reason: "")) { try config.validate() }
+        }
+        let noDatabase = try WorkerConfiguration.fromEnvironment([
+            "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": " ", "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+        ])
+        #expect(throws: ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "")) { try noDatabase.validate() }
+    }
+
+    /// `AUTH_DB_POOL_SIZE=0` is refused naming itself (it used to name AUTH_BATCH_SIZE).
+    @Test func aPoolOfNoConnectionsNamesItsVariable() throws {
+        let config = try WorkerConfiguration.fromEnvironment([
+            "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": "postgres://db/x",
+            "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+            "AUTH_DB_POOL_SIZE": "0",
+        ])
+        do {
+            try config.validate()
+            Issue.record("a pool of no connections was accepted")
+        } catch let error as ConfigurationError {
+            #expect(error.variable == "AUTH_DB_POOL_SIZE")
+            #expect(!error.description.contains("AUTH_BATCH_SIZE"))
+        }
+    }
+
     @Test func validationRefusesConfigurationsThatCannotWork() throws {
-        var config = WorkerConfiguration()
+        var config = WorkerConfiguration(kafkaBrokers: ["k:9092"], databaseURL: "postgres://db/x")
         #expect(throws: ConfigurationError(variable: "AUTH_SIGNING_KEYS", reason: "")) { try config.validate() }
         config.accessTokenFormat = .opaque
         try config.validate()
@@ -79,7 +108,7 @@ import Testing
         #expect(config.accounts.registerGlobalRateLimit.count == 0)
         #expect(config.accounts.passwordContextWords == ["Acme", "acme-auth"])
         #expect(config.accounts.longestRateLimitWindow == 3600, "the guest limit's hour")
-        var sealed = WorkerConfiguration()
+        var sealed = WorkerConfiguration(kafkaBrokers: ["k:9092"], databaseURL: "postgres://db/x")
         sealed.accessTokenFormat = .opaque
         sealed.requireSealedCredentials = true
         #expect(throws: ConfigurationError(variable: "AUTH_REQUIRE_SEALED_CREDENTIALS", reason: "")) {
@@ -175,6 +204,9 @@ import Testing
         #"[{"name": "apple", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"]}]"#,
         #"[{"name": "bad name!", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"]}]"#,
         #"{"name": "x"}"#,
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"], "algoritms": ["RS256"]}]"#,
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "not a url", "audiences": ["a"]}]"#,
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "ftp://x/keys", "audiences": ["a"]}]"#,
     ])
     func unusableProvidersAreRefusedAtStart(json: String) throws {
         let path = try providersFile(json)
@@ -184,6 +216,35 @@ import Testing
         ])
         #expect(throws: ConfigurationError(variable: "AUTH_OIDC_PROVIDERS", reason: "")) {
             try config.identityProviders()
+        }
+    }
+
+    /// A typo'd field used to be ignored and a missing one printed a Swift `DecodingError` dump:
+    /// each is now refused with the file and the field's path.
+    @Test(arguments: [
+        (
+            #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/k", "audiences": ["a"], "algoritms": []}]"#,
+            "[0].algoritms is not a known field"
+        ),
+        (
+            #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/k", "audiences": ["a"]}, {"name": "y"}]"#,
+            "[1].issuer is required"
+        ),
+        (
+            #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/k", "audiences": "a"}]"#,
+            "[0].audiences must be a list of strings"
+        ),
+    ])
+    func providersFileErrorsNameTheField(json: String, expected: String) throws {
+        let path = try providersFile(json)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try WorkerConfiguration.fromEnvironment(["AUTH_OIDC_PROVIDERS": path])
+        do {
+            _ = try config.identityProviders()
+            Issue.record("accepted \(json)")
+        } catch let error as ConfigurationError {
+            #expect(error.description.contains(path) && error.description.contains(expected), "\(error)")
+            #expect(!error.description.contains("DecodingError"))
         }
     }
 }

@@ -114,6 +114,7 @@ import Testing
         // Within the failure backoff the provider is not asked again.
         await #expect(throws: JOSEError(.keySetUnavailable, "")) { try await keys.keys(forKeyID: "x") }
         #expect(server.hits("/broken") == 1)
+        #expect(keys.failures.count == 1, "counted for auth_key_set_fetch_failures_total")
         server.stop()
         let refused = KeySetCache(
             source: .keysURL(URL(string: "http://127.0.0.1:1/keys")!), fetcher: HTTPDocumentFetcher(timeout: 2),
