@@ -71,6 +71,36 @@ class Services:
             ["psql", f"{self.pg_server}/{database}", "-v", "ON_ERROR_STOP=1", "-qAtc", sql],
             check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PGOPTIONS": "-c client_min_messages=warning"})
 
+    def value(self, database, sql):
+        """The single value `sql` returns."""
+        return subprocess.run(
+            ["psql", f"{self.pg_server}/{database}", "-qAtc", sql], check=True, capture_output=True,
+            text=True).stdout.strip()
+
+    def wal_lsn_bytes(self):
+        """How many bytes of WAL PostgreSQL has written so far."""
+        return int(self.value("postgres", "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"))
+
+    @staticmethod
+    def postgres_cpu_seconds():
+        """User and system CPU time of every PostgreSQL process now running, from /proc."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    text = stat.read()
+            except OSError:
+                continue
+            name = text[text.index("(") + 1:text.rindex(")")]
+            if name != "postgres" and not name.startswith("postgres"):
+                continue
+            fields = text[text.rindex(")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / ticks
+
     def database(self, name):
         self.psql("postgres", f"DROP DATABASE IF EXISTS {name}")
         self.psql("postgres", f"CREATE DATABASE {name}")
@@ -308,8 +338,13 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
     preload(services, topics["requests"], values)
     keys = [key.decode() for key, _ in values]
     reader = ResultReader(services, topics["results"])
+    # PostgreSQL's share, per login: CPU of its processes (backends exit with the worker's
+    # connections, so it is read while they still run) and WAL written.
+    wal_before, pg_cpu_before = services.wal_lsn_bytes(), services.postgres_cpu_seconds()
     worker = Worker(services, database, topics, key_server, extra)
     answered = reader.wait_for(keys, timeout=max(120, count / 50))
+    pg_cpu = services.postgres_cpu_seconds() - pg_cpu_before
+    wal = services.wal_lsn_bytes() - wal_before
     peak, current = worker.memory()
     cpu = worker.cpu_seconds()
     worker.stop()
@@ -324,8 +359,11 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
     cpu_us = cpu / count * 1e6
     log(f"{label or kind}: {rate:,.0f} logins/s, worker CPU {cpu_us:,.0f} µs per login, peak RSS {peak:.0f} MiB, "
         f"{reader.duplicates} answered twice")
+    pg_cpu_us, wal_bytes = pg_cpu / count * 1e6, wal / count
+    log(f"{label or kind}: PostgreSQL CPU {pg_cpu_us:,.0f} µs and {wal_bytes:,.0f} bytes of WAL per login")
     return {"rate": rate, "count": count, "duplicates": reader.duplicates, "peak_rss_mib": peak, "rss_mib": current,
-            "worker_cpu_us_per_login": cpu_us}
+            "worker_cpu_us_per_login": cpu_us, "postgres_cpu_us_per_login": pg_cpu_us,
+            "wal_bytes_per_login": wal_bytes}
 
 
 class EchoResponder:
@@ -567,6 +605,11 @@ def report(results):
         if cpu_us:
             lines.append(f"| worker CPU per {label} login (start-up included) | {cpu_us:,.0f} µs | "
                          f"one core: {1e6 / cpu_us:,.0f} logins/s | |")
+    for kind, label in (("guest", "guest"), ("apple", "Apple")):
+        pg_us, wal = results[kind].get("postgres_cpu_us_per_login"), results[kind].get("wal_bytes_per_login")
+        if pg_us is not None:
+            lines.append(f"| PostgreSQL CPU / WAL per {label} login | {pg_us:,.0f} µs / {wal:,.0f} bytes | "
+                         f"per 1,000 logins/s: {pg_us / 1000:.2f} core, {wal / 1000:,.1f} MB/s of WAL | |")
     lines.append(f"| worker peak RSS (guest run) | {results['guest']['peak_rss_mib']:.0f} MiB | | |")
     lines.append(f"| requests answered more than once | {duplicates} | | |")
     batch = " · ".join(f"{entry['batch_max']}: {entry['rate']:,.0f}/s" for entry in results["batch"])
@@ -591,12 +634,18 @@ def main():
     parser.add_argument("--curve-seconds", type=int, default=10)
     parser.add_argument("--batch-requests", type=int, default=5000)
     parser.add_argument("--pgbench-seconds", type=int, default=15)
+    parser.add_argument("--guest-only", action="store_true",
+                        help="only the guest throughput phase (to compare two builds quickly)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     services = Services(args)
     key_server = KeyServer()
     results = {"limits": {}}
+    if args.guest_only:
+        entry = run_throughput(services, key_server, "guest", args.requests)
+        print(json.dumps(entry))
+        return
     results["limits"]["openssl"] = run_openssl(3)
     results["limits"]["pgbench"] = run_pgbench(services, args.pgbench_seconds)
     results["guest"] = run_throughput(services, key_server, "guest", args.requests)

@@ -19,6 +19,17 @@ extension WorkerConfiguration {
             config.kafkaProperties = try Self.readProperties(path: path)
         }
         if let url = reader.string("AUTH_DATABASE_URL") { config.databaseURL = url }
+        // The URL carries the password: it may come from a file (a mounted Secret) instead.
+        if let path = reader.string("AUTH_DATABASE_URL_FILE") {
+            guard reader.string("AUTH_DATABASE_URL") == nil else {
+                throw ConfigurationError(
+                    variable: "AUTH_DATABASE_URL_FILE", reason: "and AUTH_DATABASE_URL are both set; keep one")
+            }
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw ConfigurationError(variable: "AUTH_DATABASE_URL_FILE", reason: "cannot read \(path)")
+            }
+            config.databaseURL = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
         if let value = reader.string("AUTH_TOPIC_REQUESTS") { config.topics.requests = value }
         if let value = reader.string("AUTH_TOPIC_RESULTS") { config.topics.results = value }
         if let value = reader.string("AUTH_TOPIC_EVENTS") { config.topics.events = value }

@@ -1,6 +1,8 @@
 /// Metadata keys of the worker's log lines, in one place so dashboards can rely on them.
 public enum LogKey {
     public static let requestID = "auth.request_id"
+    /// The requests a retry holds up: up to 20 ids, comma-separated.
+    public static let requestIDs = "auth.request_ids"
     public static let userID = "auth.user_id"
     public static let method = "auth.method"
     public static let errorCode = "auth.error_code"

@@ -296,12 +296,15 @@ public final class RequestPipeline: Service {
         let stage = Stage(wake: wake) {
             let kept =
                 ids.isEmpty
-                ? [:] : try await self.retrying("look up request ids") { try await self.store.keptRequests(ids) }
+                ? [:]
+                : try await self.retrying("look up request ids", requestIDs: ids) {
+                    try await self.store.keptRequests(ids)
+                }
             // The global guest ceiling is taken for the batch's new guests at once, before any
             // work: one atomic step per lookup, not a contended row in every write transaction.
             let wanted = guestIDs.count { kept[$0] == nil }
             guard guestCeiling.count > 0, wanted > 0 else { return LookupResult(kept: kept, guests: nil) }
-            let grant = try await self.retrying("reserve guest sign-ups") {
+            let grant = try await self.retrying("reserve guest sign-ups", requestIDs: guestIDs) {
                 try await self.store.reserveRateLimits(
                     [RateLimitReservation(bucket: Self.guestCeilingBucket, limit: guestCeiling, wanted: wanted)],
                     at: self.clock.now())
@@ -408,7 +411,9 @@ public final class RequestPipeline: Service {
             for preparation in preparations {
                 let outcome: Prepared
                 do {
-                    let prepared = try await self.retrying("prepare request") {
+                    let prepared = try await self.retrying(
+                        "prepare request", requestIDs: [preparation.request.id]
+                    ) {
                         try await self.flows.prepare(preparation.request)
                     }
                     outcome = .login(
@@ -521,8 +526,9 @@ public final class RequestPipeline: Service {
         let now = clock.now()
         let batchItems = items
         let batchPrefetch = prefetch
+        let batchIDs = ready.compactMap { $0.request?.id }
         return Stage(wake: wake) {
-            let outcomes = try await self.retrying("write the batch") {
+            let outcomes = try await self.retrying("write the batch", requestIDs: batchIDs) {
                 try await self.store.runBatch(batchItems, head: head, prefetch: batchPrefetch, writer: writer) {
                     item, unit in
                     try Self.write(
@@ -656,6 +662,12 @@ public final class RequestPipeline: Service {
     /// Publishes records in one producer batch; transient failures are sent again.
     /// - Returns: the ids of the events acknowledged.
     private func publish(_ entries: [(record: ProducerRecord, event: UUID?)]) async throws -> [UUID] {
+        func requestIDs(_ entries: [(record: ProducerRecord, event: UUID?)]) -> [String] {
+            entries.compactMap { entry in
+                entry.record.topic == configuration.topics.results
+                    ? entry.record.key.map { String(decoding: $0, as: UTF8.self) } : nil
+            }
+        }
         var pending = entries
         var acknowledged: [UUID] = []
         var delay = configuration.processing.initialRetryDelay
@@ -688,7 +700,10 @@ public final class RequestPipeline: Service {
             metrics.retries.increment()
             logger.warning(
                 "Transient failure; retrying",
-                metadata: ["retry.operation": "publish", LogKey.count: String(again.count)])
+                metadata: [
+                    "retry.operation": "publish", LogKey.count: String(again.count),
+                    LogKey.requestIDs: Self.listed(requestIDs(again)),
+                ])
             try await Task.sleep(for: Self.jitter(delay))
             delay = min(delay * 2, configuration.processing.maxRetryDelay)
             pending = again
@@ -879,9 +894,20 @@ public final class RequestPipeline: Service {
 
     // MARK: - Retries
 
+    /// Up to 20 ids, comma-separated, and how many more.
+    static func listed(_ ids: [String]) -> String {
+        ids.count <= 20
+            ? ids.joined(separator: ",") : ids.prefix(20).joined(separator: ",") + " and \(ids.count - 20) more"
+    }
+
     /// Runs `body` until it succeeds or fails definitely; transient failures wait with capped
     /// exponential backoff and full jitter. Gives up only when the worker is stopping.
-    func retrying<T: Sendable>(_ what: String, _ body: @Sendable () async throws -> T) async throws -> T {
+    ///
+    /// Each retry's log line names the requests waiting on it (`auth.request_ids`, the first 20 and
+    /// how many more), so an operator following one request id sees its retries.
+    func retrying<T: Sendable>(
+        _ what: String, requestIDs: [String] = [], _ body: @Sendable () async throws -> T
+    ) async throws -> T {
         var delay = configuration.processing.initialRetryDelay
         var attempt = 1
         while true {
@@ -892,12 +918,12 @@ public final class RequestPipeline: Service {
                 beat()
                 metrics.retries.increment()
                 let jittered = Self.jitter(delay)
-                logger.warning(
-                    "Transient failure; retrying",
-                    metadata: [
-                        "retry.operation": what, LogKey.attempt: String(attempt),
-                        LogKey.delay: String(jittered.wholeMilliseconds), LogKey.error: ErrorPolicy.loggable(error),
-                    ])
+                var metadata: Logger.Metadata = [
+                    "retry.operation": what, LogKey.attempt: String(attempt),
+                    LogKey.delay: String(jittered.wholeMilliseconds), LogKey.error: ErrorPolicy.loggable(error),
+                ]
+                if !requestIDs.isEmpty { metadata[LogKey.requestIDs] = Self.listed(requestIDs) }
+                logger.warning("Transient failure; retrying", metadata: metadata)
                 try await Task.sleep(for: jittered)
                 delay = min(delay * 2, configuration.processing.maxRetryDelay)
                 attempt += 1

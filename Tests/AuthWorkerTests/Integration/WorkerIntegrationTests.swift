@@ -222,6 +222,46 @@ import Testing
         try await worker.stop()
     }
 
+    /// A retry's log line names the requests it holds up, so following one request id shows its
+    /// retries: PostgreSQL drops the worker's connections, the next request's lookup fails once and
+    /// is retried, and the retry line carries that request's id.
+    @Test func retriesNameTheRequestsTheyHoldUp() async throws {
+        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        let config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        let logs = InMemoryLogHandler()
+        let application = try await WorkerApplication.build(
+            configuration: config, logger: Logger(label: "test", level: .info, handler: logs))
+        let group = application.makeServiceGroup(signals: [])
+        let task = Task { [application, group] in try await application.run(group) }
+        let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        defer { gateway.close() }
+
+        let warm = UUID().uuidString.lowercased()
+        try await gateway.publishRaw(key: nil, value: request(id: warm, data: #"{"method":"guest"}"#))
+        _ = try #require(try await gateway.awaitResult(requestID: warm, timeout: .seconds(30)))
+        let database = try #require(databaseURL.split(separator: "/").last.map(String.init))
+        let admin = PGClient(conninfo: try #require(IntegrationEnvironment.databaseServer) + "/postgres", name: "admin")
+        let terminated = try await admin.withConnection { connection in
+            try connection.query(
+                "SELECT pg_terminate_backend(pid) AS gone FROM pg_stat_activity WHERE datname = \(database) AND pid <> pg_backend_pid()"
+            ).count
+        }
+        await admin.close()
+        #expect(terminated > 0)
+
+        let id = UUID().uuidString.lowercased()
+        try await gateway.publishRaw(key: nil, value: request(id: id, data: #"{"method":"guest"}"#))
+        let answer = try #require(try await gateway.awaitResult(requestID: id, timeout: .seconds(30)))
+        #expect(try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: answer).data.status == "ok")
+        group.startGracefulShutdown(reason: "test")
+        try await task.value
+
+        let retries = logs.lines.filter { $0.contains("Transient failure; retrying") }
+        #expect(!retries.isEmpty, "the dropped connections were retried")
+        #expect(retries.contains { $0.contains("\"auth.request_ids\":\"\(id)") }, "\(retries)")
+    }
+
     @Test func aRestartedWorkerResumesFromCommittedOffsets() async throws {
         let databaseURL = try IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()

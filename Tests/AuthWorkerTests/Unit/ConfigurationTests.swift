@@ -73,6 +73,23 @@ import Testing
         #expect(throws: ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "")) { try noDatabase.validate() }
     }
 
+    /// The database URL (it holds the password) can come from a mounted Secret file.
+    @Test func theDatabaseURLCanComeFromAFile() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("db-\(UUID())").path
+        try "postgres://auth:secret@db:5432/auth\n".write(toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try WorkerConfiguration.fromEnvironment(["AUTH_DATABASE_URL_FILE": path])
+        #expect(config.databaseURL == "postgres://auth:secret@db:5432/auth")
+        #expect(throws: ConfigurationError(variable: "AUTH_DATABASE_URL_FILE", reason: "")) {
+            try WorkerConfiguration.fromEnvironment([
+                "AUTH_DATABASE_URL_FILE": path, "AUTH_DATABASE_URL": "postgres://x/y",
+            ])
+        }
+        #expect(throws: ConfigurationError(variable: "AUTH_DATABASE_URL_FILE", reason: "")) {
+            try WorkerConfiguration.fromEnvironment(["AUTH_DATABASE_URL_FILE": path + ".missing"])
+        }
+    }
+
     /// `AUTH_DB_POOL_SIZE=0` is refused naming itself (it used to name AUTH_BATCH_SIZE).
     @Test func aPoolOfNoConnectionsNamesItsVariable() throws {
         let config = try WorkerConfiguration.fromEnvironment([
