@@ -120,19 +120,25 @@ public struct ErrorPayload: Codable, Sendable, Equatable {
     public var field: String?
     /// For `too_many_attempts` and other throttling: when to try again (an addition to the contract).
     public var retryAfter: String?
+    /// The same wait in whole seconds from when the answer was made, at least 1 (for clients that
+    /// set an HTTP `Retry-After` or a timer without parsing a timestamp).
+    public var retryAfterSeconds: Int64?
 
     public init(
-        code: ErrorCode, message: String, retriable: Bool = false, field: String? = nil, retryAfter: String? = nil
+        code: ErrorCode, message: String, retriable: Bool = false, field: String? = nil, retryAfter: String? = nil,
+        retryAfterSeconds: Int64? = nil
     ) {
         self.code = code
         self.message = message
         self.retriable = retriable
         self.field = field
         self.retryAfter = retryAfter
+        self.retryAfterSeconds = retryAfterSeconds
     }
 
     enum CodingKeys: String, CodingKey {
         case code, message, retriable, field
         case retryAfter = "retry_after"
+        case retryAfterSeconds = "retry_after_seconds"
     }
 }

@@ -90,6 +90,7 @@ extension ErrorPayload: JSONWritable {
             out.member("message", message)
             out.member("retriable", retriable)
             out.member("retry_after", retryAfter)
+            if let retryAfterSeconds { out.member("retry_after_seconds", retryAfterSeconds) }
         }
     }
 }

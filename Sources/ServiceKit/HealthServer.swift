@@ -15,10 +15,13 @@ import Synchronization
 public final class HealthServer: Service, @unchecked Sendable {
     // @unchecked: the listening socket is owned by the server thread; the rest is immutable or atomic.
     public typealias Check = @Sendable () -> (status: Int, body: String)
+    /// A route that chooses its content type and headers (documents with caching headers).
+    public typealias Respond = @Sendable () -> HTTPResponse
 
     private let host: String
     private let requestedPort: UInt16
     private let routes: [String: Check]
+    private let responses: [String: Respond]
     private let logger: Logger
     private let stopped = Atomic<Bool>(false)
     private let boundPort = Atomic<Int>(0)
@@ -31,9 +34,10 @@ public final class HealthServer: Service, @unchecked Sendable {
     ///   - host: IPv4 address to listen on (`0.0.0.0`: every interface, as an orchestrator probes).
     ///   - port: 0 picks a free port (tests).
     public init(
-        host: String = "0.0.0.0", port: UInt16, routes: [String: Check], logger: Logger,
-        requestTimeout: Duration = .milliseconds(200), maximumConnections: Int = 64
+        host: String = "0.0.0.0", port: UInt16, routes: [String: Check], responses: [String: Respond] = [:],
+        logger: Logger, requestTimeout: Duration = .milliseconds(200), maximumConnections: Int = 64
     ) {
+        self.responses = responses
         self.host = host
         self.requestedPort = port
         self.routes = routes
@@ -157,17 +161,22 @@ public final class HealthServer: Service, @unchecked Sendable {
         let line = String(decoding: requestLine, as: UTF8.self)
         let parts = line.split(separator: " ")
         let path = parts.count >= 2 ? String(parts[1].split(separator: "?").first ?? "") : ""
-        let (status, body): (Int, String)
-        if parts.first == "GET", let check = routes[path] {
-            (status, body) = check()
+        var reply: HTTPResponse
+        if parts.first == "GET", let respond = responses[path] {
+            reply = respond()
+        } else if parts.first == "GET", let check = routes[path] {
+            let (status, body) = check()
+            reply = HTTPResponse(
+                status: status, body: body, contentType: path == "/metrics" ? "text/plain; version=0.0.4" : "text/plain"
+            )
         } else {
-            (status, body) = (404, "not found\n")
+            reply = HTTPResponse(status: 404, body: "not found\n")
         }
-        let reason = status == 200 ? "OK" : (status == 404 ? "Not Found" : "Service Unavailable")
-        let contentType = path == "/metrics" ? "text/plain; version=0.0.4" : "text/plain"
-        let response = Array(
-            "HTTP/1.1 \(status) \(reason)\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
-                .utf8)
+        let reason = reply.status == 200 ? "OK" : (reply.status == 404 ? "Not Found" : "Service Unavailable")
+        var head = "HTTP/1.1 \(reply.status) \(reason)\r\nContent-Type: \(reply.contentType)\r\n"
+        for (name, value) in reply.headers { head += "\(name): \(value)\r\n" }
+        head += "Content-Length: \(reply.body.utf8.count)\r\nConnection: close\r\n\r\n"
+        let response = Array((head + reply.body).utf8)
         // The socket is non-blocking: wait for room a little at a time, never more than a second.
         var offset = 0
         let deadline = ContinuousClock.now + .seconds(1)
@@ -182,6 +191,22 @@ public final class HealthServer: Service, @unchecked Sendable {
                 return
             }
         }
+    }
+}
+
+/// What a `HealthServer` route answers.
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    public var body: String
+    public var contentType: String
+    /// Further headers (`Cache-Control`), in order.
+    public var headers: [(String, String)]
+
+    public init(status: Int, body: String, contentType: String = "text/plain", headers: [(String, String)] = []) {
+        self.status = status
+        self.body = body
+        self.contentType = contentType
+        self.headers = headers
     }
 }
 

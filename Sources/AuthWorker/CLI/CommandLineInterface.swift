@@ -315,9 +315,11 @@ public struct CommandLineInterface: Sendable {
         if !configuration.signingKeyPaths.isEmpty {
             var jwt = configuration
             jwt.accessTokenFormat = .jwt
-            signing = try JWTAccessTokenIssuer(configuration: jwt).keys.map { key in
-                "\(key.publicJWK["alg"] ?? "?") \(key.publicJWK["kid"] ?? "?")"
-            }
+            let issuer = try JWTAccessTokenIssuer(configuration: jwt)
+            signing =
+                issuer.keys.enumerated().map { index, key in
+                    "\(key.algorithm.rawValue) \(key.keyID) (\(index == 0 ? "current" : "previous"))"
+                } + issuer.nextKeys.map { "\($0.algorithm.rawValue) \($0.keyID) (next)" }
         }
         let credentials = try CredentialKeys(paths: configuration.credentialKeyPaths).keys.map(\.keyID)
         let providers = try configuration.identityProviders().map(\.name)
@@ -403,18 +405,11 @@ public struct CommandLineInterface: Sendable {
     /// The public JWK Set: the signing keys of AUTH_SIGNING_KEYS and the credential keys of
     /// AUTH_CREDENTIAL_KEYS (`use: enc`), current keys first.
     private func printJWKS() throws {
-        let configuration = try configuration()
-        var signing: [[String: String]] = []
-        if !configuration.signingKeyPaths.isEmpty {
-            var jwt = configuration
-            jwt.accessTokenFormat = .jwt
-            signing = try JWTAccessTokenIssuer(configuration: jwt).keys.map(\.publicJWK)
-        }
-        let credentials = try CredentialKeys(paths: configuration.credentialKeyPaths).keys.map(\.publicJWK)
-        guard !signing.isEmpty || !credentials.isEmpty else {
+        let published = try PublishedKeys(configuration: try configuration())
+        guard !published.isEmpty else {
             throw UsageError(message: "no keys: set AUTH_SIGNING_KEYS and/or AUTH_CREDENTIAL_KEYS")
         }
-        output(String(decoding: try MessageCoding.encode(["keys": signing + credentials]), as: UTF8.self))
+        output(published.jwks)
     }
 
     // MARK: - request guest

@@ -54,6 +54,14 @@ extension WorkerConfiguration {
             config.accessTokenFormat = format
         }
         if let value = reader.list("AUTH_SIGNING_KEYS") { config.signingKeyPaths = value }
+        if let value = reader.list("AUTH_SIGNING_KEYS_NEXT") { config.nextSigningKeyPaths = value }
+        if let value = try reader.integer("AUTH_JWKS_MAX_AGE_SECONDS") { config.keySetMaxAge = value }
+        if let value = reader.string("AUTH_JWKS_URI") {
+            guard let url = URL(string: value), ["https", "http"].contains(url.scheme ?? ""), url.host != nil else {
+                throw ConfigurationError(variable: "AUTH_JWKS_URI", reason: "must be an http(s) URL")
+            }
+            config.jwksURI = value
+        }
         if let value = reader.list("AUTH_CREDENTIAL_KEYS") { config.credentialKeyPaths = value }
         if let value = try reader.bool("AUTH_REQUIRE_SEALED_CREDENTIALS") { config.requireSealedCredentials = value }
         if let value = reader.string("AUTH_TOKEN_ISSUER") { config.tokenIssuer = value }

@@ -21,8 +21,18 @@ public struct WorkerConfiguration: Sendable {
     public var topics = Topics()
     /// Access token format. Env: `AUTH_ACCESS_TOKEN_FORMAT` (`jwt` or `opaque`). Default: `jwt`.
     public var accessTokenFormat: AccessTokenFormat = .jwt
-    /// Private key files that sign JWT access tokens, newest first. Env: `AUTH_SIGNING_KEYS`.
+    /// Private key files of JWT access tokens: the first signs (current), the others are
+    /// published until their tokens expire (previous). Env: `AUTH_SIGNING_KEYS`.
     public var signingKeyPaths: [String] = []
+    /// Keys published in the JWK Set before they sign (next), so cached key sets hold them by the
+    /// time they do. Env: `AUTH_SIGNING_KEYS_NEXT`. Default: none.
+    public var nextSigningKeyPaths: [String] = []
+    /// `Cache-Control: max-age` of `/.well-known/jwks.json` and the discovery document.
+    /// Env: `AUTH_JWKS_MAX_AGE_SECONDS`. Default: 300.
+    public var keySetMaxAge: Int = 300
+    /// The `jwks_uri` the discovery document announces. Env: `AUTH_JWKS_URI`. Default: the
+    /// issuer followed by `/.well-known/jwks.json` when the issuer is an http(s) URL.
+    public var jwksURI: String?
     /// X25519 private keys (PEM) gateways seal credentials to, the current one first; the others
     /// still open what was sealed to them. Env: `AUTH_CREDENTIAL_KEYS`, comma-separated. Default: none.
     public var credentialKeyPaths: [String] = []

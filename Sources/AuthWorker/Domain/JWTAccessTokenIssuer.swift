@@ -6,11 +6,17 @@ import StrictJSON
 
 /// Signs access tokens as JWTs (RFC 9068 profile: `typ` `at+jwt`) with the newest configured key.
 ///
-/// Every configured key is published in the JWK Set (`auth-worker keys jwks`), so tokens signed
-/// by a previous key keep verifying until they expire.
+/// Keys go through three states, so verifiers that cache the JWK Set never meet a token signed
+/// by a key they have not fetched: *next* (`AUTH_SIGNING_KEYS_NEXT`: published, not signing yet),
+/// *current* (the first of `AUTH_SIGNING_KEYS`: signs) and *previous* (the rest of
+/// `AUTH_SIGNING_KEYS`: published until the tokens they signed have expired).
 public struct JWTAccessTokenIssuer: AccessTokenIssuer {
-    /// All loaded keys, newest (the signer) first.
+    /// The current key (the signer) first, then the previous ones.
     public let keys: [SigningKey]
+    /// Keys published before they sign.
+    public let nextKeys: [SigningKey]
+    /// What the JWK Set publishes: current, previous, next.
+    public var publishedKeys: [SigningKey] { keys + nextKeys }
     private let issuer: String
     private let audience: String
     /// The public halves of `keys`, made once: what `verify` checks against.
@@ -22,20 +28,29 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
         guard !configuration.signingKeyPaths.isEmpty else {
             throw ConfigurationError(variable: "AUTH_SIGNING_KEYS", reason: "is required for jwt access tokens")
         }
-        keys = try configuration.signingKeyPaths.map { path in
-            guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
-                throw ConfigurationError(variable: "AUTH_SIGNING_KEYS", reason: "cannot read \(path)")
+        func load(_ paths: [String], variable: String) throws -> [SigningKey] {
+            try paths.map { path in
+                guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
+                    throw ConfigurationError(variable: variable, reason: "cannot read \(path)")
+                }
+                do {
+                    return try SigningKey(pem: pem)
+                } catch {
+                    throw ConfigurationError(variable: variable, reason: "\(path): \(error)")
+                }
             }
-            do {
-                return try SigningKey(pem: pem)
-            } catch {
-                throw ConfigurationError(variable: "AUTH_SIGNING_KEYS", reason: "\(path): \(error)")
-            }
+        }
+        keys = try load(configuration.signingKeyPaths, variable: "AUTH_SIGNING_KEYS")
+        nextKeys = try load(configuration.nextSigningKeyPaths, variable: "AUTH_SIGNING_KEYS_NEXT")
+        let current = Set(keys.map(\.keyID))
+        if let twice = nextKeys.first(where: { current.contains($0.keyID) }) {
+            throw ConfigurationError(
+                variable: "AUTH_SIGNING_KEYS_NEXT", reason: "key \(twice.keyID) is also in AUTH_SIGNING_KEYS")
         }
         issuer = configuration.tokenIssuer
         audience = configuration.tokenAudience
         verificationKeys = JWKSet(
-            keys: try keys.map { key in
+            keys: try (keys + nextKeys).map { key in
                 JWK(keyID: key.keyID, use: "sig", algorithm: key.algorithm.rawValue, key: try key.publicKey())
             })
     }

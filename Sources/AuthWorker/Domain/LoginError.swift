@@ -10,6 +10,8 @@ public struct LoginError: Error, Equatable, CustomStringConvertible {
     public var field: String?
     /// For throttling: when to try again (RFC 3339).
     public var retryAfter: String?
+    /// The same, in seconds from the answer (at least 1).
+    public var retryAfterSeconds: Int64?
 
     public init(_ code: ErrorCode, _ message: String, retriable: Bool = false, field: String? = nil) {
         self.code = code
@@ -25,17 +27,20 @@ public struct LoginError: Error, Equatable, CustomStringConvertible {
 
     /// The result's error object.
     public var payload: ErrorPayload {
-        ErrorPayload(code: code, message: message, retriable: retriable, field: field, retryAfter: retryAfter)
+        ErrorPayload(
+            code: code, message: message, retriable: retriable, field: field, retryAfter: retryAfter,
+            retryAfterSeconds: retryAfterSeconds)
     }
 }
 
 extension LoginError {
-    /// `too_many_attempts`, saying when to try again.
-    static func tooManyAttempts(until date: Date, message: String = "too many failed attempts for this account")
-        -> LoginError
-    {
+    /// `too_many_attempts`, saying when to try again: at `date`, which is so many seconds after `now`.
+    static func tooManyAttempts(
+        until date: Date, now: Date, message: String = "too many failed attempts for this account"
+    ) -> LoginError {
         var error = LoginError(.tooManyAttempts, message)
         error.retryAfter = Timestamp.format(date)
+        error.retryAfterSeconds = max(1, Int64(date.timeIntervalSince(now).rounded(.up)))
         return error
     }
 }

@@ -358,7 +358,8 @@ public final class RequestPipeline: Service {
             if request.method == .guest, let guests {
                 guard guestsAllowed > 0 else {
                     let error = LoginError.tooManyAttempts(
-                        until: guests.windowEnd, message: "too many guest sign-ups right now; try again later")
+                        until: guests.windowEnd, now: now,
+                        message: "too many guest sign-ups right now; try again later")
                     job.phase = .ready(
                         .publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error)))
                     continue

@@ -83,10 +83,11 @@ public struct WorkerApplication: Sendable {
             database: PGClient(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,
             logger: logger.child(label: "auth.health"))
+        let published = try PublishedKeys(configuration: configuration)
         let health = configuration.healthPort.map { port in
             makeHealthServer(
                 port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,
-                readiness: readiness, logger: logger.child(label: "auth.health"))
+                readiness: readiness, published: published, logger: logger.child(label: "auth.health"))
         }
         return WorkerApplication(
             configuration: configuration, pool: pool, producer: producer, consumer: consumer, store: store,
@@ -100,7 +101,7 @@ public struct WorkerApplication: Sendable {
     /// never waits on PostgreSQL or the broker.
     static func makeHealthServer(
         port: UInt16, configuration: WorkerConfiguration, producer: KafkaProducer, worker: RequestPipeline,
-        metrics: WorkerMetrics, readiness: Readiness, logger: Logger
+        metrics: WorkerMetrics, readiness: Readiness, published: PublishedKeys, logger: Logger
     ) -> HealthServer {
         // A loop stuck longer than the longest retry wait plus a poll is not alive.
         let livenessLimit = max(60, Int(configuration.processing.maxRetryDelay.wholeMilliseconds / 1000) * 3)
@@ -114,7 +115,26 @@ public struct WorkerApplication: Sendable {
                 },
                 "/readyz": { readiness.answer() },
                 "/metrics": { (200, metrics.prometheusText()) },
-            ], logger: logger)
+            ], responses: keyDocuments(published, maxAge: configuration.keySetMaxAge), logger: logger)
+    }
+
+    /// `/.well-known/jwks.json` and `/.well-known/openid-configuration`, cacheable for `maxAge`
+    /// seconds: verifiers fetch them over HTTP instead of an operator copying files.
+    static func keyDocuments(_ published: PublishedKeys, maxAge: Int) -> [String: HealthServer.Respond] {
+        let caching = [("Cache-Control", "public, max-age=\(maxAge)"), ("Access-Control-Allow-Origin", "*")]
+        var documents: [String: HealthServer.Respond] = [:]
+        if !published.isEmpty {
+            let jwks = published.jwks
+            documents["/.well-known/jwks.json"] = {
+                HTTPResponse(status: 200, body: jwks, contentType: "application/jwk-set+json", headers: caching)
+            }
+        }
+        if let discovery = published.discovery {
+            documents["/.well-known/openid-configuration"] = {
+                HTTPResponse(status: 200, body: discovery, contentType: "application/json", headers: caching)
+            }
+        }
+        return documents
     }
 
     static func makeAccessTokenIssuer(_ configuration: WorkerConfiguration, identifiers: Identifiers) throws

@@ -217,6 +217,7 @@ import Testing
             codes.append(answer.error?.code.rawValue ?? answer.status)
             if let error = answer.error {
                 #expect(error.retryAfter != nil, "says when to try again")
+                #expect((error.retryAfterSeconds ?? 0) >= 1, "in seconds too")
             }
         }
         #expect(codes.count { $0 == "ok" } == 3, "\(codes)")

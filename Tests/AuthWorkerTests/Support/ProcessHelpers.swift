@@ -53,6 +53,17 @@ enum HTTP {
         let (data, response) = try await URLSession.shared.data(from: url)
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
     }
+
+    /// The response headers of a GET.
+    static func head(_ url: String) async throws -> [String: String] {
+        guard let url = URL(string: url) else { throw URLError(.badURL) }
+        let (_, response) = try await URLSession.shared.data(from: url)
+        var headers: [String: String] = [:]
+        for (name, value) in (response as? HTTPURLResponse)?.allHeaderFields ?? [:] {
+            if let name = name as? String, let value = value as? String { headers[name] = value }
+        }
+        return headers
+    }
 }
 
 /// Checks a `/metrics` answer: every sample belongs to a family announced with `# HELP` and

@@ -258,6 +258,7 @@ import Testing
         } catch let error as LoginError {
             #expect(error.code == .tooManyAttempts)
             #expect(error.retryAfter == "2026-11-29T12:01:00Z")
+            #expect(error.payload.retryAfterSeconds == 60, "the same wait, in seconds")
         }
         clock.advance(by: 61)
         await #expect(throws: LoginError(.invalidCredentials, "")) {
@@ -269,6 +270,7 @@ import Testing
             Issue.record("expected too_many_attempts")
         } catch let error as LoginError {
             #expect(error.retryAfter == "2026-11-29T12:03:01Z")
+            #expect(error.retryAfterSeconds == 120)
         }
         clock.advance(by: 121)
         _ = try #require(try await service.handle(login("t@example.com", "correct horse")))

@@ -39,6 +39,9 @@ import Testing
         try Self.same(LoginResultData.failure(requestID: "r-3", error: error))
         error.retryAfter = "2026-11-29T12:01:00Z"
         try Self.same(error)
+        error.retryAfterSeconds = 60
+        try Self.same(error)
+        #expect(String(decoding: error.jsonBytes, as: UTF8.self).contains(#""retry_after_seconds":60"#))
         try Self.same(
             CloudEvent(
                 id: "e", source: "/auth-worker", type: "auth.login.result", time: Date(timeIntervalSince1970: 0),

@@ -49,7 +49,7 @@ struct GuestSignUp: PreparedWrite {
             // result, never counts again.
             guard try unit.rateLimitUsage(bucket: limitBucket, at: now, window: limit.window) < limit.count else {
                 throw LoginError.tooManyAttempts(
-                    until: now + limit.window, message: "too many guest sign-ups from this client")
+                    until: now + limit.window, now: now, message: "too many guest sign-ups from this client")
             }
             try unit.countRateLimited(bucket: limitBucket, at: now, window: limit.window)
         }

@@ -109,7 +109,7 @@ extension LoginFlows {
         let grants = try await attempts.reserveRateLimits(reservations, at: now)
         for (reservation, grant) in zip(reservations, grants) where grant.granted < 1 {
             throw LoginError.tooManyAttempts(
-                until: grant.windowEnd,
+                until: grant.windowEnd, now: now,
                 message: reservation.bucket == "register-all"
                     ? "too many registrations right now; try again later" : "too many registrations from this client")
         }
@@ -127,7 +127,7 @@ extension LoginFlows {
         let attempt = try await attempts.reservePasswordAttempt(
             key: throttleKey, email: email, at: now, policy: configuration.accounts.throttle)
         guard attempt.allowed else {
-            throw LoginError.tooManyAttempts(until: attempt.lockedUntil ?? now)
+            throw LoginError.tooManyAttempts(until: attempt.lockedUntil ?? now, now: now)
         }
         // Unknown e-mails are checked against a dummy hash: the same code and a similar time.
         let password = data.password ?? ""

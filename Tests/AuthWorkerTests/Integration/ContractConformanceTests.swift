@@ -1,0 +1,155 @@
+import AuthCrypto
+import Foundation
+import JOSEFixtures
+import Messages
+import Testing
+
+@testable import AuthWorker
+
+/// Every message type of the contract, produced for real (requests as a gateway sends them,
+/// results and events as the worker publishes them, an Apple notification as a gateway forwards
+/// it), checked against `contract/schemas` by an independent JSON Schema validator, and the
+/// AsyncAPI document checked too (`scripts/check-contract.py`).
+@Suite(.requiresServices, .requiresIndependentJOSE, .serialized, .timeLimit(.minutes(3)))
+struct ContractConformanceTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent()
+
+    @Test func everyMessageTypeMatchesItsSchema() async throws {
+        let server = try KeyServer()
+        defer { server.stop() }
+        server.serve("/apple/keys", .init(body: TestSigner.keySet([Signers.rsa2048])))
+        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        config.appleAudiences = ["com.example.app"]
+        config.appleKeysURL = server.url("/apple/keys").absoluteString
+        config.accounts.argon2 = fastArgon2
+        config.accounts.guestRateLimit = .init(count: 1, window: 3600)
+        let worker = try await WorkerIntegrationTests.RunningWorker(config)
+        let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        let events = try TopicReader(topic: topics.events)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("contract-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var written = 0
+        func keep(_ schema: String, _ role: String, _ bytes: [UInt8]) throws {
+            written += 1
+            try Data(bytes).write(to: directory.appendingPathComponent("\(schema)--\(role)-\(written).json"))
+        }
+        /// Sends `data` as a gateway does, keeps the request and its result, returns the result.
+        func send(_ data: LoginRequestData) async throws -> LoginResultData {
+            let id = UUID().uuidString.lowercased()
+            let request = CloudEvent(
+                id: id, source: "/gateway/contract-test", type: "auth.login.request", time: Date(),
+                traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", data: data)
+            let bytes = try MessageCoding.encode(request)
+            try keep("login-request", "request", bytes)
+            try await gateway.publishRaw(key: Array(id.utf8), value: bytes)
+            let answer = try #require(try await gateway.awaitResult(requestID: id, timeout: .seconds(30)))
+            try keep("login-result", "worker", answer)
+            return try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: answer).data
+        }
+        let now = Int(Date().timeIntervalSince1970)
+        func appleToken(_ subject: String) -> String {
+            Signers.rsa2048.token(
+                [
+                    "iss": "https://appleid.apple.com", "aud": "com.example.app", "sub": subject, "iat": now - 5,
+                    "exp": now + 600, "email": "\(subject)@privaterelay.appleid.com", "email_verified": "true",
+                    "is_private_email": "true", "nonce": Hex.encode(SHA256.hash("n-1")),
+                ], algorithm: .rs256)
+        }
+
+        // Guests: a plain session, a sealed one, and one over the client's limit (retry_after).
+        var guest = LoginRequestData(method: "guest")
+        guest.clientID = "install-1"
+        guest.device = .init(name: "Pixel 9", platform: "android")
+        let plain = try await send(guest)
+        #expect(plain.session != nil)
+        var sealed = LoginRequestData(method: "guest")
+        sealed.replyKey = Base64URL.encode(try X25519.generateKeyPair().publicKey)
+        #expect(try await send(sealed).sealedSession != nil)
+        let limited = try await send(guest)
+        #expect(limited.error?.retryAfterSeconds != nil)
+        // A registration, a failed password login, and a guest upgraded by registering.
+        var register = LoginRequestData(method: "register")
+        register.email = "ada@example.com"
+        register.password = "correct horse battery"
+        register.name = "Ada"
+        let ada = try await send(register)
+        var wrong = LoginRequestData(method: "password")
+        wrong.email = "ada@example.com"
+        wrong.password = "wrong horse battery"
+        #expect(try await send(wrong).error?.code == .invalidCredentials)
+        var upgrade = LoginRequestData(method: "register")
+        upgrade.email = "grace@example.com"
+        upgrade.password = "correct horse battery"
+        upgrade.linkTo = plain.session?.accessToken
+        #expect(try await send(upgrade).user?.isGuest == false)
+        // Apple linked to Ada's account (identity linked), a refresh, a malformed request, a logout.
+        var apple = LoginRequestData(method: "apple")
+        apple.identityToken = appleToken("001.ada")
+        apple.nonce = "n-1"
+        apple.profile = .init(givenName: "Ada", familyName: "Lovelace")
+        apple.linkTo = ada.session?.accessToken
+        let linked = try await send(apple)
+        #expect(linked.user?.id == ada.user?.id)
+        var refresh = LoginRequestData(method: "refresh")
+        refresh.refreshToken = linked.session?.refreshToken
+        #expect(try await send(refresh).status == "ok")
+        var malformed = LoginRequestData(method: "oidc")
+        malformed.provider = "nowhere"
+        #expect(try await send(malformed).status == "error")
+        var logout = LoginRequestData(method: "logout")
+        logout.accessToken = ada.session?.accessToken
+        #expect(try await send(logout).status == "ok")
+        // Apple deletes the account: the user and its sessions go.
+        let token = Signers.rsa2048.token(
+            [
+                "iss": "https://appleid.apple.com", "aud": "com.example.app", "iat": now - 1, "exp": now + 600,
+                "events": #"{"type":"account-delete","sub":"001.ada","event_time":\#(now)000}"#,
+            ], algorithm: .rs256)
+        let notification = try MessageCoding.encode(
+            CloudEvent(
+                id: UUID().uuidString, source: "/gateway/apple", type: "auth.provider.notification", time: Date(),
+                data: ["payload": token]))
+        try keep("provider-notification", "request", notification)
+        try await gateway.publishRaw(topic: topics.notifications, key: nil, value: notification)
+
+        let types = [
+            "auth.user.created", "auth.user.upgraded", "auth.identity.linked", "auth.session.revoked",
+            "auth.user.deleted",
+        ]
+        let seen = try await events.waitUntil { messages in
+            Set(messages.compactMap { $0.json["type"] as? String }).isSuperset(of: types)
+        }
+        let files = [
+            "auth.user.created": "user-created", "auth.user.upgraded": "user-upgraded",
+            "auth.identity.linked": "identity-linked", "auth.session.revoked": "session-revoked",
+            "auth.user.deleted": "user-deleted",
+        ]
+        for message in seen {
+            let type = message.json["type"] as? String ?? "?"
+            try keep(
+                try #require(files[type], "an event type the contract does not list: \(type)"), "worker", message.value)
+        }
+        await events.close()
+        gateway.close()
+        try await worker.stop()
+
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [
+            "python3", Self.root.appendingPathComponent("scripts/check-contract.py").path, "--messages", directory.path,
+        ]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let report = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(report)")
+        #expect(report.contains("real messages match them"), "\(report)")
+        print(report.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+}
