@@ -7,6 +7,8 @@ let package = Package(
     products: [
         .executable(name: "auth-worker", targets: ["auth-worker"]),
         .library(name: "AuthWorker", targets: ["AuthWorker"]),
+        // For Swift gateways: log users in through the worker, introspect and verify access tokens.
+        .library(name: "AuthClient", targets: ["AuthClient"]),
     ],
     targets: [
         // MARK: - C libraries from the system (Debian packages)
@@ -50,7 +52,10 @@ let package = Package(
             name: "AuthWorker",
             dependencies: [
                 "ServiceKit", "AuthCrypto", "JOSE", "Passwords", "Kafka", "PGStore", "Messages", "StrictJSON",
+                "AuthClient",
             ]),
+        .target(
+            name: "AuthClient", dependencies: ["AuthCrypto", "JOSE", "Kafka", "Messages", "ServiceKit", "StrictJSON"]),
         .executableTarget(name: "auth-worker", dependencies: ["AuthWorker", "ServiceKit"]),
         .target(name: "JOSEFixtures", dependencies: ["COpenSSL", "AuthCrypto", "JOSE"]),
         .executableTarget(
@@ -63,7 +68,8 @@ let package = Package(
         .testTarget(
             name: "AuthWorkerTests",
             dependencies: [
-                "AuthWorker", "ServiceKit", "AuthCrypto", "JOSE", "JOSEFixtures", "Passwords", "Kafka", "PGStore",
+                "AuthWorker", "AuthClient", "ServiceKit", "AuthCrypto", "JOSE", "JOSEFixtures", "Passwords", "Kafka",
+                "PGStore",
                 "Messages", "COpenSSL", "StrictJSON",
             ]
         ),

@@ -21,10 +21,26 @@ public actor KafkaConsumer {
     /// Creates the client and subscribes to `topics`.
     /// - Throws: `KafkaError` `.configuration`, `.clientCreation` or `.subscription`.
     public init(configuration: KafkaConsumerConfiguration, topics: [String], logger: Logger) throws {
-        try configuration.kafka.validate()
         guard !topics.isEmpty else {
             throw KafkaError(.subscription, reason: "no topics to subscribe to", isRetriable: false)
         }
+        try self.init(configuration: configuration, logger: logger)
+        guard let list = rd_kafka_topic_partition_list_new(Int32(topics.count)) else {
+            throw KafkaError(.subscription, reason: "out of memory", isRetriable: false)
+        }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for topic in topics {
+            rd_kafka_topic_partition_list_add(list, topic, rdkafka_shim_partition_unassigned())
+        }
+        let error = rd_kafka_subscribe(handle.pointer, list)
+        guard error == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(.subscription, error: error) }
+    }
+
+    /// Creates the client without subscribing: partitions are then assigned by the application
+    /// (`assignAtEnd`), outside any group's rebalancing.
+    /// - Throws: `KafkaError` `.configuration` or `.clientCreation`.
+    public init(configuration: KafkaConsumerConfiguration, logger: Logger) throws {
+        try configuration.kafka.validate()
         let context = ConsumerContext(logger: logger)
         let conf = try KafkaClientHandle.makeConf(configuration.librdkafkaProperties)
         rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(context).toOpaque())
@@ -41,23 +57,51 @@ public actor KafkaConsumer {
         let pointer = try KafkaClientHandle.makeClient(RD_KAFKA_CONSUMER, conf: conf)
         // Route the main queue into the consumer queue, so one poll serves both.
         rd_kafka_poll_set_consumer(pointer)
-        guard let list = rd_kafka_topic_partition_list_new(Int32(topics.count)) else {
-            rd_kafka_destroy(pointer)
-            throw KafkaError(.subscription, reason: "out of memory", isRetriable: false)
-        }
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        for topic in topics {
-            rd_kafka_topic_partition_list_add(list, topic, rdkafka_shim_partition_unassigned())
-        }
-        let error = rd_kafka_subscribe(pointer, list)
-        guard error == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            rd_kafka_destroy(pointer)
-            throw KafkaError(.subscription, error: error)
-        }
         self.handle = Handle(pointer)
         self.context = context
         self.waker = Waker(queue: rd_kafka_queue_get_consumer(pointer))
         self.executor = ThreadExecutor(name: "kafka-consumer")
+    }
+
+    /// Takes every partition of `topic`, starting at its current end: what is produced from now
+    /// on is read, nothing before (a reply topic's reader: each reader sees every partition).
+    /// Blocks this consumer's own thread while the brokers answer.
+    /// - Throws: `KafkaError` `.subscription` when the topic is unknown or no broker answers in `timeout`.
+    public func assignAtEnd(_ topic: String, timeout: Duration) throws {
+        guard !closed else { throw KafkaError(.closed, reason: "consumer is closed", isRetriable: false) }
+        let milliseconds = Int32(clamping: timeout.milliseconds)
+        guard let topicHandle = rd_kafka_topic_new(pointer, topic, nil) else {
+            throw KafkaError(.subscription, reason: "cannot name topic \(topic)", isRetriable: false)
+        }
+        var metadata: UnsafePointer<rd_kafka_metadata>?
+        let error = rd_kafka_metadata(pointer, 0, topicHandle, &metadata, milliseconds)
+        rd_kafka_topic_destroy(topicHandle)
+        guard error == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
+            throw KafkaError(.subscription, error: error)
+        }
+        defer { rd_kafka_metadata_destroy(metadata) }
+        var partitions: [Int32] = []
+        for index in 0..<Int(metadata.pointee.topic_cnt) {
+            let entry = metadata.pointee.topics[index]
+            guard String(cString: entry.topic) == topic, entry.err == RD_KAFKA_RESP_ERR_NO_ERROR else { continue }
+            partitions = (0..<Int(entry.partition_cnt)).map { entry.partitions[$0].id }
+        }
+        guard !partitions.isEmpty else {
+            throw KafkaError(.subscription, reason: "topic \(topic) does not exist", isRetriable: false)
+        }
+        guard let list = rd_kafka_topic_partition_list_new(Int32(partitions.count)) else {
+            throw KafkaError(.subscription, reason: "out of memory", isRetriable: false)
+        }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for partition in partitions {
+            var low: Int64 = 0
+            var high: Int64 = 0
+            let queried = rd_kafka_query_watermark_offsets(pointer, topic, partition, &low, &high, milliseconds)
+            guard queried == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(.subscription, error: queried) }
+            rd_kafka_topic_partition_list_add(list, topic, partition)?.pointee.offset = high
+        }
+        let assigned = rd_kafka_assign(pointer, list)
+        guard assigned == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(.subscription, error: assigned) }
     }
 
     deinit {

@@ -83,7 +83,7 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
 
 /// The login methods of the contract.
 public enum LoginMethod: String, Sendable, CaseIterable {
-    case apple, google, oidc, password, register, guest, refresh, logout
+    case apple, google, oidc, password, register, guest, refresh, logout, introspect
 }
 
 /// What is wrong with a request, naming the field.

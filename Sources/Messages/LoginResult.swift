@@ -8,10 +8,12 @@ public struct LoginResultData: Codable, Sendable, Equatable {
     public var session: SessionPayload?
     /// A compact JWE holding the session, when the request had a `reply_key`.
     public var sealedSession: String?
+    /// The answer to `introspect` (RFC 7662's members).
+    public var introspection: IntrospectionPayload?
     public var error: ErrorPayload?
 
     enum CodingKeys: String, CodingKey {
-        case status, user, session, error
+        case status, user, session, error, introspection
         case requestId = "request_id"
         case newUser = "new_user"
         case sealedSession = "sealed_session"
@@ -39,8 +41,53 @@ public struct LoginResultData: Codable, Sendable, Equatable {
             error: error)
     }
 
+    /// The answer to `introspect`.
+    public static func introspected(requestID: String, _ introspection: IntrospectionPayload) -> LoginResultData {
+        var result = LoginResultData(
+            requestId: requestID, status: "ok", user: nil, newUser: nil, session: nil, sealedSession: nil, error: nil)
+        result.introspection = introspection
+        return result
+    }
+
     /// The CloudEvent type of a result.
     public static let eventType = "auth.login.result"
+}
+
+/// What an access token stands for, as RFC 7662 (OAuth 2.0 Token Introspection) answers it:
+/// `active` false and nothing else for a token that is unknown, malformed, expired, or whose
+/// session has ended.
+public struct IntrospectionPayload: Codable, Sendable, Equatable {
+    public var active: Bool
+    /// The user id.
+    public var sub: String?
+    /// The session id.
+    public var sid: String?
+    public var abilities: [String]?
+    /// When the token stops being accepted, in seconds since the Unix epoch.
+    public var exp: Int64?
+    public var guest: Bool?
+    /// `Bearer`.
+    public var tokenType: String?
+
+    public static let inactive = IntrospectionPayload(active: false)
+
+    public init(
+        active: Bool, sub: String? = nil, sid: String? = nil, abilities: [String]? = nil, exp: Int64? = nil,
+        guest: Bool? = nil
+    ) {
+        self.active = active
+        self.sub = sub
+        self.sid = sid
+        self.abilities = abilities
+        self.exp = exp
+        self.guest = guest
+        self.tokenType = active ? "Bearer" : nil
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case active, sub, sid, abilities, exp, guest
+        case tokenType = "token_type"
+    }
 }
 
 /// A user as results show it. Never holds a secret.

@@ -43,6 +43,7 @@ extension LoginResultData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
             out.member("error", error)
+            out.member("introspection", introspection)
             out.member("new_user", newUser)
             out.member("request_id", requestId)
             out.member("sealed_session", sealedSession)
@@ -77,6 +78,20 @@ extension SessionPayload: JSONWritable {
             out.member("expires_at", expiresAt)
             out.member("refresh_expires_at", refreshExpiresAt)
             out.member("refresh_token", refreshToken)
+            out.member("token_type", tokenType)
+        }
+    }
+}
+
+extension IntrospectionPayload: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            if let abilities { out.member("abilities", abilities) }
+            out.member("active", active)
+            if let exp { out.member("exp", exp) }
+            out.member("guest", guest)
+            out.member("sid", sid)
+            out.member("sub", sub)
             out.member("token_type", tokenType)
         }
     }

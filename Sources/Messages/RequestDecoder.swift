@@ -289,6 +289,8 @@ public struct RequestDecoder: Sendable {
             try require(data.password, "password", max: maxFieldBytes)
         case .refresh:
             try require(data.refreshToken, "refresh_token", max: maxFieldBytes)
+        case .introspect:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
         case .logout:
             try require(data.accessToken, "access_token", max: maxTokenBytes)
             if let scope = data.scope, scope != "device", scope != "all" {

@@ -1,3 +1,4 @@
+import AuthClient
 import AuthCrypto
 import CLibPQ
 import COpenSSL
@@ -424,22 +425,29 @@ public struct CommandLineInterface: Sendable {
             timeout = seconds
         }
         let configuration = try configuration(needs: [.brokers])
-        var quiet = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
-        quiet.logLevel = .error
-        let client = try GatewayClient(configuration: configuration, logger: quiet)
-        defer { client.close() }
+        let quiet = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
+        var clientConfiguration = AuthClient.Configuration(brokers: configuration.kafkaBrokers)
+        clientConfiguration.requestsTopic = configuration.topics.requests
+        clientConfiguration.resultsTopic = configuration.topics.results
+        clientConfiguration.source = "/gateway/cli"
+        clientConfiguration.kafkaProperties = configuration.kafkaProperties
+        let client = try await AuthClient.connect(clientConfiguration, logger: quiet)
         var data = LoginRequestData(method: "guest")
         data.device = device
-        let id = UUID().uuidString.lowercased()
         let started = ContinuousClock.now
-        try await client.publish(requestID: id, data: data)
-        guard let result = try await client.awaitResult(requestID: id, timeout: .seconds(timeout)) else {
-            errorOutput("auth-worker: no result for request \(id) within \(timeout) s (is the worker running?)")
+        do {
+            let result = try await client.login(data, timeout: .seconds(timeout))
+            await client.close()
+            output(String(decoding: try MessageCoding.encode(result.data), as: UTF8.self))
+            errorOutput(
+                "answered in \(ContinuousClock.now - started) (request \(result.requestID); session sealed to a one-time key and opened)"
+            )
+            return 0
+        } catch let failure as AuthClient.Failure {
+            await client.close()
+            errorOutput("auth-worker: \(failure) (is the worker running?)")
             return 1
         }
-        output(String(decoding: result, as: UTF8.self))
-        errorOutput("answered in \(ContinuousClock.now - started)")
-        return 0
     }
 
     // MARK: - token verify

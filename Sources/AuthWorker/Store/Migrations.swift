@@ -3,8 +3,29 @@ import PGStore
 /// The database schema, as ordered migrations. Released versions are never edited: add a new one.
 public enum Migrations {
     public static let all: [PGMigration] = [
-        initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits,
+        initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
     ]
+
+    /// A read-only view for gateways that look access tokens up in PostgreSQL themselves
+    /// (Sanctum-style) instead of asking the worker (`introspect`): by the token's SHA-256, what it
+    /// stands for and whether it is active now. Grant a gateway role SELECT on this view only.
+    static let gatewayTokenView = PGMigration(
+        version: 6, name: "gateway token view",
+        sql: """
+            CREATE VIEW gateway_access_tokens AS
+            SELECT t.token_hash,
+                   s.user_id,
+                   t.session_id,
+                   t.abilities,
+                   u.is_guest,
+                   least(t.expires_at, s.expires_at) AS expires_at,
+                   s.revoked_at IS NULL AND least(t.expires_at, s.expires_at) > now() AS active
+            FROM access_tokens t
+            JOIN sessions s ON s.id = t.session_id
+            JOIN users u ON u.id = s.user_id;
+            COMMENT ON VIEW gateway_access_tokens IS
+                'Read-only lookup of access tokens by SHA-256 (token_hash = sha256(token)); active says whether the token is accepted now.';
+            """)
 
     /// Rate limits reserved ahead of the work they allow, in one atomic step shared by every
     /// replica: global ceilings for guest sign-ups and registrations, and registrations per client.

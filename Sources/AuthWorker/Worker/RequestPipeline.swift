@@ -805,7 +805,7 @@ public final class RequestPipeline: Service {
     /// The request's X25519 `reply_key`, checked before anything is prepared.
     static func replyKey(_ request: LoginRequest, required: Bool) throws -> [UInt8]? {
         guard let text = request.data.replyKey else {
-            if required, request.method != .logout {
+            if required, request.method != .logout, request.method != .introspect {
                 throw LoginError(
                     .malformedRequest, "reply_key is required: results are sealed to the gateway's key",
                     field: "data.reply_key")

@@ -100,6 +100,11 @@ struct ContractConformanceTests {
         var malformed = LoginRequestData(method: "oidc")
         malformed.provider = "nowhere"
         #expect(try await send(malformed).status == "error")
+        var introspect = LoginRequestData(method: "introspect")
+        introspect.accessToken = ada.session?.accessToken
+        #expect(try await send(introspect).introspection?.active == true)
+        introspect.accessToken = "not a token"
+        #expect(try await send(introspect).introspection?.active == false)
         var logout = LoginRequestData(method: "logout")
         logout.accessToken = ada.session?.accessToken
         #expect(try await send(logout).status == "ok")

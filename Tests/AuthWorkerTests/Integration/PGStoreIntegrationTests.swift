@@ -118,13 +118,17 @@ import Testing
         #expect(try PGMigrator.migrate(connection, migrations: Migrations.all) == [])
         #expect(try PGMigrator.currentVersion(connection) == Migrations.all.map(\.version).max())
         let tables = try connection.query(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1"
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE' ORDER BY 1"
         ).map { try $0.decode("table_name", as: String.self) }
         #expect(
             tables == [
                 "access_tokens", "identities", "login_throttle", "outbox", "processed_requests", "rate_limits",
                 "refresh_tokens", "schema_migrations", "sessions", "users",
             ])
+        let views = try connection.query(
+            "SELECT table_name FROM information_schema.views WHERE table_schema = 'public' ORDER BY 1"
+        ).map { try $0.decode("table_name", as: String.self) }
+        #expect(views == ["gateway_access_tokens"], "the read-only view gateways may be granted")
     }
 
     @Test func aFailingMigrationNamesItselfAndLeavesNoTrace() throws {

@@ -178,6 +178,56 @@ import Testing
         #expect(ready == 503, "not ready while the broker refuses the worker")
     }
 
+    /// The Python gateway example (`examples/python-gateway`, confluent-kafka + jwcrypto) against
+    /// the real binary: a guest login with a sealed session, the token verified against the
+    /// worker's JWK Set over HTTP, introspected, logged out.
+    @Test(.requiresIndependentJOSE) func thePythonGatewayExampleRuns() async throws {
+        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        let (keyPath, _) = try TestKeys.temporaryKeyFile(.es256)
+        defer { try? FileManager.default.removeItem(atPath: keyPath) }
+        let brokers = try #require(IntegrationEnvironment.kafkaBrokers)
+        let (process, output, _) = try launch(
+            ["run"],
+            environment: [
+                "AUTH_KAFKA_BROKERS": brokers, "AUTH_DATABASE_URL": databaseURL,
+                "AUTH_KAFKA_GROUP": IntegrationEnvironment.uniqueName("group"), "AUTH_TOPIC_REQUESTS": topics.requests,
+                "AUTH_TOPIC_RESULTS": topics.results, "AUTH_TOPIC_EVENTS": topics.events,
+                "AUTH_TOPIC_NOTIFICATIONS": topics.notifications, "AUTH_TOPIC_DLQ": topics.deadLetters,
+                "AUTH_SIGNING_KEYS": keyPath, "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000", "AUTH_HEALTH_PORT": "0",
+                "AUTH_HEALTH_ADDRESS": "127.0.0.1", "AUTH_REQUIRE_REPLY_KEY": "true",
+            ])
+        let logs = LogCollector(output)
+        defer {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        let port = try #require(await logs.value(of: "http.port", inLineWith: "Health endpoint listening"))
+        _ = await logs.value(of: "msg", inLineWith: "Partitions assigned")
+        let example = Process()
+        example.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        example.arguments = [
+            "python3",
+            DevEnvironmentTests.root.appendingPathComponent("examples/python-gateway/gateway.py").path,
+        ]
+        example.environment = ProcessInfo.processInfo.environment.merging([
+            "AUTH_KAFKA_BROKERS": brokers, "AUTH_WORKER_URL": "http://127.0.0.1:\(port)",
+            "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
+        ]) { $1 }
+        let printed = Pipe()
+        example.standardOutput = printed
+        example.standardError = printed
+        try example.run()
+        let report = String(decoding: printed.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        example.waitUntilExit()
+        #expect(example.terminationStatus == 0, "\(report)")
+        let steps = report.split(separator: "\n").compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
+        }
+        #expect(steps.map { $0["step"] as? String } == ["login", "verify", "introspect", "logout"], "\(report)")
+        #expect(steps.first?["session_opened"] as? Bool == true)
+    }
+
     @Test func runRefusesToStartWithoutASigningKey() throws {
         let (process, _, errors) = try launch(
             ["run"],

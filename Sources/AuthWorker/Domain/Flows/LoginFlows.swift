@@ -107,6 +107,7 @@ public struct LoginFlows: Sendable {
         case .password: try await preparePasswordLogin(request)
         case .refresh: try prepareRefresh(request)
         case .logout: try prepareLogout(request)
+        case .introspect: prepareIntrospection(request)
         }
     }
 

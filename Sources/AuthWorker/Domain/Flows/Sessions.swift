@@ -139,3 +139,57 @@ struct Logout: PreparedWrite {
             result: .signedOut(requestID: requestID, user: user.payload), userID: user.id, sessionID: session.id)
     }
 }
+
+// MARK: - Introspection
+
+extension LoginFlows {
+    /// `introspect`: what an access token stands for now (RFC 7662). A token that is malformed,
+    /// badly signed, expired or of an ended session is `active: false`, never an error: the
+    /// question has an answer.
+    func prepareIntrospection(_ request: LoginRequest) -> any PreparedWrite {
+        let now = clock.now()
+        let token = try? presentedToken(
+            request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now)
+        return Introspection(requestID: request.id, token: token, now: now)
+    }
+}
+
+/// An introspection, ready to answer: reads the session (and records an opaque token's use).
+struct Introspection: PreparedWrite {
+    let requestID: String
+    /// Nil when the token is already known to be inactive (a JWT that does not verify).
+    let token: PresentedAccessToken?
+    let now: Date
+
+    var prefetch: Prefetch { token?.prefetch ?? Prefetch() }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        guard let token else { return answer(.inactive) }
+        let session: SessionRecord
+        do {
+            session = try token.session(in: unit, at: now, allowExpired: false, field: "data.access_token")
+        } catch is LoginError {
+            return answer(.inactive)
+        }
+        let expiresAt: Date
+        switch token {
+        case .jwt(let claims):
+            expiresAt = min(claims.expiresAt, session.expiresAt)
+        case .opaque(let hash):
+            expiresAt = min(try unit.accessToken(hash: hash)?.expiresAt ?? session.expiresAt, session.expiresAt)
+        }
+        let abilities: [String]
+        if case .jwt(let claims) = token { abilities = claims.abilities } else { abilities = session.abilities }
+        return FlowAnswer(
+            result: .introspected(
+                requestID: requestID,
+                IntrospectionPayload(
+                    active: true, sub: session.userID.lowercasedString, sid: session.id.lowercasedString,
+                    abilities: abilities, exp: Int64(expiresAt.timeIntervalSince1970), guest: session.userIsGuest)),
+            userID: session.userID, sessionID: session.id)
+    }
+
+    private func answer(_ payload: IntrospectionPayload) -> FlowAnswer {
+        FlowAnswer(result: .introspected(requestID: requestID, payload), userID: nil, sessionID: nil)
+    }
+}

@@ -1,0 +1,289 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import Kafka
+import Messages
+import ServiceKit
+import Synchronization
+
+/// What a Swift gateway (Vapor, Hummingbird, a plain service) adds to call the auth worker over
+/// Kafka: one `login` per request, answered by the worker on the results topic.
+///
+/// Each login gets a fresh request id (the idempotency key; pass your own to retry a request
+/// safely) and, unless turned off, a fresh X25519 reply key: the worker seals the session to it,
+/// and the client opens it, so tokens never sit readable on the results topic. Results are read by
+/// one reader per client over every partition of the results topic, from the moment the client
+/// connected, and handed to the login waiting for them.
+///
+/// ```swift
+/// let auth = try await AuthClient.connect(.init(brokers: ["kafka:9092"]), logger: logger)
+/// var request = LoginRequestData(method: "apple")
+/// request.identityToken = token
+/// request.nonce = rawNonce
+/// let result = try await auth.login(request)      // LoginResult: the user and the opened session
+/// ```
+public final class AuthClient: Sendable {
+    public struct Configuration: Sendable {
+        public var brokers: [String]
+        public var requestsTopic = "auth.login.requests"
+        public var resultsTopic = "auth.login.results"
+        /// The CloudEvents `source` of the requests (your gateway's name).
+        public var source = "/gateway"
+        /// librdkafka properties for SASL and TLS (`security.protocol`, `sasl.*`, `ssl.*`).
+        public var kafkaProperties: [String: String] = [:]
+        /// How long a login waits for its answer unless told otherwise. Default: 10 s.
+        public var timeout: Duration = .seconds(10)
+        /// Seal each session to a reply key made for its request. Default: true.
+        public var sealSessions = true
+
+        public init(brokers: [String]) {
+            self.brokers = brokers
+        }
+    }
+
+    public enum Failure: Error, Equatable, CustomStringConvertible {
+        /// No answer within the timeout: the worker may be down or behind; retry with the same
+        /// request id and it is answered once.
+        case timedOut(requestID: String)
+        /// The sealed session did not open with this request's reply key.
+        case unreadableSession(requestID: String)
+        /// The answer is not a result this client understands.
+        case unreadableResult(requestID: String)
+        case closed
+
+        public var description: String {
+            switch self {
+            case .timedOut(let id): "no answer to request \(id) in time"
+            case .unreadableSession(let id): "the sealed session of request \(id) does not open"
+            case .unreadableResult(let id): "the answer to request \(id) is not a result"
+            case .closed: "the client is closed"
+            }
+        }
+    }
+
+    private let configuration: Configuration
+    private let producer: KafkaProducer
+    private let results: KafkaConsumer
+    private let waiting = Mutex<[String: CheckedContinuation<[UInt8], Never>]>([:])
+    private let early = Mutex<[String: [UInt8]]>([:])
+    private let closed = Atomic<Bool>(false)
+    private let reader: Mutex<Task<Void, Never>?> = Mutex(nil)
+    /// Reply keys of requests whose id the caller chose, so a retry sends the same request
+    /// (the worker answers a reused id only when the content is the same) and opens its answer.
+    private let retryKeys = Mutex<[String: (privateKey: [UInt8], publicKey: [UInt8], made: ContinuousClock.Instant)]>(
+        [:])
+    private let logger: Logger
+
+    private init(configuration: Configuration, producer: KafkaProducer, results: KafkaConsumer, logger: Logger) {
+        self.configuration = configuration
+        self.producer = producer
+        self.results = results
+        self.logger = logger
+    }
+
+    /// Connects to the brokers and starts reading results from the end of the results topic.
+    /// - Throws: `KafkaError` when the brokers cannot be reached or the results topic does not exist.
+    public static func connect(_ configuration: Configuration, logger: Logger) async throws -> AuthClient {
+        var kafka = KafkaConfiguration(bootstrapServers: configuration.brokers)
+        kafka.properties = configuration.kafkaProperties
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(kafka: kafka), logger: logger)
+        var consumerConfiguration = KafkaConsumerConfiguration(
+            kafka: kafka, groupID: "auth-client-\(UUID().uuidString.lowercased())")
+        consumerConfiguration.fetchWaitMax = .milliseconds(10)
+        let results: KafkaConsumer
+        do {
+            results = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
+            try await results.assignAtEnd(configuration.resultsTopic, timeout: .seconds(10))
+        } catch {
+            producer.close(timeout: .seconds(1))
+            throw error
+        }
+        let client = AuthClient(configuration: configuration, producer: producer, results: results, logger: logger)
+        client.reader.withLock { $0 = Task { await client.readResults() } }
+        return client
+    }
+
+    /// Sends a login (any method: sign-in, registration, refresh, logout, introspect) and waits
+    /// for its answer.
+    /// - Parameters:
+    ///   - requestID: the request's idempotency key; a new one when nil. Sending the same request
+    ///     with the same id again (after a timeout, say) is answered with the same result, never
+    ///     acted on twice: this client reuses that id's reply key for an hour, so the retry is the
+    ///     same request and its sealed answer opens.
+    ///   - timeout: how long to wait; `configuration.timeout` when nil.
+    /// - Returns: the result, the session opened when it was sealed.
+    /// - Throws: `Failure.timedOut`, `Failure.unreadableSession`, or `KafkaError` when the
+    ///   request could not be published.
+    public func login(_ data: LoginRequestData, requestID: String? = nil, timeout: Duration? = nil) async throws
+        -> LoginResult
+    {
+        guard !closed.load(ordering: .acquiring) else { throw Failure.closed }
+        let id = requestID ?? UUID().uuidString.lowercased()
+        var request = data
+        var replyKey: [UInt8]?
+        if configuration.sealSessions, request.replyKey == nil, Self.issuesTokens(request.method) {
+            let pair = try requestID.map { try retryKey(for: $0) } ?? X25519.generateKeyPair()
+            replyKey = pair.privateKey
+            request.replyKey = Base64URL.encode(pair.publicKey)
+        }
+        let event = CloudEvent(
+            id: id, source: configuration.source, type: "auth.login.request", time: Date(), data: request)
+        let bytes = try await answer(
+            to: id,
+            after: ProducerRecord(
+                topic: configuration.requestsTopic, key: Array(id.utf8), value: try MessageCoding.encode(event)),
+            timeout: timeout ?? configuration.timeout)
+        guard let result = try? MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data else {
+            throw Failure.unreadableResult(requestID: id)
+        }
+        var session = result.session
+        if let sealed = result.sealedSession {
+            guard let replyKey, let opened = try? JWE.openECDHES(sealed, privateKey: replyKey),
+                let decoded = try? MessageCoding.decode(SessionPayload.self, from: opened.plaintext)
+            else { throw Failure.unreadableSession(requestID: id) }
+            session = decoded
+        }
+        return LoginResult(requestID: id, data: result, session: session)
+    }
+
+    /// What an access token stands for now (`method: introspect`, RFC 7662): inactive for a token
+    /// that is malformed, expired, unknown or of an ended session.
+    public func introspect(_ accessToken: String, timeout: Duration? = nil) async throws -> IntrospectionPayload {
+        var request = LoginRequestData(method: "introspect")
+        request.accessToken = accessToken
+        let result = try await login(request, timeout: timeout)
+        guard let introspection = result.introspection else {
+            throw Failure.unreadableResult(requestID: result.requestID)
+        }
+        return introspection
+    }
+
+    /// Stops reading, flushes what is being sent. Logins still waiting fail with `Failure.closed`.
+    public func close() async {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        reader.withLock { $0?.cancel() }
+        let pending = waiting.withLock { pending in
+            defer { pending.removeAll() }
+            return pending
+        }
+        for (_, continuation) in pending { continuation.resume(returning: []) }
+        producer.close(timeout: .seconds(5))
+        await results.close()
+    }
+
+    /// The reply key of a request id the caller chose: made once, kept an hour (at most 10,000).
+    private func retryKey(for id: String) throws -> (privateKey: [UInt8], publicKey: [UInt8]) {
+        let fresh = try X25519.generateKeyPair()
+        return retryKeys.withLock { keys in
+            let now = ContinuousClock.now
+            if keys.count >= 10_000 { keys = keys.filter { now - $0.value.made < .seconds(3600) } }
+            if let kept = keys[id], now - kept.made < .seconds(3600) { return (kept.privateKey, kept.publicKey) }
+            keys[id] = (fresh.privateKey, fresh.publicKey, now)
+            return fresh
+        }
+    }
+
+    /// Methods whose answer carries a session (and so may be sealed).
+    static func issuesTokens(_ method: String) -> Bool {
+        ["apple", "google", "oidc", "password", "register", "guest", "refresh"].contains(method)
+    }
+
+    // MARK: - Matching answers to requests
+
+    /// Publishes `record` and waits for the result keyed `id`.
+    private func answer(to id: String, after record: ProducerRecord, timeout: Duration) async throws -> [UInt8] {
+        try await producer.send(record)
+        let bytes = await withTaskGroup(of: [UInt8]?.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    let ready: [UInt8]? = self.waiting.withLock { waiting in
+                        if let answered = self.early.withLock({ $0.removeValue(forKey: id) }) { return answered }
+                        waiting[id] = continuation
+                        return nil
+                    }
+                    if let ready { continuation.resume(returning: ready) }
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            if first == nil {
+                // Timed out: release the waiting continuation so its task ends.
+                if let continuation = waiting.withLock({ $0.removeValue(forKey: id) }) {
+                    continuation.resume(returning: [])
+                }
+            }
+            group.cancelAll()
+            return first
+        }
+        guard let bytes, !bytes.isEmpty else {
+            if closed.load(ordering: .acquiring) { throw Failure.closed }
+            throw Failure.timedOut(requestID: id)
+        }
+        return bytes
+    }
+
+    /// Reads results and hands each to the login waiting for it; one that arrives before its
+    /// login started waiting (a fast worker) is kept briefly.
+    private func readResults() async {
+        while !closed.load(ordering: .acquiring), !Task.isCancelled {
+            let messages: [KafkaMessage]
+            do {
+                messages = try await results.poll(maxMessages: 500, timeout: .milliseconds(100))
+            } catch {
+                if closed.load(ordering: .acquiring) { return }
+                logger.warning("Reading results failed; retrying", metadata: ["error": String(describing: error)])
+                try? await Task.sleep(for: .milliseconds(200))
+                continue
+            }
+            for message in messages {
+                guard let key = message.key else { continue }
+                let id = String(decoding: key, as: UTF8.self)
+                let continuation = waiting.withLock { waiting -> CheckedContinuation<[UInt8], Never>? in
+                    if let continuation = waiting.removeValue(forKey: id) { return continuation }
+                    // Not (yet) awaited: another gateway's, or ours a moment early. Keep a bounded few.
+                    early.withLock { early in
+                        if early.count > 10_000 { early.removeAll() }
+                        early[id] = message.value
+                    }
+                    return nil
+                }
+                continuation?.resume(returning: message.value)
+            }
+        }
+    }
+}
+
+/// A login's answer, with the session opened when it came sealed.
+public struct LoginResult: Sendable {
+    public let requestID: String
+    /// The result as the contract has it, `session` in place of `sealed_session`.
+    public let data: LoginResultData
+    /// `ok` or `error`.
+    public let status: String
+    public let user: UserPayload?
+    public let newUser: Bool?
+    /// The session, opened from `sealed_session` when the request had a reply key.
+    public let session: SessionPayload?
+    public let introspection: IntrospectionPayload?
+    /// Why not, when `status` is `error`: branch on `error.code`.
+    public let error: ErrorPayload?
+
+    init(requestID: String, data: LoginResultData, session: SessionPayload?) {
+        self.requestID = requestID
+        var opened = data
+        opened.session = session
+        opened.sealedSession = nil
+        self.data = opened
+        status = data.status
+        user = data.user
+        newUser = data.newUser
+        self.session = session
+        introspection = data.introspection
+        error = data.error
+    }
+
+    public var isOK: Bool { status == "ok" }
+}

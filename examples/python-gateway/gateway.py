@@ -1,0 +1,117 @@
+"""A gateway in Python: signs a guest in through the auth worker, opens the sealed session,
+verifies the access token against the worker's JWK Set, and asks the worker about it.
+
+    pip install confluent-kafka jwcrypto
+    AUTH_KAFKA_BROKERS=127.0.0.1:19092 AUTH_WORKER_URL=http://127.0.0.1:8080 python3 gateway.py
+
+Environment: AUTH_KAFKA_BROKERS; AUTH_WORKER_URL (the worker's HTTP port, for
+/.well-known/jwks.json); AUTH_TOKEN_ISSUER and AUTH_TOKEN_AUDIENCE as the worker has them;
+AUTH_TOPIC_REQUESTS and AUTH_TOPIC_RESULTS when the topics are renamed. Prints one JSON line per
+step and exits 0 when every step worked.
+"""
+import json
+import os
+import sys
+import time
+import urllib.request
+import uuid
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from jwcrypto import jwe, jwk, jwt
+
+BROKERS = os.environ["AUTH_KAFKA_BROKERS"]
+WORKER_URL = os.environ.get("AUTH_WORKER_URL", "http://127.0.0.1:8080").rstrip("/")
+REQUESTS = os.environ.get("AUTH_TOPIC_REQUESTS", "auth.login.requests")
+RESULTS = os.environ.get("AUTH_TOPIC_RESULTS", "auth.login.results")
+ISSUER = os.environ.get("AUTH_TOKEN_ISSUER", "auth-worker")
+AUDIENCE = os.environ.get("AUTH_TOKEN_AUDIENCE", "api")
+
+
+class AuthGateway:
+    """Publishes requests and reads their answers: every partition of the results topic, from its
+    end when the gateway starts, matched to requests by the Kafka key (the request's id)."""
+
+    def __init__(self):
+        self.producer = Producer({"bootstrap.servers": BROKERS, "enable.idempotence": True, "linger.ms": 0})
+        self.consumer = Consumer({"bootstrap.servers": BROKERS, "group.id": f"gateway-{uuid.uuid4()}",
+                                  "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+        partitions = self.consumer.list_topics(RESULTS, timeout=10).topics[RESULTS].partitions
+        assignment = []
+        for partition in partitions:
+            _, high = self.consumer.get_watermark_offsets(TopicPartition(RESULTS, partition), timeout=10)
+            assignment.append(TopicPartition(RESULTS, partition, high))
+        self.consumer.assign(assignment)
+        self.early = {}
+
+    def call(self, data, timeout=15):
+        """Sends one request; returns its result's data, the session opened if it came sealed."""
+        request_id = str(uuid.uuid4())
+        reply_key = None
+        if data["method"] not in ("logout", "introspect"):
+            reply_key = jwk.JWK.generate(kty="OKP", crv="X25519")
+            data = {**data, "reply_key": reply_key.export_public(as_dict=True)["x"]}
+        event = {"specversion": "1.0", "id": request_id, "source": "/gateway/python-example",
+                 "type": "auth.login.request", "datacontenttype": "application/json", "data": data}
+        self.producer.produce(REQUESTS, key=request_id, value=json.dumps(event),
+                              headers={"content-type": "application/cloudevents+json"})
+        self.producer.flush(10)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if request_id in self.early:
+                value = self.early.pop(request_id)
+                break
+            message = self.consumer.poll(0.2)
+            if message is None or message.error():
+                continue
+            key = (message.key() or b"").decode()
+            if key == request_id:
+                value = message.value()
+                break
+            self.early[key] = message.value()
+        else:
+            raise TimeoutError(f"no answer to {request_id}")
+        result = json.loads(value)["data"]
+        if "sealed_session" in result:
+            token = jwe.JWE()
+            token.deserialize(result.pop("sealed_session"), key=reply_key)
+            result["session"] = json.loads(token.payload)
+        return result
+
+    def close(self):
+        self.consumer.close()
+
+
+def main():
+    gateway = AuthGateway()
+    steps = {}
+    try:
+        signed_in = gateway.call({"method": "guest", "device": {"name": "Python example", "platform": "cli"}})
+        assert signed_in["status"] == "ok", signed_in
+        access_token = signed_in["session"]["access_token"]
+        steps["login"] = {"user": signed_in["user"]["id"], "new_user": signed_in["new_user"],
+                          "session_opened": True}
+
+        # Verify the access token locally, as any API behind the gateway would.
+        keys = jwk.JWKSet.from_json(urllib.request.urlopen(WORKER_URL + "/.well-known/jwks.json", timeout=5).read())
+        verified = jwt.JWT(jwt=access_token, key=keys, algs=["ES256", "EdDSA"],
+                           check_claims={"iss": ISSUER, "aud": AUDIENCE, "exp": None})
+        claims = json.loads(verified.claims)
+        assert claims["sub"] == signed_in["user"]["id"], claims
+        steps["verify"] = {"sub": claims["sub"], "abilities": claims["abilities"]}
+
+        introspected = gateway.call({"method": "introspect", "access_token": access_token})["introspection"]
+        assert introspected["active"] and introspected["sid"] == claims["sid"], introspected
+        steps["introspect"] = introspected
+
+        assert gateway.call({"method": "logout", "access_token": access_token})["status"] == "ok"
+        ended = gateway.call({"method": "introspect", "access_token": access_token})["introspection"]
+        assert ended == {"active": False}, ended
+        steps["logout"] = {"active_after_logout": ended["active"]}
+    finally:
+        gateway.close()
+    for name, value in steps.items():
+        print(json.dumps({"step": name, **value}, sort_keys=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
