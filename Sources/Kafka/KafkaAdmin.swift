@@ -17,7 +17,7 @@ public enum KafkaAdmin {
             defer { topics.forEach { rd_kafka_NewTopic_destroy($0) } }
             for name in names {
                 guard let topic = rd_kafka_NewTopic_new(name, partitions, -1, &errorBuffer, errorBuffer.count) else {
-                    throw KafkaError(.admin, reason: KafkaClientHandle.decodeCString(errorBuffer), isRetriable: false)
+                    throw KafkaError(.admin, reason: KafkaClientFactory.decodeCString(errorBuffer), isRetriable: false)
                 }
                 topics.append(topic)
             }

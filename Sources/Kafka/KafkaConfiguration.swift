@@ -58,7 +58,7 @@ public struct KafkaProducerConfiguration: Sendable, Equatable {
     /// Throws `KafkaError.configuration` for what librdkafka refuses, connecting to nothing.
     public func check() throws {
         try kafka.validate()
-        try KafkaClientHandle.checkConf(librdkafkaProperties)
+        try KafkaClientFactory.checkConf(librdkafkaProperties)
     }
 
     public var librdkafkaProperties: [String: String] {
@@ -106,7 +106,7 @@ public struct KafkaConsumerConfiguration: Sendable, Equatable {
     /// Throws `KafkaError.configuration` for what librdkafka refuses, connecting to nothing.
     public func check() throws {
         try kafka.validate()
-        try KafkaClientHandle.checkConf(librdkafkaProperties)
+        try KafkaClientFactory.checkConf(librdkafkaProperties)
     }
 
     public var librdkafkaProperties: [String: String] {

@@ -42,7 +42,7 @@ public actor KafkaConsumer {
     public init(configuration: KafkaConsumerConfiguration, logger: Logger) throws {
         try configuration.kafka.validate()
         let context = ConsumerContext(logger: logger)
-        let conf = try KafkaClientHandle.makeConf(configuration.librdkafkaProperties)
+        let conf = try KafkaClientFactory.makeConf(configuration.librdkafkaProperties)
         rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(context).toOpaque())
         rd_kafka_conf_set_rebalance_cb(conf) { client, error, partitions, opaque in
             guard let client, let opaque else { return }
@@ -54,7 +54,7 @@ public actor KafkaConsumer {
             let context = Unmanaged<ConsumerContext>.fromOpaque(opaque).takeUnretainedValue()
             KafkaLog.forward(context.logger, level: level, facility: facility, text: text)
         }
-        let pointer = try KafkaClientHandle.makeClient(RD_KAFKA_CONSUMER, conf: conf)
+        let pointer = try KafkaClientFactory.makeClient(RD_KAFKA_CONSUMER, conf: conf)
         // Route the main queue into the consumer queue, so one poll serves both.
         rd_kafka_poll_set_consumer(pointer)
         self.handle = Handle(pointer)
@@ -165,7 +165,7 @@ public actor KafkaConsumer {
         let timestamp = rd_kafka_message_timestamp(message, &timestampType)
         return KafkaMessage(
             topic: topic, partition: message.pointee.partition, offset: message.pointee.offset, key: key, value: value,
-            headers: KafkaClientHandle.headers(of: message),
+            headers: KafkaClientFactory.headers(of: message),
             timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
     }
 
@@ -214,14 +214,6 @@ public actor KafkaConsumer {
     /// messages that has not started should be dropped: their new owner replays it.
     public nonisolated func takeRevokedPartitions() -> [TopicPartition] {
         context.takeRevoked()
-    }
-
-    /// The partitions currently assigned to this member, as `topic/partition`.
-    public func assignment() -> [String] {
-        var list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
-        guard rd_kafka_assignment(pointer, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list else { return [] }
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        return ConsumerContext.describe(list)
     }
 
     /// Per assigned partition, how many messages lie between this member's position (the next

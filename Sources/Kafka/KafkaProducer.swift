@@ -20,7 +20,7 @@ public final class KafkaProducer: Sendable {
         self.logger = logger
         let deliveries = DeliveryRegistry(logger: logger)
         self.deliveries = deliveries
-        let conf = try KafkaClientHandle.makeConf(configuration.librdkafkaProperties)
+        let conf = try KafkaClientFactory.makeConf(configuration.librdkafkaProperties)
         rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(deliveries).toOpaque())
         rd_kafka_conf_set_dr_msg_cb(conf) { _, message, opaque in
             guard let message, let opaque else { return }
@@ -31,7 +31,7 @@ public final class KafkaProducer: Sendable {
             Unmanaged<DeliveryRegistry>.fromOpaque(opaque).takeUnretainedValue()
                 .log(level: level, facility: facility, text: text)
         }
-        handle = Handle(try KafkaClientHandle.makeClient(RD_KAFKA_PRODUCER, conf: conf))
+        handle = Handle(try KafkaClientFactory.makeClient(RD_KAFKA_PRODUCER, conf: conf))
         let thread = Thread { [handle, pollThreadDone] in
             // Serves delivery reports until close() flags the handle as closing.
             while !handle.isClosing.load(ordering: .acquiring) {

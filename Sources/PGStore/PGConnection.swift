@@ -1,7 +1,7 @@
 import CLibPQ
 import Foundation
 
-/// One libpq connection. Not thread-safe: confine it to one thread (`PGClient` does).
+/// One libpq connection. Not thread-safe: confine it to one thread (`PGDedicatedConnection` does).
 ///
 /// Parameters are always sent separately from the statement (`PQexecParams`), in text format.
 public final class PGConnection {

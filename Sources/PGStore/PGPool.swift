@@ -1,12 +1,12 @@
 import ServiceKit
 import Synchronization
 
-/// A fixed set of `PGClient`s handed out one caller at a time.
+/// A fixed set of `PGDedicatedConnection`s handed out one caller at a time.
 ///
 /// Callers wait (in FIFO order) when every client is busy, so the number of connections, and
 /// of threads blocked in libpq, never exceeds `size`.
 public final class PGPool: Sendable {
-    private let clients: [PGClient]
+    private let clients: [PGDedicatedConnection]
     private let slots: SlotQueue
     private let lent = Atomic<Int>(0)
     /// What the pool connects with.
@@ -18,7 +18,7 @@ public final class PGPool: Sendable {
     public init(conninfo: String, size: Int = 4) {
         let count = max(size, 1)
         self.conninfo = conninfo
-        clients = (0..<count).map { PGClient(conninfo: conninfo, name: "pg-\($0)") }
+        clients = (0..<count).map { PGDedicatedConnection(conninfo: conninfo, name: "pg-\($0)") }
         slots = SlotQueue(count: count)
     }
 

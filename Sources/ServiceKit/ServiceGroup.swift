@@ -10,7 +10,9 @@ public protocol Service: Sendable {
     func triggerGracefulShutdown()
 }
 
-/// Runs services together and shuts them down in reverse order on SIGTERM or SIGINT.
+/// Runs services together and shuts them down in reverse order on SIGTERM or SIGINT, waiting
+/// for each to return before asking the next (as swift-service-lifecycle's `ServiceGroup` does):
+/// the consume loop drains before the relay stops, the relay before readiness and health.
 ///
 /// When any service returns or throws, the others are asked to stop as well. After the graceful
 /// shutdown deadline the remaining tasks are cancelled and `run()` throws `deadlineExceeded`.
@@ -30,8 +32,12 @@ public final class ServiceGroup: Sendable {
         var shuttingDown = false
     }
 
+    /// Told once when a shutdown begins: one stream for the watchdog, one for the sequencer (a
+    /// stream has one reader).
     private let shutdownStarted: AsyncStream<Void>
     private let shutdownStartedContinuation: AsyncStream<Void>.Continuation
+    private let sequencerStart: AsyncStream<Void>
+    private let sequencerStartContinuation: AsyncStream<Void>.Continuation
 
     /// - Parameters:
     ///   - services: started in this order, asked to stop in reverse.
@@ -49,17 +55,37 @@ public final class ServiceGroup: Sendable {
         self.gracefulShutdownTimeout = gracefulShutdownTimeout
         self.logger = logger
         (shutdownStarted, shutdownStartedContinuation) = AsyncStream.makeStream(of: Void.self)
+        (sequencerStart, sequencerStartContinuation) = AsyncStream.makeStream(of: Void.self)
     }
 
     /// Starts every service and returns when all have returned.
     /// - Throws: the first error a service threw, or `Failure.deadlineExceeded`.
     public func run() async throws {
+        guard !services.isEmpty else { return }
         let sources = installSignalHandlers()
         defer { sources.forEach { $0.cancel() } }
 
+        // One stream per service, told when its `run()` has returned.
+        let finished = services.map { _ in AsyncStream.makeStream(of: Void.self) }
         try await withThrowingTaskGroup(of: Void.self) { group in
-            for service in services {
-                group.addTask { try await service.run() }
+            for (service, done) in zip(services, finished) {
+                group.addTask {
+                    defer {
+                        done.continuation.yield()
+                        done.continuation.finish()
+                    }
+                    try await service.run()
+                }
+            }
+            // Once a shutdown begins, the newest service is asked first, and each next one only
+            // when the one before has returned.
+            group.addTask { [services, sequencerStart, logger] in
+                for await _ in sequencerStart { break }
+                for (service, done) in zip(services, finished).reversed() {
+                    service.triggerGracefulShutdown()
+                    for await _ in done.stream { break }
+                    logger.debug("Service stopped", metadata: ["service": String(describing: type(of: service))])
+                }
             }
             // The watchdog waits for a shutdown to begin, then enforces its deadline.
             group.addTask { [shutdownStarted, gracefulShutdownTimeout] in
@@ -68,7 +94,8 @@ public final class ServiceGroup: Sendable {
                 throw Failure.deadlineExceeded
             }
             var firstError: (any Error)?
-            var remaining = services.count
+            // The services and the shutdown sequencer.
+            var remaining = services.count + 1
             while remaining > 0 {
                 do {
                     _ = try await group.next()
@@ -82,13 +109,16 @@ public final class ServiceGroup: Sendable {
                 }
                 remaining -= 1
                 if remaining > 0 { startGracefulShutdown(reason: "a service stopped") }
+                // Without any shutdown the sequencer waits for ever: end it with the services.
+                if remaining == 1, state.withLock({ !$0.shuttingDown }) { break }
             }
             group.cancelAll()
             if let firstError { throw firstError }
         }
     }
 
-    /// Asks every service to stop, newest first. Safe to call more than once.
+    /// Asks the services to stop, newest first, each once the one after it has returned. Safe to
+    /// call more than once, from any thread.
     public func startGracefulShutdown(reason: String) {
         let first = state.withLock { state -> Bool in
             defer { state.shuttingDown = true }
@@ -97,9 +127,9 @@ public final class ServiceGroup: Sendable {
         guard first else { return }
         logger.info("Shutting down", metadata: ["shutdown.reason": reason])
         shutdownStartedContinuation.yield()
-        for service in services.reversed() {
-            service.triggerGracefulShutdown()
-        }
+        shutdownStartedContinuation.finish()
+        sequencerStartContinuation.yield()
+        sequencerStartContinuation.finish()
     }
 
     private func installSignalHandlers() -> [any DispatchSourceSignal] {

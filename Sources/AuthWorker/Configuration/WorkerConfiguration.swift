@@ -45,7 +45,7 @@ public struct WorkerConfiguration: Sendable {
     public var tokenAudience = "api"
     /// Minimum log level. Env: `AUTH_LOG_LEVEL`. Default: `info`.
     public var logLevel: Logger.Level = .info
-    /// Accepted audiences per built-in provider (parsed now, used once provider sign-in lands).
+    /// Accepted audiences per built-in provider; a provider without audiences is disabled.
     /// Env: `AUTH_APPLE_AUDIENCES`, `AUTH_GOOGLE_AUDIENCES`.
     public var appleAudiences: [String] = []
     public var googleAudiences: [String] = []

@@ -50,7 +50,7 @@ public protocol UnitOfWork: AnyObject {
     /// Ends sessions.
     func revokeSessions(_ ids: [UUID], reason: String, at date: Date) throws
     /// Counts one use of a rate-limited action.
-    func countRateLimited(bucket: String, at date: Date, window: TimeInterval) throws
+    func recordRateLimitedUse(bucket: String, at date: Date, window: TimeInterval) throws
     /// Forgets an account's failed password attempts.
     func resetThrottle(key: String) throws
     /// Deletes users with their identities, sessions and tokens.

@@ -8,7 +8,7 @@ import PGStore
 public final class PostgresStore: Sendable {
     private let pool: PGPool
     /// The connections batches are written on: never queued behind lookups and password attempts.
-    private let writers: [PGClient]
+    private let writers: [PGDedicatedConnection]
     /// Password attempts have connections of their own: a burst of password logins never
     /// delays the lookups every other request waits for.
     private let attempts: PGPool
@@ -19,7 +19,9 @@ public final class PostgresStore: Sendable {
     ///   - attemptConnections: connections that count password attempts. Default: 1.
     public init(pool: PGPool, writers: Int = 1, attemptConnections: Int = 1) {
         self.pool = pool
-        self.writers = (0..<max(writers, 1)).map { PGClient(conninfo: pool.conninfo, name: "pg-writer-\($0)") }
+        self.writers = (0..<max(writers, 1)).map {
+            PGDedicatedConnection(conninfo: pool.conninfo, name: "pg-writer-\($0)")
+        }
         attempts = PGPool(conninfo: pool.conninfo, size: attemptConnections)
     }
 

@@ -291,7 +291,7 @@ final class PostgresUnitOfWork: UnitOfWork {
         for id in ids { cache.forgetSession(id) }
     }
 
-    func countRateLimited(bucket: String, at date: Date, window: TimeInterval) throws {
+    func recordRateLimitedUse(bucket: String, at date: Date, window: TimeInterval) throws {
         current.rateLimitCounts[bucket, default: 0] += 1
         current.rateLimitWindows[bucket] = (date, window)
     }

@@ -15,7 +15,7 @@ public final class Readiness: Service, Sendable {
         var checkedAt: ContinuousClock.Instant?
     }
 
-    private let database: PGClient
+    private let database: PGDedicatedConnection
     private let producer: KafkaProducer
     private let topics: [String]
     private let interval: Duration
@@ -27,7 +27,7 @@ public final class Readiness: Service, Sendable {
 
     /// - Parameter outboxBacklog: set to the outbox's backlog at each check, when given.
     public init(
-        database: PGClient, producer: KafkaProducer, topics: [String], interval: Duration = .seconds(2),
+        database: PGDedicatedConnection, producer: KafkaProducer, topics: [String], interval: Duration = .seconds(2),
         staleAfter: Duration = .seconds(10), outboxBacklog: Gauge? = nil, logger: Logger? = nil
     ) {
         self.logger = logger

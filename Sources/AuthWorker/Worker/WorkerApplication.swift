@@ -80,7 +80,7 @@ public struct WorkerApplication: Sendable {
             grace: configuration.outboxRelayGrace, throttleWindow: configuration.accounts.throttle.window,
             rateLimitWindow: configuration.accounts.longestRateLimitWindow, passwords: passwords)
         let readiness = Readiness(
-            database: PGClient(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
+            database: PGDedicatedConnection(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,
             logger: logger.child(label: "auth.health"))
         let published = try PublishedKeys(configuration: configuration)

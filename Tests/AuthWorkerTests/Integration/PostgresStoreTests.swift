@@ -109,7 +109,7 @@ import Testing
         prefetch.rateLimitBuckets = ["guest:a"]
         let first = try await store.runBatch(Array(0..<3), prefetch: prefetch) { _, unit in
             let used = try unit.rateLimitUsage(bucket: "guest:a", at: self.now, window: 60)
-            try unit.countRateLimited(bucket: "guest:a", at: self.now, window: 60)
+            try unit.recordRateLimitedUse(bucket: "guest:a", at: self.now, window: 60)
             return used
         }
         let usages = first.compactMap { if case .written(let used, _) = $0 { used } else { nil } }

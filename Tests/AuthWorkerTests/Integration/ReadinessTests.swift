@@ -75,7 +75,8 @@ import Testing
         let producer = try producer()
         defer { producer.close() }
         let readiness = Readiness(
-            database: PGClient(conninfo: "postgres://postgres@127.0.0.1:\(hole.port)/auth", name: "pg-test"),
+            database: PGDedicatedConnection(
+                conninfo: "postgres://postgres@127.0.0.1:\(hole.port)/auth", name: "pg-test"),
             producer: producer, topics: [], interval: .milliseconds(200), staleAfter: .seconds(2))
         let task = Task { try await readiness.run() }
         // libpq's connect timeout (5 s) ends the check; until then the probe says it has no answer.
@@ -95,10 +96,11 @@ import Testing
         let producer = try producer()
         defer { producer.close() }
         let missing = Readiness(
-            database: PGClient(conninfo: databaseURL, name: "pg-test"), producer: producer,
+            database: PGDedicatedConnection(conninfo: databaseURL, name: "pg-test"), producer: producer,
             topics: topics.all + ["no-such-topic-\(UUID())"], interval: .milliseconds(200))
         let present = Readiness(
-            database: PGClient(conninfo: databaseURL, name: "pg-test"), producer: producer, topics: topics.all,
+            database: PGDedicatedConnection(conninfo: databaseURL, name: "pg-test"), producer: producer,
+            topics: topics.all,
             interval: .milliseconds(200))
         let tasks = [Task { try await missing.run() }, Task { try await present.run() }]
         _ = try await watch(missing) { _, body in body.contains("topics missing") }

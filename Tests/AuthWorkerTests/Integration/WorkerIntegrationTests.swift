@@ -241,7 +241,8 @@ import Testing
         try await gateway.publishRaw(key: nil, value: request(id: warm, data: #"{"method":"guest"}"#))
         _ = try #require(try await gateway.awaitResult(requestID: warm, timeout: .seconds(30)))
         let database = try #require(databaseURL.split(separator: "/").last.map(String.init))
-        let admin = PGClient(conninfo: try #require(IntegrationEnvironment.databaseServer) + "/postgres", name: "admin")
+        let admin = PGDedicatedConnection(
+            conninfo: try #require(IntegrationEnvironment.databaseServer) + "/postgres", name: "admin")
         let terminated = try await admin.withConnection { connection in
             try connection.query(
                 "SELECT pg_terminate_backend(pid) AS gone FROM pg_stat_activity WHERE datname = \(database) AND pid <> pg_backend_pid()"

@@ -18,7 +18,7 @@ final class FlowHarness: Sendable {
     let store: PostgresStore
     let configuration: WorkerConfiguration
     let flows: LoginFlows
-    let connection: PGClient
+    let connection: PGDedicatedConnection
 
     /// What handling one request wrote and answered.
     struct Outcome: Sendable {
@@ -50,7 +50,7 @@ final class FlowHarness: Sendable {
         flows = LoginFlows(
             configuration: configuration, accessTokens: issuer, providers: providers, passwords: passwords,
             attempts: store, clock: clock, identifiers: identifiers, logger: logger)
-        connection = PGClient(conninfo: databaseURL, name: "harness")
+        connection = PGDedicatedConnection(conninfo: databaseURL, name: "harness")
         self.clock = clock
     }
 

@@ -64,3 +64,50 @@ final class FailingService: Service {
         await #expect(throws: ServiceGroup.Failure.deadlineExceeded) { try await running.value }
     }
 }
+
+/// Records when it was asked to stop and when it returned, on a shared log, and takes a while.
+final class Journal: Sendable {
+    let entries = Mutex<[String]>([])
+    func append(_ entry: String) { entries.withLock { $0.append(entry) } }
+}
+
+final class RecordingService: Service {
+    let name: String
+    let journal: Journal
+    let stop = Atomic<Bool>(false)
+
+    init(_ name: String, journal: Journal) {
+        self.name = name
+        self.journal = journal
+    }
+
+    func run() async throws {
+        while !stop.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(5)) }
+        try await Task.sleep(for: .milliseconds(50))  // draining
+        journal.append("\(name) returned")
+    }
+
+    func triggerGracefulShutdown() {
+        journal.append("\(name) asked")
+        stop.store(true, ordering: .releasing)
+    }
+}
+
+@Suite(.timeLimit(.minutes(1))) struct ServiceGroupOrderTests {
+    /// The newest service is asked first, and each next one only once the previous has returned:
+    /// the consume loop has drained before the relay, readiness and health are asked to stop.
+    @Test func shutdownWaitsForEachServiceBeforeAskingTheNext() async throws {
+        let journal = Journal()
+        let services = ["health", "relay", "worker"].map { RecordingService($0, journal: journal) }
+        let group = ServiceGroup(
+            services: services, signals: [], logger: Logger(label: "test", handler: InMemoryLogHandler()))
+        let running = Task { try await group.run() }
+        try await Task.sleep(for: .milliseconds(50))
+        group.startGracefulShutdown(reason: "test")
+        try await running.value
+        #expect(
+            journal.entries.withLock { $0 } == [
+                "worker asked", "worker returned", "relay asked", "relay returned", "health asked", "health returned",
+            ])
+    }
+}

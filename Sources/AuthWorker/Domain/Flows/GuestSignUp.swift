@@ -51,7 +51,7 @@ struct GuestSignUp: PreparedWrite {
                 throw LoginError.tooManyAttempts(
                     until: now + limit.window, now: now, message: "too many guest sign-ups from this client")
             }
-            try unit.countRateLimited(bucket: limitBucket, at: now, window: limit.window)
+            try unit.recordRateLimitedUse(bucket: limitBucket, at: now, window: limit.window)
         }
         let stored = try unit.insertUser(user, handles: handles)
         try unit.insertSession(session, userID: stored.id)

@@ -1,10 +1,11 @@
 import ServiceKit
 
-/// A PostgreSQL connection confined to its own thread, usable from async code.
+/// One PostgreSQL connection confined to a thread of its own, usable from async code (a pool of
+/// them is `PGPool`).
 ///
 /// libpq calls block, so they run on the client's dedicated thread rather than on Swift's
 /// cooperative pool. A broken connection is re-established on the next use.
-public actor PGClient {
+public actor PGDedicatedConnection {
     private let executor: ThreadExecutor
     private let conninfo: String
     private var connection: PGConnection?

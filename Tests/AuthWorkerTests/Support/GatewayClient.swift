@@ -1,12 +1,14 @@
+import AuthWorker
 import Foundation
 import Kafka
 import Messages
 import ServiceKit
 import Synchronization
 
-/// Plays the gateway: publishes login requests and reads their results. Used by the CLI's
-/// `request` command and by tests.
-public final class GatewayClient: Sendable {
+/// Plays the gateway in tests that need raw bytes: publishes any value (malformed input,
+/// notifications, hand-built envelopes) and reads results as bytes. Gateways use `AuthClient`;
+/// so do `AuthClientTests` and `auth-worker request guest`.
+final class GatewayClient: Sendable {
     private let producer: KafkaProducer
     private let resultsConsumer: KafkaConsumer
     private let topics: WorkerConfiguration.Topics
@@ -14,7 +16,7 @@ public final class GatewayClient: Sendable {
     private let buffered = Mutex<[[UInt8]: [UInt8]]>([:])
 
     /// - Parameter configuration: brokers and topic names; results are read by a throwaway group.
-    public init(configuration: WorkerConfiguration, logger: Logger) throws {
+    init(configuration: WorkerConfiguration, logger: Logger) throws {
         producer = try KafkaProducer(configuration: configuration.producerConfiguration, logger: logger)
         var consumerConfiguration = configuration.consumerConfiguration
         consumerConfiguration.groupID = "auth-gateway-\(UUID().uuidString.lowercased())"
@@ -26,14 +28,14 @@ public final class GatewayClient: Sendable {
     }
 
     /// Publishes a request event with `requestID` as its id and Kafka key.
-    public func publish(requestID: String, data: LoginRequestData, source: String = "/gateway/cli") async throws {
+    func publish(requestID: String, data: LoginRequestData, source: String = "/gateway/cli") async throws {
         let event = CloudEvent(
             id: requestID, source: source, type: RequestDecoder.requestType, time: Date(), data: data)
         try await publishRaw(key: Array(requestID.utf8), value: try MessageCoding.encode(event))
     }
 
     /// Publishes arbitrary bytes on the requests topic, or another (malformed input, notifications).
-    public func publishRaw(topic: String? = nil, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = [])
+    func publishRaw(topic: String? = nil, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = [])
         async throws
     {
         try await producer.send(
@@ -42,7 +44,7 @@ public final class GatewayClient: Sendable {
 
     /// Waits for the result whose key is `requestID`.
     /// - Returns: the result's JSON bytes, or nil after `timeout`.
-    public func awaitResult(requestID: String, timeout: Duration) async throws -> [UInt8]? {
+    func awaitResult(requestID: String, timeout: Duration) async throws -> [UInt8]? {
         let deadline = ContinuousClock.now + timeout
         let key = Array(requestID.utf8)
         while ContinuousClock.now < deadline {
@@ -57,14 +59,14 @@ public final class GatewayClient: Sendable {
 
     /// Publishes a request with a fresh id and waits for its result's data.
     /// - Returns: nil when no result came within `timeout`.
-    public func login(_ data: LoginRequestData, timeout: Duration = .seconds(30)) async throws -> LoginResultData? {
+    func login(_ data: LoginRequestData, timeout: Duration = .seconds(30)) async throws -> LoginResultData? {
         let id = UUID().uuidString.lowercased()
         try await publish(requestID: id, data: data)
         guard let bytes = try await awaitResult(requestID: id, timeout: timeout) else { return nil }
         return try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data
     }
 
-    public func close() {
+    func close() {
         producer.close(timeout: .seconds(5))
         Task { [resultsConsumer] in await resultsConsumer.close() }
     }

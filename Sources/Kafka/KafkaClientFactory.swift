@@ -1,7 +1,7 @@
 import CRdKafka
 
 /// Builds librdkafka configuration objects and client handles.
-enum KafkaClientHandle {
+enum KafkaClientFactory {
     /// A new `rd_kafka_conf_t` with `properties` set; the caller owns it.
     static func makeConf(_ properties: [String: String]) throws -> OpaquePointer {
         guard let conf = rd_kafka_conf_new() else {
