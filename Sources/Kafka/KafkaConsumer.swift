@@ -200,16 +200,6 @@ public actor KafkaConsumer {
         }
     }
 
-    /// Commits the stored offsets now and waits for the broker.
-    /// - Throws: `KafkaError` `.commit`; nothing to commit is not an error.
-    public func commit() throws {
-        guard !closed else { return }
-        let error = rd_kafka_commit(pointer, nil, 0)
-        if error != RD_KAFKA_RESP_ERR_NO_ERROR, error != RD_KAFKA_RESP_ERR__NO_OFFSET {
-            throw KafkaError(.commit, error: error)
-        }
-    }
-
     /// The partitions taken from this member by rebalances since the last call. Work on their
     /// messages that has not started should be dropped: their new owner replays it.
     public nonisolated func takeRevokedPartitions() -> [TopicPartition] {

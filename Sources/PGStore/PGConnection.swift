@@ -39,7 +39,7 @@ public final class PGConnection {
         }
         guard let connection, PQstatus(connection) == CONNECTION_OK else {
             let message = connection.map { Self.message(PQerrorMessage($0)) } ?? "out of memory"
-            throw PGError(.connection, serverMessage: message)
+            throw PGError(.connection, detail: message)
         }
         // Server notices ("relation already exists, skipping") would go to stderr; they are not errors.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
@@ -79,7 +79,7 @@ public final class PGConnection {
     /// - Throws: `PGError` `.query` with the SQLSTATE, or `.connection` when the connection broke.
     @discardableResult
     public func query(_ query: PGQuery) throws -> PGRows {
-        guard let connection else { throw PGError(.connection, serverMessage: "not connected") }
+        guard let connection else { throw PGError(.connection, detail: "not connected") }
         try Self.checkParameters(query.parameters)
         let result = withParameters(query.parameters) { values, count in
             PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
@@ -91,7 +91,7 @@ public final class PGConnection {
     /// Runs SQL text with no parameters, possibly several statements (migrations).
     @discardableResult
     public func execute(unsafeSQL sql: String) throws -> PGRows {
-        guard let connection else { throw PGError(.connection, serverMessage: "not connected") }
+        guard let connection else { throw PGError(.connection, detail: "not connected") }
         let result = PQexec(connection, sql)
         defer { PQclear(result) }
         return try rows(of: result, step: nil)
@@ -130,11 +130,11 @@ public final class PGConnection {
     /// - Throws: the first statement's `PGError`, with `step` naming its index.
     @discardableResult
     public func pipeline(_ queries: [PGQuery]) throws -> [PGRows] {
-        guard let connection else { throw PGError(.connection, serverMessage: "not connected") }
+        guard let connection else { throw PGError(.connection, detail: "not connected") }
         guard !queries.isEmpty else { return [] }
         for query in queries { try Self.checkParameters(query.parameters) }
         guard PQenterPipelineMode(connection) == 1 else {
-            throw PGError(.pipeline, serverMessage: Self.message(PQerrorMessage(connection)))
+            throw PGError(.pipeline, detail: Self.message(PQerrorMessage(connection)))
         }
         defer { PQexitPipelineMode(connection) }
         for query in queries {
@@ -167,20 +167,20 @@ public final class PGConnection {
     }
 
     private func brokenPipeline(_ connection: OpaquePointer) -> PGError {
-        PGError(.connection, serverMessage: Self.message(PQerrorMessage(connection)))
+        PGError(.connection, detail: Self.message(PQerrorMessage(connection)))
     }
 
     // MARK: - Results
 
     private func rows(of result: OpaquePointer?, step: String?) throws -> PGRows {
         guard let result else {
-            throw PGError(.connection, serverMessage: connection.map { Self.message(PQerrorMessage($0)) } ?? "")
+            throw PGError(.connection, detail: connection.map { Self.message(PQerrorMessage($0)) } ?? "")
         }
         switch PQresultStatus(result) {
         case PGRES_TUPLES_OK, PGRES_COMMAND_OK, PGRES_EMPTY_QUERY, PGRES_PIPELINE_SYNC:
             break
         case PGRES_PIPELINE_ABORTED:
-            throw PGError(.pipeline, serverMessage: "skipped after an earlier error in the pipeline", step: step)
+            throw PGError(.pipeline, detail: "skipped after an earlier error in the pipeline", step: step)
         default:
             let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
             let message = Self.message(PQresultErrorMessage(result))
@@ -189,7 +189,7 @@ public final class PGConnection {
             // even when libpq has not marked the connection bad yet.
             let broken = connection.map { PQstatus($0) != CONNECTION_OK } ?? true
             throw PGError(
-                broken || sqlState == nil ? .connection : .query, sqlState: sqlState, serverMessage: message,
+                broken || sqlState == nil ? .connection : .query, sqlState: sqlState, detail: message,
                 step: step)
         }
         let columnCount = Int(PQnfields(result))
@@ -228,7 +228,7 @@ public final class PGConnection {
                 bytes.baseAddress.map { memchr($0, 0, bytes.count) != nil } ?? false
             }
             if hasNUL {
-                throw PGError(.parameter, serverMessage: "parameter $\(index + 1) contains a NUL byte", step: "bind")
+                throw PGError(.parameter, detail: "parameter $\(index + 1) contains a NUL byte", step: "bind")
             }
         }
     }

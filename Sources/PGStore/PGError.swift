@@ -25,20 +25,21 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     public var code: Code
     /// The five-character SQLSTATE, when the server sent one (`23505` is a unique violation).
     public var sqlState: String?
-    /// The server's or libpq's message; may contain data, so not in `description`.
-    public var serverMessage: String
+    /// What went wrong in words: the server's or libpq's message, or the client's own reason. May
+    /// quote row values (an e-mail in "failing row contains"), so it is never in `description`.
+    public var detail: String
     /// Which step failed (`BEGIN`, `COMMIT`, a migration's name, …).
     public var step: String?
     public var file: String
     public var line: Int
 
     public init(
-        _ code: Code, sqlState: String? = nil, serverMessage: String, step: String? = nil, file: String = #fileID,
+        _ code: Code, sqlState: String? = nil, detail: String, step: String? = nil, file: String = #fileID,
         line: Int = #line
     ) {
         self.code = code
         self.sqlState = sqlState
-        self.serverMessage = serverMessage
+        self.detail = detail
         self.step = step
         self.file = file
         self.line = line
@@ -63,7 +64,7 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
         return text
     }
 
-    public var debugDescription: String { "\(description): \(serverMessage) [\(file):\(line)]" }
+    public var debugDescription: String { "\(description): \(detail) [\(file):\(line)]" }
 
     public static func == (lhs: PGError, rhs: PGError) -> Bool { lhs.code == rhs.code && lhs.sqlState == rhs.sqlState }
 }

@@ -31,7 +31,7 @@ public struct PGRow: Sendable {
     /// - Throws: `PGError` `.decoding` when the column is missing, NULL, or not a `T`.
     public func decode<T: PGDecodable>(_ column: String, as type: T.Type = T.self) throws -> T {
         guard let value = try decode(column, as: T?.self) else {
-            throw PGError(.decoding, serverMessage: "column \(column) is NULL")
+            throw PGError(.decoding, detail: "column \(column) is NULL")
         }
         return value
     }
@@ -39,11 +39,11 @@ public struct PGRow: Sendable {
     /// The value of `column` decoded as `T`, or nil for NULL.
     public func decode<T: PGDecodable>(_ column: String, as type: T?.Type = T?.self) throws -> T? {
         guard let index = columns.firstIndex(of: column) else {
-            throw PGError(.decoding, serverMessage: "no column \(column)")
+            throw PGError(.decoding, detail: "no column \(column)")
         }
         guard let text = values[index] else { return nil }
         guard let value = T(pgText: text) else {
-            throw PGError(.decoding, serverMessage: "column \(column) is not a \(T.self)")
+            throw PGError(.decoding, detail: "column \(column) is not a \(T.self)")
         }
         return value
     }

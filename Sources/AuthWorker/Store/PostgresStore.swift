@@ -217,7 +217,7 @@ public final class PostgresStore: Sendable {
             ])
         }
         guard results.count == 2, let reservation = results[0].first else {
-            throw PGError(.decoding, serverMessage: "the attempt was not counted")
+            throw PGError(.decoding, detail: "the attempt was not counted")
         }
         let credential = try results[1].first.map {
             PasswordCredential(userID: try $0.decode("user_id"), passwordHash: try $0.decode("password_hash"))
@@ -271,7 +271,7 @@ public final class PostgresStore: Sendable {
                         \(reservation.limit.count), \(reservation.wanted))
                     """
                 ).first
-                guard let row else { throw PGError(.decoding, serverMessage: "a rate limit was not reserved") }
+                guard let row else { throw PGError(.decoding, detail: "a rate limit was not reserved") }
                 let grant = RateLimitGrant(granted: try row.decode("granted"), windowEnd: try row.decode("window_end"))
                 grants.append(grant)
                 // A refusal takes nothing from the buckets after it.

@@ -57,19 +57,19 @@ import Testing
 
     @Test func theWorkerLogsNoRowValuesFromPostgreSQL() {
         let error = PGError(
-            .query, sqlState: "23502", serverMessage: "Failing row contains (password, a@b.c, $argon2id$v=19$m=…)")
+            .query, sqlState: "23502", detail: "Failing row contains (password, a@b.c, $argon2id$v=19$m=…)")
         let logged = ErrorPolicy.loggable(error)
         #expect(logged.contains("23502"))
         #expect(!logged.contains("argon2") && !logged.contains("a@b.c"))
     }
 
     @Test func retriableErrorsAreClassifiedBySQLState() {
-        #expect(PGError(.connection, serverMessage: "").isRetriable)
-        #expect(PGError(.query, sqlState: "40001", serverMessage: "").isRetriable)
-        #expect(PGError(.query, sqlState: "57P01", serverMessage: "").isRetriable)
-        #expect(!PGError(.query, sqlState: "23505", serverMessage: "").isRetriable)
-        #expect(PGError(.query, sqlState: "23505", serverMessage: "").isUniqueViolation)
-        let error = PGError(.query, sqlState: "23505", serverMessage: "Key (email)=(a@b.c) already exists")
+        #expect(PGError(.connection, detail: "").isRetriable)
+        #expect(PGError(.query, sqlState: "40001", detail: "").isRetriable)
+        #expect(PGError(.query, sqlState: "57P01", detail: "").isRetriable)
+        #expect(!PGError(.query, sqlState: "23505", detail: "").isRetriable)
+        #expect(PGError(.query, sqlState: "23505", detail: "").isUniqueViolation)
+        let error = PGError(.query, sqlState: "23505", detail: "Key (email)=(a@b.c) already exists")
         #expect(!error.description.contains("a@b.c"), "server messages may hold data: only in debugDescription")
         #expect(error.debugDescription.contains("a@b.c"))
     }
