@@ -40,11 +40,14 @@ public struct FetchError: Error, CustomStringConvertible, Equatable {
 /// addresses (tests and the local setup).
 public struct HTTPDocumentFetcher: DocumentFetcher {
     private let session: URLSession
+    private let timeout: Duration
     /// Larger responses are refused. Default: 1 MiB.
     public var maximumBytes = 1 << 20
 
-    /// - Parameter timeout: per-request timeout.
+    /// - Parameter timeout: per-request timeout, enforced by the fetcher itself (URLSession's own
+    ///   timers are coarse: on a loaded machine a 1 s timeout took over 15 s).
     public init(timeout: TimeInterval) {
+        self.timeout = .milliseconds(Int64(timeout * 1000))
         let configuration = URLSessionConfiguration.ephemeral
         configuration.timeoutIntervalForRequest = timeout
         configuration.timeoutIntervalForResource = timeout
@@ -77,9 +80,19 @@ public struct HTTPDocumentFetcher: DocumentFetcher {
         request.setValue("application/json", forHTTPHeaderField: "Accept")
         let data: Data
         let response: URLResponse
+        let session = session
+        let fetching = Task { try await session.data(for: request) }
+        let deadline = Task { [timeout] in
+            try await Task.sleep(for: timeout)
+            fetching.cancel()
+        }
+        defer { deadline.cancel() }
         do {
-            (data, response) = try await session.data(for: request)
+            (data, response) = try await fetching.value
         } catch {
+            if fetching.isCancelled {
+                throw FetchError("\(url.absoluteString) did not answer within \(timeout)")
+            }
             throw FetchError("fetching \(url.absoluteString) failed: \(error.localizedDescription)")
         }
         guard let http = response as? HTTPURLResponse else { throw FetchError("not an HTTP response") }

@@ -1,8 +1,9 @@
 import Foundation
 import Passwords
-import ServiceKit
 import Synchronization
 import Testing
+
+@testable import ServiceKit
 
 /// Cheap parameters so unit tests stay fast; production defaults are tested for their values.
 let fastArgon2 = Argon2Parameters(memoryKiB: 256, iterations: 2, parallelism: 1)
@@ -221,7 +222,7 @@ let fastArgon2 = Argon2Parameters(memoryKiB: 256, iterations: 2, parallelism: 1)
                     try await pool.run {
                         let now = seen.running.add(1, ordering: .relaxed).newValue
                         seen.peak.max(now, ordering: .relaxed)
-                        let onPool = Thread.current.name?.hasPrefix("test-pool-") == true
+                        let onPool = pool.isPoolThread
                         seen.names.withLock { _ = $0.insert(onPool ? "pool" : "elsewhere") }
                         usleep(20_000)
                         seen.running.subtract(1, ordering: .relaxed)
