@@ -87,6 +87,11 @@ import Testing
         }
         #expect(Timestamp.format(Date(timeIntervalSince1970: 1_795_953_600)) == "2026-11-29T12:00:00Z")
         #expect(Timestamp.format(Date(timeIntervalSince1970: 951_782_400)) == "2000-02-29T00:00:00Z")
+        // The log lines' form: the same writer with milliseconds.
+        #expect(
+            RFC3339.format(Date(timeIntervalSince1970: 1_795_953_600.1234), milliseconds: true)
+                == "2026-11-29T12:00:00.123Z")
+        #expect(RFC3339.format(Date(timeIntervalSince1970: -0.5), milliseconds: true) == "1969-12-31T23:59:59.500Z")
     }
 }
 
