@@ -142,18 +142,11 @@ struct ContractConformanceTests {
         gateway.close()
         try await worker.stop()
 
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
+        let checked = try await Subprocess.run([
             "python3", Self.root.appendingPathComponent("scripts/check-contract.py").path, "--messages", directory.path,
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let report = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(report)")
+        ])
+        let report = checked.output
+        #expect(checked.status == 0, "\(report)")
         #expect(report.contains("real messages match them"), "\(report)")
         print(report.trimmingCharacters(in: .whitespacesAndNewlines))
     }

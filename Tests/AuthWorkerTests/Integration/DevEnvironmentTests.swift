@@ -9,23 +9,16 @@ import Testing
         .deletingLastPathComponent().deletingLastPathComponent()
 
     /// Runs `command` with `environment` added; returns its status and its output and errors together.
-    func shell(_ arguments: [String], in directory: URL, environment: [String: String] = [:]) throws -> (Int32, String)
+    func shell(_ arguments: [String], in directory: URL, environment: [String: String] = [:]) async throws
+        -> (Int32, String)
     {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/bash")
-        process.arguments = arguments
-        process.currentDirectoryURL = directory
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, text)
+        let outcome = try await Subprocess.run(
+            ["bash"] + arguments, environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+            in: directory)
+        return (outcome.status, outcome.output)
     }
 
-    @Test func aTakenPortIsRefusedWithItsHolderNamed() throws {
+    @Test func aTakenPortIsRefusedWithItsHolderNamed() async throws {
         let broker = Self.root.appendingPathComponent(".local/tansu/tansu")
         try #require(FileManager.default.isExecutableFile(atPath: broker.path), "scripts/dev-env install first")
         let copy = FileManager.default.temporaryDirectory.appendingPathComponent("dev-env-\(UUID())")
@@ -33,10 +26,7 @@ import Testing
             at: copy.appendingPathComponent("scripts"), withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o755])
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: copy.path)
-        defer {
-            _ = try? shell(["scripts/dev-env", "down"], in: copy)
-            try? FileManager.default.removeItem(at: copy)
-        }
+        defer { try? FileManager.default.removeItem(at: copy) }
         for script in ["dev-env", "kafka-compat-proxy.py"] {
             try FileManager.default.copyItem(
                 at: Self.root.appendingPathComponent("scripts/\(script)"),
@@ -62,12 +52,13 @@ import Testing
         let line = String(decoding: portPipe.fileHandleForReading.availableData, as: UTF8.self)
         let port = try #require(Int(line.trimmingCharacters(in: .whitespacesAndNewlines)))
 
-        let (status, output) = try shell(
+        let (status, output) = try await shell(
             ["scripts/dev-env", "up"], in: copy,
             environment: ["AUTH_DEV_PG_PORT": String(port), "AUTH_DEV_BROKER_PORT": "1", "AUTH_DEV_PROXY_PORT": "1"])
         #expect(status != 0, "\(output)")
         #expect(output.contains("port \(port), wanted for PostgreSQL, is taken by"), "\(output)")
         #expect(output.contains("python3"), "the holder is named: \(output)")
         #expect(output.contains("AUTH_DEV_PG_PORT"), "and the variable that moves it")
+        _ = try await shell(["scripts/dev-env", "down"], in: copy)
     }
 }

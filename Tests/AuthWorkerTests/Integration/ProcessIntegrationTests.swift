@@ -204,23 +204,14 @@ import Testing
         }
         let port = try #require(await logs.value(of: "http.port", inLineWith: "Health endpoint listening"))
         _ = await logs.value(of: "msg", inLineWith: "Partitions assigned")
-        let example = Process()
-        example.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        example.arguments = [
-            "python3",
-            DevEnvironmentTests.root.appendingPathComponent("examples/python-gateway/gateway.py").path,
-        ]
-        example.environment = ProcessInfo.processInfo.environment.merging([
-            "AUTH_KAFKA_BROKERS": brokers, "AUTH_WORKER_URL": "http://127.0.0.1:\(port)",
-            "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
-        ]) { $1 }
-        let printed = Pipe()
-        example.standardOutput = printed
-        example.standardError = printed
-        try example.run()
-        let report = String(decoding: printed.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        example.waitUntilExit()
-        #expect(example.terminationStatus == 0, "\(report)")
+        let example = try await Subprocess.run(
+            ["python3", DevEnvironmentTests.root.appendingPathComponent("examples/python-gateway/gateway.py").path],
+            environment: ProcessInfo.processInfo.environment.merging([
+                "AUTH_KAFKA_BROKERS": brokers, "AUTH_WORKER_URL": "http://127.0.0.1:\(port)",
+                "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
+            ]) { $1 })
+        let report = example.output
+        #expect(example.status == 0, "\(report)")
         let steps = report.split(separator: "\n").compactMap {
             (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
         }

@@ -123,3 +123,38 @@ enum MetricsExposition {
         }
     }
 }
+
+/// Runs a program to its end on a thread of its own, so an async test waiting for it does not
+/// hold one of the few cooperative threads (on a 2-core machine two blocked tests stall every
+/// other test's timers).
+enum Subprocess {
+    struct Outcome: Sendable {
+        let status: Int32
+        /// Standard output and error together.
+        let output: String
+    }
+
+    static func run(
+        _ arguments: [String], environment: [String: String]? = nil, in directory: URL? = nil
+    ) async throws -> Outcome {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = arguments
+        if let environment { process.environment = environment }
+        if let directory { process.currentDirectoryURL = directory }
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        return await withCheckedContinuation { continuation in
+            let thread = Thread {
+                let data = pipe.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                continuation.resume(
+                    returning: Outcome(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))
+                )
+            }
+            thread.start()
+        }
+    }
+}
