@@ -166,7 +166,8 @@ public actor KafkaConsumer {
         return KafkaMessage(
             topic: topic, partition: message.pointee.partition, offset: message.pointee.offset, key: key, value: value,
             headers: KafkaClientFactory.headers(of: message),
-            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
+            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp,
+            assignment: context.assignment(of: TopicPartition(topic: topic, partition: message.pointee.partition)))
     }
 
     /// Marks messages as processed: their offsets (plus one) are committed in the background and on close.
@@ -193,16 +194,20 @@ public actor KafkaConsumer {
             rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition)?.pointee.offset = offset
         }
         let error = rd_kafka_offsets_store(pointer, list)
-        if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+        if error == RD_KAFKA_RESP_ERR_NO_ERROR {
+            context.stored(next)
+        } else {
             context.logger.info(
                 "Offsets not stored (partition revoked?)",
                 metadata: ["kafka.error": String(cString: rd_kafka_err2name(error))])
         }
     }
 
-    /// The partitions taken from this member by rebalances since the last call. Work on their
-    /// messages that has not started should be dropped: their new owner replays it.
-    public nonisolated func takeRevokedPartitions() -> [TopicPartition] {
+    /// The partitions taken from this member by rebalances since the last call, each with the
+    /// `KafkaMessage.assignment` it ended at: messages read under an earlier assignment are no
+    /// longer this member's to commit (their partition's next owner replays them); messages with a
+    /// later one come from the partition being assigned again, perhaps in the same poll.
+    public nonisolated func takeRevokedPartitions() -> [TopicPartition: Int] {
         context.takeRevoked()
     }
 
@@ -278,14 +283,39 @@ final class Waker: Sendable {
 /// What librdkafka's callbacks need: the logger, and the rebalance handling.
 final class ConsumerContext: Sendable {
     let logger: Logger
-    private let revoked = Mutex<[TopicPartition]>([])
+    private let revoked = Mutex<[TopicPartition: Int]>([:])
+    /// Per partition, how many times it was assigned or revoked: stamped on each message read.
+    private let assignments = Mutex<[TopicPartition: Int]>([:])
+    /// The positions last stored per partition, for the log line of a revocation.
+    private let positions = Mutex<[TopicPartition: Int64]>([:])
 
     init(logger: Logger) { self.logger = logger }
 
-    func takeRevoked() -> [TopicPartition] {
+    func stored(_ next: [TopicPartition: Int64]) {
+        positions.withLock { $0.merge(next) { $1 } }
+    }
+
+    func takeRevoked() -> [TopicPartition: Int] {
         revoked.withLock { list in
-            defer { list = [] }
+            defer { list = [:] }
             return list
+        }
+    }
+
+    func assignment(of partition: TopicPartition) -> Int {
+        assignments.withLock { $0[partition] ?? 0 }
+    }
+
+    /// Starts a new assignment of each partition; returns the new numbers.
+    private func nextAssignment(_ partitions: [TopicPartition]) -> [TopicPartition: Int] {
+        assignments.withLock { assignments in
+            var numbers: [TopicPartition: Int] = [:]
+            for partition in partitions {
+                let number = (assignments[partition] ?? 0) + 1
+                assignments[partition] = number
+                numbers[partition] = number
+            }
+            return numbers
         }
     }
 
@@ -300,20 +330,28 @@ final class ConsumerContext: Sendable {
         switch error {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             logger.info("Partitions assigned", metadata: ["kafka.partitions": described.joined(separator: ",")])
+            _ = nextAssignment(partitions.map(Self.topicPartitions) ?? [])
             if cooperative {
                 if let failure = rd_kafka_incremental_assign(client, partitions) { rd_kafka_error_destroy(failure) }
             } else {
                 rd_kafka_assign(client, partitions)
             }
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-            logger.info("Partitions revoked", metadata: ["kafka.partitions": described.joined(separator: ",")])
-            if let partitions {
-                let list = (0..<Int(partitions.pointee.cnt)).map { index in
-                    let element = partitions.pointee.elems[index]
-                    return TopicPartition(topic: String(cString: element.topic), partition: element.partition)
+            let list = partitions.map(Self.topicPartitions) ?? []
+            // The positions committed now: where the partitions' next owner starts.
+            let committing = positions.withLock { positions in
+                list.compactMap { partition in
+                    positions.removeValue(forKey: partition).map { "\(partition)@\($0)" }
                 }
-                revoked.withLock { $0 += list }
             }
+            logger.info(
+                "Partitions revoked",
+                metadata: [
+                    "kafka.partitions": described.joined(separator: ","),
+                    "kafka.committing": committing.joined(separator: ","),
+                ])
+            let ended = nextAssignment(list)
+            revoked.withLock { $0.merge(ended) { max($0, $1) } }
             let commitError = rd_kafka_commit(client, nil, 0)
             if commitError != RD_KAFKA_RESP_ERR_NO_ERROR, commitError != RD_KAFKA_RESP_ERR__NO_OFFSET {
                 logger.warning(
@@ -328,6 +366,13 @@ final class ConsumerContext: Sendable {
         default:
             logger.error("Rebalance failed", metadata: ["kafka.error": String(cString: rd_kafka_err2name(error))])
             rd_kafka_assign(client, nil)
+        }
+    }
+
+    static func topicPartitions(_ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> [TopicPartition] {
+        (0..<Int(list.pointee.cnt)).map { index in
+            let element = list.pointee.elems[index]
+            return TopicPartition(topic: String(cString: element.topic), partition: element.partition)
         }
     }
 

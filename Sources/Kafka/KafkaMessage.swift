@@ -57,10 +57,14 @@ public struct KafkaMessage: Sendable, Equatable {
     public var headers: [KafkaHeader]
     /// Milliseconds since the epoch, when the broker gave one.
     public var timestamp: Int64?
+    /// Which assignment of its partition this member read the message under: it grows each time
+    /// the partition is assigned or revoked, so work on a message of an assignment that is over
+    /// (its partition revoked since, perhaps assigned again) can be told apart.
+    public var assignment: Int
 
     public init(
         topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader],
-        timestamp: Int64?
+        timestamp: Int64?, assignment: Int = 0
     ) {
         self.topic = topic
         self.partition = partition
@@ -69,6 +73,7 @@ public struct KafkaMessage: Sendable, Equatable {
         self.value = value
         self.headers = headers
         self.timestamp = timestamp
+        self.assignment = assignment
     }
 }
 

@@ -11,21 +11,33 @@ struct OffsetWatermark {
         var offsets: [(offset: Int64, finished: Bool)] = []
         /// Index of the first entry still in `offsets` (entries before it were dropped).
         var start = 0
-        /// The assignment this state belongs to: a partition revoked and assigned again starts over.
-        var epoch = 0
+        /// The assignment this state belongs to (`KafkaMessage.assignment`): a partition revoked
+        /// and assigned again starts over.
+        var epoch: Int
         /// The next offset to consume, as last stored.
         var stored: Int64?
+
+        init(epoch: Int) { self.epoch = epoch }
 
         var unfinished: Int { offsets.count - start - offsets[start...].filter(\.finished).count }
     }
 
     private var partitions: [TopicPartition: Partition] = [:]
 
-    /// Records a message as read; returns the epoch to finish it with.
+    /// Records a message as read; returns the epoch to finish it with: the assignment it was
+    /// read under. The first message of a later assignment starts the partition over; a message of
+    /// an assignment already over is not tracked (its finish stores nothing).
     mutating func read(_ message: KafkaMessage) -> Int {
         let key = message.topicPartition
-        partitions[key, default: Partition()].offsets.append((message.offset, false))
-        return partitions[key]?.epoch ?? 0
+        var state = partitions[key] ?? Partition(epoch: message.assignment)
+        if message.assignment > state.epoch {
+            state = Partition(epoch: message.assignment)
+        } else if message.assignment < state.epoch {
+            return message.assignment
+        }
+        state.offsets.append((message.offset, false))
+        partitions[key] = state
+        return state.epoch
     }
 
     /// Marks a message finished.
@@ -70,12 +82,12 @@ struct OffsetWatermark {
         return positions
     }
 
-    /// Forgets a revoked partition: messages of it finishing later store nothing.
-    mutating func revoke(_ partition: TopicPartition) {
-        let epoch = (partitions[partition]?.epoch ?? 0) + 1
-        var fresh = Partition()
-        fresh.epoch = epoch
-        partitions[partition] = fresh
+    /// Forgets a partition's assignments up to `assignment`, the one its revocation ended:
+    /// messages read under them finishing later store nothing. Messages of a later assignment
+    /// (the partition assigned again, and read, before the revocation was taken) are kept.
+    mutating func revoke(_ partition: TopicPartition, assignment: Int) {
+        guard (partitions[partition]?.epoch ?? 0) < assignment else { return }
+        partitions[partition] = Partition(epoch: assignment)
     }
 
     /// Messages read and not finished, in every partition.

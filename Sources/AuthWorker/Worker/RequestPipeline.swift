@@ -151,7 +151,9 @@ public final class RequestPipeline: Service {
                 let messages = try await consumer.poll(
                     maxMessages: min(processing.batchMax, processing.maxInFlight - state.jobs.count),
                     timeout: state.jobs.isEmpty && !busy ? processing.batchWait : .milliseconds(50))
-                for partition in consumer.takeRevokedPartitions() { state.watermark.revoke(partition) }
+                for (partition, assignment) in consumer.takeRevokedPartitions() {
+                    state.watermark.revoke(partition, assignment: assignment)
+                }
                 admit(messages, &state)
                 if ContinuousClock.now >= nextLagReading {
                     nextLagReading = .now + .seconds(1)
@@ -234,6 +236,17 @@ public final class RequestPipeline: Service {
 
     private func admit(_ messages: [KafkaMessage], _ state: inout LoopState) {
         for message in messages {
+            if state.reading[message.topicPartition] != message.assignment {
+                state.reading[message.topicPartition] = message.assignment
+                // Where this member starts in a partition after each assignment: with the
+                // offsets committed at revocations, the trail of every hand-over.
+                logger.info(
+                    "Reading a partition",
+                    metadata: [
+                        LogKey.topic: message.topic, LogKey.partition: String(message.partition),
+                        LogKey.offset: String(message.offset),
+                    ])
+            }
             let epoch = state.watermark.read(message)
             let job = Job(seq: state.nextSeq(), message: message, epoch: epoch)
             if message.topic == configuration.topics.notifications {
@@ -737,7 +750,8 @@ public final class RequestPipeline: Service {
             // One line per request, so an operator can follow any of them by id or trace.
             var metadata: Logger.Metadata = [
                 LogKey.requestID: request.id, LogKey.method: request.method.rawValue, LogKey.outcome: finished.outcome,
-                LogKey.duration: String(took.wholeMilliseconds),
+                LogKey.duration: String(took.wholeMilliseconds), LogKey.partition: String(job.message.partition),
+                LogKey.offset: String(job.message.offset),
             ]
             if let trace = request.traceparent?.split(separator: "-").dropFirst().first {
                 metadata[LogKey.traceID] = String(trace)
@@ -1080,6 +1094,8 @@ struct LoopState {
     /// Jobs to look up and start in the next pass, in read order.
     var toStart: [Int] = []
     var watermark = OffsetWatermark()
+    /// Per partition, the assignment its last message was read under.
+    var reading: [TopicPartition: Int] = [:]
     /// Request ids held by a job in flight, and the jobs with the same id waiting for it.
     private var heldIDs: [String: Int] = [:]
     private var waitingForID: [String: [Int]] = [:]

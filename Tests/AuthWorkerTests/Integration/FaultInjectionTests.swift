@@ -33,6 +33,16 @@ import Testing
             _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         }
 
+        /// The lines about partitions changing hands (assigned, revoked with the positions
+        /// committed, the first offset read after each assignment): a lost or replayed range's story.
+        func handOvers() -> String {
+            let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").filter {
+                $0.contains("Partitions assigned") || $0.contains("Partitions revoked")
+                    || $0.contains("Reading a partition") || $0.contains("\"Starting\"")
+            }.joined(separator: "\n")
+        }
+
         /// The last lines this replica logged.
         func logTail(_ lines: Int = 15) -> String {
             let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
@@ -88,11 +98,15 @@ import Testing
     func deliveryGuaranteesHoldUnderFaults() async throws {
         let rounds = Int(ProcessInfo.processInfo.environment["AUTH_FAULT_ROUNDS"] ?? "") ?? 1
         let started = ContinuousClock.now
-        let cluster = try IsolatedCluster()
+        // Every wait on a process (PostgreSQL, the broker, a replica) runs off the cooperative pool.
+        let cluster = try await Blocking.run { try IsolatedCluster() }
         defer { cluster.shutdown() }
         let topics = WorkerConfiguration.Topics()
-        try cluster.createTopics(
-            [topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters], partitions: 4)
+        try await Blocking.run {
+            try cluster.createTopics(
+                [topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters],
+                partitions: 4)
+        }
         let admin = try PGConnection(conninfo: "\(cluster.databaseServer)/postgres")
         try admin.execute(unsafeSQL: "CREATE DATABASE auth")
         let databaseURL = "\(cluster.databaseServer)/auth"
@@ -161,9 +175,9 @@ import Testing
         }
 
         var faults: [String] = []
-        func at(_ seconds: Double, _ label: String, _ action: () throws -> Void) async throws {
+        func at(_ seconds: Double, _ label: String, _ action: @escaping @Sendable () throws -> Void) async throws {
             try await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
-            try action()
+            try await Blocking.run(action)
             faults.append(label)
         }
         // A burst of 600 guest logins, returned once the replicas have answered the first of it:
@@ -188,10 +202,10 @@ import Testing
         var unansweredAtKill: [Int] = []
         func burstThenKill(_ replica: WorkerProcess) async throws {
             let (ids, answered) = try await burst()
-            replica.kill9()
+            try await Blocking.run { replica.kill9() }
             unansweredAtKill.append(ids.count - answered)
         }
-        for replica in replicas { try replica.start() }
+        for replica in replicas { try await Blocking.run { try replica.start() } }
         var drains: [(Int32, Duration)] = []
         for round in 0..<rounds {
             let victim = replicas[round % replicas.count]
@@ -202,7 +216,7 @@ import Testing
             try await at(8, "replica added") { try victim.start() }
             try await Task.sleep(for: .seconds(4))
             _ = try await burst()
-            try cluster.stopPostgres()
+            try await Blocking.run { try cluster.stopPostgres() }
             faults.append("PostgreSQL stopped mid-batch")
             try await at(4, "PostgreSQL started") { try cluster.startPostgres() }
             try await at(5, "broker cut off") { cluster.stopProxy() }
@@ -213,12 +227,17 @@ import Testing
             try await Task.sleep(for: .seconds(6))
             try await burstThenKill(replicas[(round + 1) % replicas.count])
             faults.append("SIGKILL another replica mid-batch")
-            try await at(2, "replica restarted") { try replicas[(round + 1) % replicas.count].start() }
-            try await at(6, "SIGTERM one replica") {
-                let drained = replicas[(round + 2) % replicas.count]
-                drains.append(drained.terminate())
-                try drained.start()
-            }
+            let restarted = replicas[(round + 1) % replicas.count]
+            try await at(2, "replica restarted") { try restarted.start() }
+            try await Task.sleep(for: .seconds(6))
+            let drained = replicas[(round + 2) % replicas.count]
+            drains.append(
+                try await Blocking.run {
+                    let outcome = drained.terminate()
+                    try drained.start()
+                    return outcome
+                })
+            faults.append("SIGTERM one replica")
         }
         streaming.store(false, ordering: .releasing)
         await generator.value
@@ -231,7 +250,7 @@ import Testing
             Set(messages.map(\.keyString)).isSuperset(of: expected)
         }
         var finals: [(Int32, Duration)] = []
-        for replica in replicas { finals.append(replica.terminate()) }
+        for replica in replicas { finals.append(try await Blocking.run { replica.terminate() }) }
         let allEvents = try await events.drain(for: .seconds(2))
         let dlq = try await deadLetters.waitUntil(timeout: .seconds(10)) {
             $0.count >= sent.poison.load(ordering: .relaxed)
@@ -243,7 +262,12 @@ import Testing
                 try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: message.value).data)
         }
         let missing = expected.subtracting(byRequest.keys)
-        #expect(missing.isEmpty, "\(missing.count) requests got no result")
+        #expect(
+            missing.isEmpty,
+            """
+            \(missing.count) requests got no result; the replicas' hand-overs (logs: \(replicas.map(\.logPath))):
+            \(replicas.map { $0.handOvers() }.joined(separator: "\n--\n"))
+            """)
         let inconsistent = byRequest.filter { Set($0.value.map { String(describing: $0) }).count > 1 }
         #expect(inconsistent.isEmpty, "\(inconsistent.count) requests got different results")
         let wrong = validIDs.filter { byRequest[$0]?.first?.status != "ok" }

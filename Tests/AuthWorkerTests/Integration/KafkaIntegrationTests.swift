@@ -98,6 +98,56 @@ import Testing
         producer.close()
     }
 
+    /// Messages carry the assignment they were read under: a rebalance ends it (the revocation
+    /// reports the number it ended at) and the partition's next assignment reads under a higher
+    /// one, so the pipeline can tell a message of a new assignment from one of an old.
+    @Test func aRebalanceNumbersTheAssignmentsMessagesAreReadUnder() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 2)
+        let group = IntegrationEnvironment.uniqueName("g")
+        let producer = try producer()
+        func send(_ range: Range<Int>) async throws {
+            try await producer.send(
+                range.map {
+                    ProducerRecord(topic: topics.requests, partition: Int32($0 % 2), key: nil, value: [UInt8($0)])
+                })
+        }
+        try await send(0..<4)
+        let first = try consumer(topic: topics.requests, group: group)
+        let before = try await poll(first, until: 4)
+        #expect(Set(before.map(\.partition)) == [0, 1])
+        let initial = Dictionary(before.map { ($0.partition, $0.assignment) }) { $1 }
+        #expect(initial.values.allSatisfy { $0 >= 1 })
+
+        // A second member joins: the eager rebalance revokes both partitions from the first.
+        let second = try consumer(topic: topics.requests, group: group)
+        var revoked: [TopicPartition: Int] = [:]
+        let deadline = ContinuousClock.now + .seconds(30)
+        while revoked.count < 2, ContinuousClock.now < deadline {
+            _ = try await second.poll(maxMessages: 100, timeout: .milliseconds(100))
+            _ = try await first.poll(maxMessages: 100, timeout: .milliseconds(100))
+            revoked.merge(first.takeRevokedPartitions()) { max($0, $1) }
+        }
+        #expect(revoked.count == 2, "both partitions revoked from the first member")
+        for (partition, ended) in revoked {
+            #expect(ended > (initial[partition.partition] ?? .max), "the revocation ends the assignment read under")
+        }
+        // Whatever the first member reads now is of a later assignment than the one that ended.
+        try await send(4..<12)
+        var after: [KafkaMessage] = []
+        let until = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < until, after.isEmpty {
+            _ = try await second.poll(maxMessages: 100, timeout: .milliseconds(100))
+            after += try await first.poll(maxMessages: 100, timeout: .milliseconds(100))
+        }
+        #expect(!after.isEmpty, "the first member keeps one partition")
+        for message in after {
+            #expect(message.assignment > (revoked[message.topicPartition] ?? .max))
+        }
+        await first.close()
+        await second.close()
+        producer.close()
+    }
+
     /// The pipeline polls with a long timeout and is woken when background work finishes: a wake
     /// must end a waiting poll early, and one sent while nobody polls must end the next poll.
     @Test func wakeEndsAWaitingPoll() async throws {

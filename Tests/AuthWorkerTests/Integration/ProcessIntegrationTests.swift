@@ -129,7 +129,7 @@ import Testing
 
         let started = ContinuousClock.now
         process.terminate()  // SIGTERM
-        process.waitUntilExit()
+        await process.exited()
         #expect(process.terminationStatus == 0)
         #expect(ContinuousClock.now - started < .seconds(15))
         let text = await logs.all()
@@ -169,7 +169,7 @@ import Testing
             try await Task.sleep(for: .milliseconds(200))
         }
         process.terminate()
-        process.waitUntilExit()
+        await process.exited()
         let lines = await logs.all().split(separator: "\n")
         let failure = lines.first { $0.contains("SASL") }
         #expect(reason != nil, "the SASL failure is logged")
@@ -372,7 +372,7 @@ import Testing
         let events = try TopicReader(topic: topics.events)
 
         let (show, showOutput, _) = try launch(["users", "show", "member@example.com"], environment: environment)
-        show.waitUntilExit()
+        await show.exited()
         let shown = String(decoding: showOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(show.terminationStatus == 0)
         #expect(shown.contains(member))
@@ -380,14 +380,14 @@ import Testing
         #expect(!shown.contains("argon2"), "no hash is shown")
 
         let (purge, purgeOutput, _) = try launch(["guests", "purge", "--older-than", "30d"], environment: environment)
-        purge.waitUntilExit()
+        await purge.exited()
         #expect(purge.terminationStatus == 0)
         #expect(
             String(decoding: purgeOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).hasPrefix(
                 "purged 1 guest"))
 
         let (delete, _, _) = try launch(["users", "delete", member], environment: environment)
-        delete.waitUntilExit()
+        await delete.exited()
         #expect(delete.terminationStatus == 0)
 
         let remaining = try connection.query("SELECT id FROM users").map {
@@ -415,10 +415,10 @@ import Testing
         await events.close()
 
         let (missing, _, _) = try launch(["users", "delete", UUID().uuidString], environment: environment)
-        missing.waitUntilExit()
+        await missing.exited()
         #expect(missing.terminationStatus == 1)
         let (bad, _, _) = try launch(["guests", "purge", "--older-than", "soon"], environment: environment)
-        bad.waitUntilExit()
+        await bad.exited()
         #expect(bad.terminationStatus == 2)
     }
 }

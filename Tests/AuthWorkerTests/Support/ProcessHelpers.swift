@@ -127,6 +127,24 @@ enum MetricsExposition {
 /// Runs a program to its end on a thread of its own, so an async test waiting for it does not
 /// hold one of the few cooperative threads (on a 2-core machine two blocked tests stall every
 /// other test's timers).
+/// Runs blocking work (waiting for a process to exit, starting a server) on a thread of its
+/// own, so an async test never holds one of the machine's few cooperative threads while it waits:
+/// with two cores, two such waits stall every other test's timers.
+enum Blocking {
+    static func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread { continuation.resume(with: Result { try work() }) }.start()
+        }
+    }
+}
+
+extension Process {
+    /// `waitUntilExit()` for async tests: the wait runs on a thread of its own.
+    func exited() async {
+        _ = try? await Blocking.run { [self] in waitUntilExit() }
+    }
+}
+
 enum Subprocess {
     struct Outcome: Sendable {
         let status: Int32

@@ -8,10 +8,10 @@ import Testing
 /// The consume loop's bookkeeping: which jobs may be written together, and which offsets may be
 /// stored.
 @Suite struct PipelineStateTests {
-    private func message(partition: Int32 = 0, offset: Int64, key: String?) -> KafkaMessage {
+    private func message(partition: Int32 = 0, offset: Int64, key: String?, assignment: Int = 1) -> KafkaMessage {
         KafkaMessage(
             topic: "requests", partition: partition, offset: offset, key: key.map { Array($0.utf8) }, value: [],
-            headers: [], timestamp: nil)
+            headers: [], timestamp: nil, assignment: assignment)
     }
 
     private func ready(_ job: Job) {
@@ -132,13 +132,49 @@ import Testing
     @Test func aRevokedPartitionsLateFinishesStoreNothing() {
         var watermark = OffsetWatermark()
         let partition = TopicPartition(topic: "requests", partition: 0)
-        let old = watermark.read(message(offset: 5, key: nil))
-        watermark.revoke(partition)
+        // Assigned (1), revoked (2), assigned again (3).
+        let old = watermark.read(message(offset: 5, key: nil, assignment: 1))
+        watermark.revoke(partition, assignment: 2)
         watermark.finish(partition, offset: 5, epoch: old)
         #expect(watermark.advance().isEmpty)
-        let fresh = watermark.read(message(offset: 6, key: nil))
+        let fresh = watermark.read(message(offset: 6, key: nil, assignment: 3))
         watermark.finish(partition, offset: 6, epoch: fresh)
         #expect(watermark.advance() == [partition: 7])
+    }
+
+    /// A rebalance runs inside the poll: a partition is revoked, assigned again, and its messages
+    /// from the committed offset come back in the same poll, before the loop takes the revocation.
+    /// They belong to the new assignment: a later message finishing first must not store past them
+    /// (a replica killed then would lose them: its committed offset already passed them).
+    @Test func messagesOfANewAssignmentReadBeforeTheRevocationIsTakenHoldTheOffset() {
+        var watermark = OffsetWatermark()
+        let partition = TopicPartition(topic: "requests", partition: 0)
+        // Assigned (1) and read, then within one poll revoked (2), assigned again (3) and read
+        // from the committed offset 100.
+        let before = watermark.read(message(offset: 150, key: nil, assignment: 1))
+        let first = watermark.read(message(offset: 100, key: nil, assignment: 3))
+        watermark.revoke(partition, assignment: 2)
+        let second = watermark.read(message(offset: 101, key: nil, assignment: 3))
+        watermark.finish(partition, offset: 101, epoch: second)
+        #expect(watermark.advance().isEmpty, "100 is not finished: nothing may be stored")
+        watermark.finish(partition, offset: 150, epoch: before)
+        #expect(watermark.advance().isEmpty, "150 was read under an assignment that is over")
+        watermark.finish(partition, offset: 100, epoch: first)
+        #expect(watermark.advance() == [partition: 102])
+    }
+
+    /// A message of an assignment already over (read before the revocation, seen after a later
+    /// assignment's messages) is tracked nowhere: its finish stores nothing, and it holds nothing.
+    @Test func aMessageOfAnEndedAssignmentNeitherStoresNorHolds() {
+        var watermark = OffsetWatermark()
+        let partition = TopicPartition(topic: "requests", partition: 0)
+        let current = watermark.read(message(offset: 40, key: nil, assignment: 3))
+        let stale = watermark.read(message(offset: 90, key: nil, assignment: 1))
+        watermark.finish(partition, offset: 90, epoch: stale)
+        #expect(watermark.advance().isEmpty)
+        watermark.finish(partition, offset: 40, epoch: current)
+        #expect(watermark.advance() == [partition: 41])
+        #expect(watermark.unfinished == 0)
     }
 
     /// A reply key of small order or in a non-canonical encoding is the request's fault: answered
