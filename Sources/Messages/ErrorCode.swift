@@ -21,12 +21,17 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
     public static let linkConflict = ErrorCode(rawValue: "link_conflict")
     public static let providerUnavailable = ErrorCode(rawValue: "provider_unavailable")
     public static let internalError = ErrorCode(rawValue: "internal_error")
+    /// A one-time code (or link token) that is wrong, used, superseded, or out of attempts.
+    public static let invalidCode = ErrorCode(rawValue: "invalid_code")
+    /// A one-time code past its lifetime: ask for a new one.
+    public static let codeExpired = ErrorCode(rawValue: "code_expired")
 
     /// Every code the contract defines.
     public static let all: [ErrorCode] = [
         .malformedRequest, .unsupportedMethod, .unknownProvider, .invalidToken, .tokenExpired, .issuerMismatch,
         .audienceMismatch, .nonceMismatch, .invalidCredentials, .emailTaken, .weakPassword, .tooManyAttempts,
-        .invalidRefreshToken, .refreshTokenReused, .linkConflict, .providerUnavailable, .internalError,
+        .invalidRefreshToken, .refreshTokenReused, .linkConflict, .providerUnavailable, .internalError, .invalidCode,
+        .codeExpired,
     ]
 
     public init(from decoder: any Decoder) throws {

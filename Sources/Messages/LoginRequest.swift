@@ -22,6 +22,12 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
     /// The gateway's id for the client app install (an addition to the contract): the key guest
     /// sign-ups are rate-limited by. Without it, the request's Kafka key is used.
     public var clientID: String?
+    /// A one-time code from an e-mail (`verify_email`, `password_reset`): six digits.
+    public var code: String?
+    /// The link token from the same e-mail, instead of the code and address.
+    public var linkToken: String?
+    /// The password to set (`password_reset`, `change_password`).
+    public var newPassword: String?
 
     /// The name Apple sends on first authorization only.
     public struct Profile: Codable, Sendable, Equatable {
@@ -58,6 +64,9 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
         case linkTo = "link_to"
         case replyKey = "reply_key"
         case clientID = "client_id"
+        case code
+        case linkToken = "link_token"
+        case newPassword = "new_password"
     }
 
     public init(method: String) {
@@ -70,7 +79,8 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
         if let device { parts.append("device: \(device.name ?? "-")/\(device.platform ?? "-")") }
         let secrets: [(String, String?)] = [
             ("identity_token", identityToken), ("password", password), ("refresh_token", refreshToken),
-            ("access_token", accessToken), ("link_to", linkTo), ("nonce", nonce),
+            ("access_token", accessToken), ("link_to", linkTo), ("nonce", nonce), ("code", code),
+            ("link_token", linkToken), ("new_password", newPassword),
         ]
         for (name, value) in secrets where value != nil { parts.append("\(name): <redacted>") }
         return "LoginRequestData(\(parts.joined(separator: ", ")))"
@@ -84,6 +94,11 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
 /// The login methods of the contract.
 public enum LoginMethod: String, Sendable, CaseIterable {
     case apple, google, oidc, password, register, guest, refresh, logout, introspect
+    case sendVerification = "send_verification"
+    case verifyEmail = "verify_email"
+    case passwordResetRequest = "password_reset_request"
+    case passwordReset = "password_reset"
+    case changePassword = "change_password"
 }
 
 /// What is wrong with a request, naming the field.

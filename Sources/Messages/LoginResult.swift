@@ -34,6 +34,13 @@ public struct LoginResultData: Codable, Sendable, Equatable {
             requestId: requestID, status: "ok", user: user, newUser: nil, session: nil, sealedSession: nil, error: nil)
     }
 
+    /// A success that issues nothing and may show nobody (a reset asked for an address that may
+    /// have no account: the answer is the same either way).
+    public static func accepted(requestID: String, user: UserPayload?) -> LoginResultData {
+        LoginResultData(
+            requestId: requestID, status: "ok", user: user, newUser: nil, session: nil, sealedSession: nil, error: nil)
+    }
+
     /// A failure.
     public static func failure(requestID: String, error: ErrorPayload) -> LoginResultData {
         LoginResultData(

@@ -46,7 +46,9 @@ public protocol CredentialOpener: Sendable {
 
 public struct RequestDecoder: Sendable {
     /// The credentials that may arrive sealed, by their member name in `data`.
-    public static let sealableCredentials = ["password", "identity_token", "refresh_token", "access_token", "link_to"]
+    public static let sealableCredentials = [
+        "password", "identity_token", "refresh_token", "access_token", "link_to", "new_password", "code", "link_token",
+    ]
 
     /// Opens `data.sealed_credentials`; without one, sealed credentials are refused.
     public var credentials: (any CredentialOpener)?
@@ -147,6 +149,9 @@ public struct RequestDecoder: Sendable {
         request.linkTo = try data.optional("link_to")
         request.replyKey = try data.optional("reply_key")
         request.clientID = try data.optional("client_id")
+        request.code = try data.optional("code")
+        request.linkToken = try data.optional("link_token")
+        request.newPassword = try data.optional("new_password")
         try unseal(data, into: &request)
         if let profile = try data.optionalObject("profile") {
             request.profile = .init(
@@ -172,6 +177,9 @@ public struct RequestDecoder: Sendable {
             case "identity_token": \.identityToken
             case "refresh_token": \.refreshToken
             case "access_token": \.accessToken
+            case "new_password": \.newPassword
+            case "code": \.code
+            case "link_token": \.linkToken
             default: \.linkTo
             }
         }
@@ -275,6 +283,21 @@ public struct RequestDecoder: Sendable {
                 throw RequestValidationError(field: "data.\(field)", reason: "longer than \(max) bytes")
             }
         }
+        /// A code with its address, or a link token alone.
+        func requireCodeOrLink(_ data: LoginRequestData) throws {
+            if let link = data.linkToken {
+                try require(link, "link_token", max: maxFieldBytes)
+                if data.code != nil {
+                    throw RequestValidationError(field: "data.code", reason: "give either code or link_token, not both")
+                }
+                return
+            }
+            try require(data.email, "email", max: maxFieldBytes)
+            try require(data.code, "code", max: maxFieldBytes)
+            guard let code = data.code, code.utf8.count == 6, code.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+                throw RequestValidationError(field: "data.code", reason: "must be the six digits from the e-mail")
+            }
+        }
         switch method {
         case .apple, .google:
             try require(data.identityToken, "identity_token", max: maxTokenBytes)
@@ -298,6 +321,19 @@ public struct RequestDecoder: Sendable {
             }
         case .guest:
             break
+        case .sendVerification:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+        case .verifyEmail:
+            try requireCodeOrLink(data)
+        case .passwordResetRequest:
+            try require(data.email, "email", max: maxFieldBytes)
+        case .passwordReset:
+            try requireCodeOrLink(data)
+            try require(data.newPassword, "new_password", max: maxFieldBytes)
+        case .changePassword:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+            try require(data.password, "password", max: maxFieldBytes)
+            try require(data.newPassword, "new_password", max: maxFieldBytes)
         }
         try limit(data.nonce, "nonce", max: maxFieldBytes)
         try limit(data.name, "name", max: maxFieldBytes)

@@ -1,10 +1,97 @@
-/// The lifecycle events on `auth.user.events`. None carries a secret.
+/// The lifecycle events on `auth.user.events`. None carries a secret in clear: the one-time
+/// codes of the two `…_requested` events travel sealed to the mail service's key.
 public enum UserEventType {
     public static let created = "auth.user.created"
     public static let upgraded = "auth.user.upgraded"
     public static let identityLinked = "auth.identity.linked"
     public static let sessionRevoked = "auth.session.revoked"
     public static let deleted = "auth.user.deleted"
+    /// A code to prove an address: for the mail service.
+    public static let verificationRequested = "auth.email.verification_requested"
+    /// A code to set a new password: for the mail service.
+    public static let passwordResetRequested = "auth.password.reset_requested"
+    public static let emailVerified = "auth.user.email_verified"
+    /// A password was set (`reason`: `reset` or `change`): for a "your password changed" mail.
+    public static let passwordChanged = "auth.password.changed"
+}
+
+/// `auth.email.verification_requested` and `auth.password.reset_requested`: what the mail
+/// service needs to send the message. The code and link token are in `sealed_secret`, a compact
+/// JWE (`ECDH-ES`, `A256GCM`, X25519) to the mail service's key whose plaintext is
+/// `{"code":"123456","link_token":"…"}`; nobody else who reads the topic can use them.
+public struct EmailCodeRequestedData: Codable, Sendable, Equatable {
+    public var userId: String
+    public var email: String
+    /// `verify_email` or `password_reset`: the method the code is for.
+    public var purpose: String
+    public var sealedSecret: String
+    public var expiresAt: String
+
+    public init(userId: String, email: String, purpose: String, sealedSecret: String, expiresAt: String) {
+        self.userId = userId
+        self.email = email
+        self.purpose = purpose
+        self.sealedSecret = sealedSecret
+        self.expiresAt = expiresAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case email, purpose
+        case userId = "user_id"
+        case sealedSecret = "sealed_secret"
+        case expiresAt = "expires_at"
+    }
+}
+
+/// The plaintext of `EmailCodeRequestedData.sealedSecret`.
+public struct EmailCodeSecret: Codable, Sendable, Equatable, CustomStringConvertible {
+    public var code: String
+    public var linkToken: String
+
+    public init(code: String, linkToken: String) {
+        self.code = code
+        self.linkToken = linkToken
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case code
+        case linkToken = "link_token"
+    }
+
+    public var description: String { "EmailCodeSecret(<redacted>)" }
+}
+
+/// `auth.user.email_verified`.
+public struct EmailVerifiedData: Codable, Sendable, Equatable {
+    public var userId: String
+    public var email: String
+
+    public init(userId: String, email: String) {
+        self.userId = userId
+        self.email = email
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case email
+        case userId = "user_id"
+    }
+}
+
+/// `auth.password.changed`.
+public struct PasswordChangedData: Codable, Sendable, Equatable {
+    public var userId: String
+    /// `reset` (with a code from an e-mail) or `change` (with the current password).
+    public var reason: String
+
+    public init(userId: String, reason: String) {
+        self.userId = userId
+        self.reason = reason
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case reason
+        case userId = "user_id"
+    }
 }
 
 /// `auth.user.created`.

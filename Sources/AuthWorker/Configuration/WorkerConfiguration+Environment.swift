@@ -1,3 +1,4 @@
+import AuthCrypto
 import Foundation
 import ServiceKit
 
@@ -184,6 +185,30 @@ extension WorkerConfiguration {
         if let words = reader.list("AUTH_PASSWORD_CONTEXT_WORDS") { config.accounts.passwordContextWords = words }
         if let value = try reader.bool("AUTH_LINK_BY_VERIFIED_EMAIL") { config.accounts.linkByVerifiedEmail = value }
         if let value = try reader.integer("AUTH_SHUTDOWN_TIMEOUT_SECONDS") { config.shutdownTimeout = .seconds(value) }
+        if let text = reader.string("AUTH_MAIL_KEY") {
+            guard let key = Base64URL.decode(text), key.count == 32, X25519.isUsablePublicKey(key) else {
+                throw ConfigurationError(
+                    variable: "AUTH_MAIL_KEY", reason: "must be the mail service's X25519 public key, base64url")
+            }
+            config.emailCodes.mailKey = key
+        }
+        if let value = try reader.seconds("AUTH_EMAIL_CODE_TTL_SECONDS") {
+            guard value >= 60 else {
+                throw ConfigurationError(variable: "AUTH_EMAIL_CODE_TTL_SECONDS", reason: "must be at least 60")
+            }
+            config.emailCodes.lifetime = value
+        }
+        if let value = try reader.integer("AUTH_EMAIL_CODE_MAX_ATTEMPTS") {
+            guard value >= 1, value <= 10 else {
+                throw ConfigurationError(variable: "AUTH_EMAIL_CODE_MAX_ATTEMPTS", reason: "must be 1 to 10")
+            }
+            config.emailCodes.maxAttempts = value
+        }
+        if let limit = try reader.rateLimit("AUTH_EMAIL_CODE_RATE_LIMIT") { config.emailCodes.sendLimit = limit }
+        if let limit = try reader.rateLimit("AUTH_PASSWORD_RESET_RATE_LIMIT") { config.emailCodes.resetLimit = limit }
+        if let value = try reader.bool("AUTH_PASSWORD_CHANGE_ENDS_SESSIONS") {
+            config.emailCodes.changeEndsOtherSessions = value
+        }
         return config
     }
 

@@ -81,6 +81,8 @@ public struct WorkerConfiguration: Sendable {
     public var sessions = Sessions()
     /// Password accounts, throttling, guest limits, linking.
     public var accounts = Accounts()
+    /// One-time codes sent by e-mail (verification, password reset).
+    public var emailCodes = EmailCodes()
     /// The key that seals stored results, so a redelivered request gets the same answer.
     /// Env: `AUTH_RESULTS_KEY_FILE` (a file holding 32 random bytes as 64 hex digits). Default: none,
     /// in which case a redelivered request is not answered again (its effects are still never repeated).
@@ -183,6 +185,31 @@ public struct WorkerConfiguration: Sendable {
         /// Attach a new provider identity to the one full account whose verified, non-relay e-mail
         /// matches the provider's verified e-mail. Env: `AUTH_LINK_BY_VERIFIED_EMAIL`. Default: false.
         public var linkByVerifiedEmail = false
+        public init() {}
+    }
+
+    /// One-time codes the mail service sends: `send_verification`, `verify_email`,
+    /// `password_reset_request`, `password_reset`. On only with both keys: codes leave the worker
+    /// sealed to `mailKey`, and are stored as HMACs under a key derived from `resultsKey`.
+    public struct EmailCodes: Sendable, Equatable {
+        /// The mail service's X25519 public key (base64url, 32 bytes, as a `reply_key`): the
+        /// events carry codes and link tokens sealed to it. Env: `AUTH_MAIL_KEY`. Default: none
+        /// (the code methods answer `unsupported_method`; `register` sends no code).
+        public var mailKey: [UInt8]?
+        /// How long a code and its link token work. Env: `AUTH_EMAIL_CODE_TTL_SECONDS`. Default: 900.
+        public var lifetime: TimeInterval = 900
+        /// Wrong codes one code survives; then it is spent. Env: `AUTH_EMAIL_CODE_MAX_ATTEMPTS`.
+        /// Default: 5 (a guess succeeds with odds of 5 in a million per code sent).
+        public var maxAttempts = 5
+        /// Codes sent per account and purpose per window. Env: `AUTH_EMAIL_CODE_RATE_LIMIT`.
+        /// Default: 5 per hour.
+        public var sendLimit = RateLimit(count: 5, window: 3600)
+        /// `password_reset` attempts per address per window: each costs a password hash.
+        /// Env: `AUTH_PASSWORD_RESET_RATE_LIMIT`. Default: 10 per hour.
+        public var resetLimit = RateLimit(count: 10, window: 3600)
+        /// `change_password` ends the user's other sessions. Env: `AUTH_PASSWORD_CHANGE_ENDS_SESSIONS`.
+        /// Default: true.
+        public var changeEndsOtherSessions = true
         public init() {}
     }
 

@@ -5,7 +5,8 @@ import Foundation
 /// A flow's write step calls these synchronously, top to bottom: read what it must decide on,
 /// then write. Rows read here stay locked until the batch commits, so a decision holds for the
 /// writes it leads to, across replicas. Writes are collected and sent with the rest of the
-/// batch; reads see every write of the requests before them in the batch.
+/// batch; reads see every write of the requests before them in the batch, but not the request's
+/// own: a flow reads a row before it writes it, and writes it once.
 ///
 /// A flow that throws (a refusal) leaves none of its writes behind.
 public protocol UnitOfWork: AnyObject {
@@ -29,6 +30,10 @@ public protocol UnitOfWork: AnyObject {
     func rateLimitUsage(bucket: String, at date: Date, window: TimeInterval) throws -> Int
     /// True when a request id (or a notification's key) was recorded before this one.
     func isRecorded(requestID: String) throws -> Bool
+    /// The newest unused one-time code sent to an address (normalised) for a purpose.
+    func liveCode(email: String, purpose: String) throws -> OneTimeCodeRecord?
+    /// A one-time code by the SHA-256 of its link token, used or not.
+    func code(linkHash: [UInt8]) throws -> OneTimeCodeRecord?
 
     // MARK: - Writes
 
@@ -57,6 +62,12 @@ public protocol UnitOfWork: AnyObject {
     func deleteUsers(_ ids: [UUID]) throws
     /// Records the relay e-mail status Apple reported for an identity.
     func setEmailStatus(provider: String, subject: String, status: String) throws
+    /// Stores a new one-time code; the user's earlier unused codes for the purpose stop working.
+    func insertCode(_ code: NewOneTimeCode) throws
+    /// Counts a wrong guess of a code.
+    func recordCodeAttempt(id: UUID) throws
+    /// Marks a code used: it never works again.
+    func useCode(id: UUID, at date: Date) throws
     /// Writes an event to the outbox, to be published after the commit.
     func appendEvent(_ event: OutboxEvent) throws
     /// Records a processed request (or notification) with its sealed answer, so a redelivery is
@@ -228,6 +239,58 @@ public struct KeptRequest: Sendable, Equatable {
         self.requestID = requestID
         self.digest = digest
         self.resultSealed = resultSealed
+    }
+}
+
+/// A one-time code as stored: its HMAC and its link token's hash, never the secrets.
+public struct OneTimeCodeRecord: Sendable, Equatable {
+    public var id: UUID
+    public var userID: UUID
+    public var purpose: String
+    public var email: String
+    public var codeHMAC: [UInt8]
+    public var attempts: Int
+    public var expiresAt: Date
+    public var usedAt: Date?
+
+    public init(
+        id: UUID, userID: UUID, purpose: String, email: String, codeHMAC: [UInt8], attempts: Int, expiresAt: Date,
+        usedAt: Date?
+    ) {
+        self.id = id
+        self.userID = userID
+        self.purpose = purpose
+        self.email = email
+        self.codeHMAC = codeHMAC
+        self.attempts = attempts
+        self.expiresAt = expiresAt
+        self.usedAt = usedAt
+    }
+}
+
+/// A one-time code to store.
+public struct NewOneTimeCode: Sendable, Equatable {
+    public var id: UUID
+    public var userID: UUID
+    public var purpose: String
+    public var email: String
+    public var codeHMAC: [UInt8]
+    public var linkHash: [UInt8]
+    public var createdAt: Date
+    public var expiresAt: Date
+
+    public init(
+        id: UUID, userID: UUID, purpose: String, email: String, codeHMAC: [UInt8], linkHash: [UInt8], createdAt: Date,
+        expiresAt: Date
+    ) {
+        self.id = id
+        self.userID = userID
+        self.purpose = purpose
+        self.email = email
+        self.codeHMAC = codeHMAC
+        self.linkHash = linkHash
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
     }
 }
 

@@ -4,7 +4,32 @@ import PGStore
 public enum Migrations {
     public static let all: [PGMigration] = [
         initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
+        oneTimeCodes,
     ]
+
+    /// One-time codes sent by e-mail (address verification, password reset). Neither the code
+    /// nor the link token is stored: the code as an HMAC under a worker key (six digits would fall
+    /// to a plain hash at once), the link token (256 random bits) as its SHA-256.
+    static let oneTimeCodes = PGMigration(
+        version: 7, name: "one-time codes",
+        sql: """
+            CREATE TABLE one_time_codes (
+                id           uuid PRIMARY KEY,
+                user_id      uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                purpose      text NOT NULL,
+                email        text NOT NULL,
+                code_hmac    bytea NOT NULL CHECK (length(code_hmac) = 32),
+                link_hash    bytea NOT NULL UNIQUE CHECK (length(link_hash) = 32),
+                attempts     integer NOT NULL DEFAULT 0,
+                created_at   timestamptz NOT NULL,
+                expires_at   timestamptz NOT NULL,
+                used_at      timestamptz
+            );
+            CREATE INDEX one_time_codes_live ON one_time_codes (email, purpose, created_at DESC)
+                WHERE used_at IS NULL;
+            CREATE INDEX one_time_codes_user ON one_time_codes (user_id, purpose) WHERE used_at IS NULL;
+            CREATE INDEX one_time_codes_expiry ON one_time_codes (expires_at);
+            """)
 
     /// A read-only view for gateways that look access tokens up in PostgreSQL themselves
     /// (Sanctum-style) instead of asking the worker (`introspect`): by the token's SHA-256, what it

@@ -227,6 +227,32 @@ public final class PostgresStore: Sendable {
             lockedUntil: try reservation.decode("locked_until", as: Date?.self), credential: credential)
     }
 
+    /// The address of the password identity of the user an access token signs in as (by its
+    /// session, or an opaque token's SHA-256): what `change_password` throttles and verifies.
+    /// Nil when the token is unknown or its user has no password.
+    public func passwordEmail(sessionID: UUID?, accessTokenHash: [UInt8]?) async throws -> String? {
+        try await attempts.withConnection { connection in
+            if let sessionID {
+                return try connection.query(
+                    """
+                    SELECT i.subject FROM sessions s
+                    JOIN identities i ON i.user_id = s.user_id AND i.provider = 'password'
+                    WHERE s.id = \(sessionID)
+                    """
+                ).first?.decode("subject")
+            }
+            guard let accessTokenHash else { return nil }
+            return try connection.query(
+                """
+                SELECT i.subject FROM access_tokens a
+                JOIN sessions s ON s.id = a.session_id
+                JOIN identities i ON i.user_id = s.user_id AND i.provider = 'password'
+                WHERE a.token_hash = \(PGBytes(accessTokenHash))
+                """
+            ).first?.decode("subject")
+        }
+    }
+
     // MARK: - The outbox
 
     /// Takes published events out of the outbox.
@@ -287,8 +313,10 @@ public final class PostgresStore: Sendable {
         public var events = 0
         public var throttles = 0
         public var rateLimits = 0
+        /// One-time codes past their lifetime.
+        public var codes = 0
 
-        public var total: Int { requests + events + throttles + rateLimits }
+        public var total: Int { requests + events + throttles + rateLimits + codes }
     }
 
     /// One stored password hash of the most common kind (algorithm and parameters), for making
@@ -310,7 +338,7 @@ public final class PostgresStore: Sendable {
     }
 
     /// Forgets what has expired: request ids past their expiry, throttle rows whose failures and
-    /// lock are over, rate-limit buckets whose window has passed.
+    /// lock are over, rate-limit buckets whose window has passed, one-time codes past theirs.
     public func purgeExpired(at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval) async throws
         -> Purge
     {
@@ -322,13 +350,15 @@ public final class PostgresStore: Sendable {
                 WHERE last_failure_at < \(date - throttleWindow) AND (locked_until IS NULL OR locked_until < \(date))
                 """,
                 "DELETE FROM rate_limits WHERE window_start < \(date - rateLimitWindow)",
+                "DELETE FROM one_time_codes WHERE expires_at < \(date)",
             ])
         }
         var purge = Purge()
-        if results.count == 3 {
+        if results.count == 4 {
             purge.requests = results[0].affectedRows
             purge.throttles = results[1].affectedRows
             purge.rateLimits = results[2].affectedRows
+            purge.codes = results[3].affectedRows
         }
         return purge
     }

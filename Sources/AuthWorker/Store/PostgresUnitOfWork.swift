@@ -182,6 +182,24 @@ final class PostgresUnitOfWork: UnitOfWork {
         try !query("SELECT 1 AS found FROM processed_requests WHERE request_id = \(requestID)").isEmpty
     }
 
+    func liveCode(email: String, purpose: String) throws -> OneTimeCodeRecord? {
+        try query(
+            """
+            \(unsafeRaw: Self.codeColumns)
+            WHERE email = \(email) AND purpose = \(purpose) AND used_at IS NULL
+            ORDER BY created_at DESC, id DESC LIMIT 1 FOR UPDATE
+            """
+        ).first.map(Decode.code)
+    }
+
+    func code(linkHash: [UInt8]) throws -> OneTimeCodeRecord? {
+        try query("\(unsafeRaw: Self.codeColumns) WHERE link_hash = \(PGBytes(linkHash)) FOR UPDATE").first.map(
+            Decode.code)
+    }
+
+    static let codeColumns =
+        "SELECT id, user_id, purpose, email, code_hmac, attempts, expires_at, used_at FROM one_time_codes"
+
     // MARK: - Writes
 
     func insertUser(_ user: NewUser, handles: [String]) throws -> StoredUser {
@@ -310,6 +328,28 @@ final class PostgresUnitOfWork: UnitOfWork {
     func setEmailStatus(provider: String, subject: String, status: String) throws {
         current.statements.append(
             "UPDATE identities SET email_status = \(status) WHERE provider = \(provider) AND subject = \(subject)")
+    }
+
+    func insertCode(_ code: NewOneTimeCode) throws {
+        current.statements.append(
+            """
+            UPDATE one_time_codes SET used_at = \(code.createdAt)
+            WHERE user_id = \(code.userID) AND purpose = \(code.purpose) AND used_at IS NULL
+            """)
+        current.statements.append(
+            """
+            INSERT INTO one_time_codes (id, user_id, purpose, email, code_hmac, link_hash, created_at, expires_at)
+            VALUES (\(code.id), \(code.userID), \(code.purpose), \(code.email), \(PGBytes(code.codeHMAC)),
+                    \(PGBytes(code.linkHash)), \(code.createdAt), \(code.expiresAt))
+            """)
+    }
+
+    func recordCodeAttempt(id: UUID) throws {
+        current.statements.append("UPDATE one_time_codes SET attempts = attempts + 1 WHERE id = \(id)")
+    }
+
+    func useCode(id: UUID, at date: Date) throws {
+        current.statements.append("UPDATE one_time_codes SET used_at = \(date) WHERE id = \(id) AND used_at IS NULL")
     }
 
     func appendEvent(_ event: OutboxEvent) throws {
@@ -769,6 +809,14 @@ enum Decode {
         AccessTokenRecord(
             id: try row.decode("token_id"), expiresAt: try row.decode("token_expires_at"),
             session: try session(row, idColumn: "session_id"))
+    }
+
+    static func code(_ row: PGRow) throws -> OneTimeCodeRecord {
+        OneTimeCodeRecord(
+            id: try row.decode("id"), userID: try row.decode("user_id"), purpose: try row.decode("purpose"),
+            email: try row.decode("email"), codeHMAC: try row.decode("code_hmac", as: PGBytes.self).bytes,
+            attempts: try row.decode("attempts"), expiresAt: try row.decode("expires_at"),
+            usedAt: try row.decode("used_at", as: Date?.self))
     }
 
     static func rateLimit(_ row: PGRow) throws -> RateLimitRow {

@@ -817,9 +817,18 @@ public final class RequestPipeline: Service {
     }
 
     /// The request's X25519 `reply_key`, checked before anything is prepared.
+    /// Whether a method's answer can carry a session (and so must be sealed when reply keys are
+    /// required).
+    static func issuesSession(_ method: LoginMethod) -> Bool {
+        switch method {
+        case .logout, .introspect, .sendVerification, .verifyEmail, .passwordResetRequest, .changePassword: false
+        case .apple, .google, .oidc, .password, .register, .guest, .refresh, .passwordReset: true
+        }
+    }
+
     static func replyKey(_ request: LoginRequest, required: Bool) throws -> [UInt8]? {
         guard let text = request.data.replyKey else {
-            if required, request.method != .logout, request.method != .introspect {
+            if required, Self.issuesSession(request.method) {
                 throw LoginError(
                     .malformedRequest, "reply_key is required: results are sealed to the gateway's key",
                     field: "data.reply_key")

@@ -78,7 +78,9 @@ public struct WorkerApplication: Sendable {
             store: store, producer: producer, clock: clock, logger: logger.child(label: "auth.outbox"),
             interval: .seconds(max(1, min(5, Int(configuration.outboxRelayGrace)))),
             grace: configuration.outboxRelayGrace, throttleWindow: configuration.accounts.throttle.window,
-            rateLimitWindow: configuration.accounts.longestRateLimitWindow, passwords: passwords)
+            rateLimitWindow: max(
+                configuration.accounts.longestRateLimitWindow, configuration.emailCodes.sendLimit.window,
+                configuration.emailCodes.resetLimit.window), passwords: passwords)
         let readiness = Readiness(
             database: PGDedicatedConnection(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,

@@ -1,6 +1,8 @@
 import AuthCrypto
 import Foundation
+import JOSE
 import JOSEFixtures
+import Kafka
 import Messages
 import Testing
 
@@ -26,6 +28,9 @@ struct ContractConformanceTests {
         config.appleKeysURL = server.url("/apple/keys").absoluteString
         config.accounts.argon2 = fastArgon2
         config.accounts.guestRateLimit = .init(count: 1, window: 3600)
+        let mail = try X25519.generateKeyPair()
+        config.emailCodes.mailKey = mail.publicKey
+        config.resultsKey = try SecureRandom.bytes(32)
         let worker = try await WorkerIntegrationTests.RunningWorker(config)
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
         let events = try TopicReader(topic: topics.events)
@@ -85,7 +90,8 @@ struct ContractConformanceTests {
         upgrade.email = "grace@example.com"
         upgrade.password = "correct horse battery"
         upgrade.linkTo = plain.session?.accessToken
-        #expect(try await send(upgrade).user?.isGuest == false)
+        let grace = try await send(upgrade)
+        #expect(grace.user?.isGuest == false)
         // Apple linked to Ada's account (identity linked), a refresh, a malformed request, a logout.
         var apple = LoginRequestData(method: "apple")
         apple.identityToken = appleToken("001.ada")
@@ -108,6 +114,41 @@ struct ContractConformanceTests {
         var logout = LoginRequestData(method: "logout")
         logout.accessToken = ada.session?.accessToken
         #expect(try await send(logout).status == "ok")
+        // E-mail codes, taken from the events as the mail service does: Ada verifies her address
+        // with the code sent at registration; Grace asks again; Ada resets her password with the
+        // link, then changes it.
+        func codeSecret(_ type: String, email: String) async throws -> EmailCodeSecret {
+            func matches(_ message: KafkaMessage) -> Bool {
+                message.json["type"] as? String == type
+                    && (message.json["data"] as? [String: Any])?["email"] as? String == email
+            }
+            let seen = try await events.waitUntil { $0.contains(where: matches) }
+            let event = try MessageCoding.decode(
+                CloudEvent<EmailCodeRequestedData>.self, from: try #require(seen.last(where: matches)).value)
+            let opened = try JWE.openECDHES(event.data.sealedSecret, privateKey: mail.privateKey)
+            return try MessageCoding.decode(EmailCodeSecret.self, from: opened.plaintext)
+        }
+        var verify = LoginRequestData(method: "verify_email")
+        verify.email = "ada@example.com"
+        verify.code = try await codeSecret("auth.email.verification_requested", email: "ada@example.com").code
+        #expect(try await send(verify).user?.emailVerified == true)
+        #expect(try await send(verify).error?.code == .invalidCode, "a code works once")
+        var resend = LoginRequestData(method: "send_verification")
+        resend.accessToken = grace.session?.accessToken
+        #expect(try await send(resend).status == "ok")
+        var resetRequest = LoginRequestData(method: "password_reset_request")
+        resetRequest.email = "ada@example.com"
+        #expect(try await send(resetRequest).user == nil)
+        var reset = LoginRequestData(method: "password_reset")
+        reset.linkToken = try await codeSecret("auth.password.reset_requested", email: "ada@example.com").linkToken
+        reset.newPassword = "a brand new secret"
+        let afterReset = try await send(reset)
+        #expect(afterReset.session != nil)
+        var change = LoginRequestData(method: "change_password")
+        change.accessToken = afterReset.session?.accessToken
+        change.password = "a brand new secret"
+        change.newPassword = "another new secret"
+        #expect(try await send(change).status == "ok")
         // Apple deletes the account: the user and its sessions go.
         let token = Signers.rsa2048.token(
             [
@@ -123,7 +164,8 @@ struct ContractConformanceTests {
 
         let types = [
             "auth.user.created", "auth.user.upgraded", "auth.identity.linked", "auth.session.revoked",
-            "auth.user.deleted",
+            "auth.user.deleted", "auth.email.verification_requested", "auth.password.reset_requested",
+            "auth.user.email_verified", "auth.password.changed",
         ]
         let seen = try await events.waitUntil { messages in
             Set(messages.compactMap { $0.json["type"] as? String }).isSuperset(of: types)
@@ -131,7 +173,9 @@ struct ContractConformanceTests {
         let files = [
             "auth.user.created": "user-created", "auth.user.upgraded": "user-upgraded",
             "auth.identity.linked": "identity-linked", "auth.session.revoked": "session-revoked",
-            "auth.user.deleted": "user-deleted",
+            "auth.user.deleted": "user-deleted", "auth.email.verification_requested": "verification-requested",
+            "auth.password.reset_requested": "password-reset-requested", "auth.user.email_verified": "email-verified",
+            "auth.password.changed": "password-changed",
         ]
         for message in seen {
             let type = message.json["type"] as? String ?? "?"

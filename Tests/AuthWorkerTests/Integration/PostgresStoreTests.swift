@@ -147,9 +147,25 @@ import Testing
             INSERT INTO rate_limits (bucket, window_start, count) VALUES
               ('guest:old', \(now - 2 * hour), 5), ('guest:now', \(now - 10), 5)
             """)
+        try connection.query(
+            """
+            INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+            VALUES ('00000000-0000-7000-8000-000000000001', 'u1', false, \(now), \(now))
+            """)
+        try connection.query(
+            """
+            INSERT INTO one_time_codes (id, user_id, purpose, email, code_hmac, link_hash, created_at, expires_at)
+            VALUES ('00000000-0000-7000-8000-000000000002', '00000000-0000-7000-8000-000000000001', 'verify_email',
+                    'a@example.com', \(PGBytes(Array(repeating: 1, count: 32))), \(PGBytes(Array(repeating: 2, count: 32))),
+                    \(now - 2 * hour), \(now - hour)),
+                   ('00000000-0000-7000-8000-000000000003', '00000000-0000-7000-8000-000000000001', 'verify_email',
+                    'a@example.com', \(PGBytes(Array(repeating: 3, count: 32))), \(PGBytes(Array(repeating: 4, count: 32))),
+                    \(now - 60), \(now + 840))
+            """)
         let purge = try await store.purgeExpired(at: now, throttleWindow: hour, rateLimitWindow: hour)
         #expect(purge.throttles == 2)
         #expect(purge.rateLimits == 1)
+        #expect(purge.codes == 1, "the expired code goes, the live one stays")
         let throttles = try connection.query("SELECT account_key FROM login_throttle ORDER BY account_key")
             .map { try $0.decode("account_key", as: String.self) }
         #expect(throttles == ["locked", "recent"])

@@ -59,6 +59,16 @@ import Testing
         (#"{"method":"logout","access_token":"t","scope":"everything"}"#, "", "data.scope"),
         (#"{"method":"guest","device":"phone"}"#, "", "data.device"),
         (#"{"method":"guest","profile":{"given_name":3}}"#, "", "data.profile.given_name"),
+        (#"{"method":"send_verification"}"#, "", "data.access_token"),
+        (#"{"method":"verify_email","code":"123456"}"#, "", "data.email"),
+        (#"{"method":"verify_email","email":"a@b.c","code":"12345"}"#, "", "data.code"),
+        (#"{"method":"verify_email","email":"a@b.c","code":"12345x"}"#, "", "data.code"),
+        (#"{"method":"verify_email","email":"a@b.c","code":"１２３４５６"}"#, "", "data.code"),
+        (#"{"method":"verify_email","code":"123456","link_token":"lt_x"}"#, "", "data.code"),
+        (#"{"method":"password_reset_request"}"#, "", "data.email"),
+        (#"{"method":"password_reset","link_token":"lt_x"}"#, "", "data.new_password"),
+        (#"{"method":"change_password","access_token":"t","password":"old password"}"#, "", "data.new_password"),
+        (#"{"method":"change_password","access_token":"t","new_password":"new password"}"#, "", "data.password"),
     ])
     func invalidRequestsNameTheField(data: String, extra: String, field: String) {
         let value = request(data, extra: extra)
@@ -168,7 +178,7 @@ import Testing
     }
 
     @Test func everyContractErrorCodeIsDefinedOnce() {
-        #expect(Set(ErrorCode.all).count == 17)
+        #expect(Set(ErrorCode.all).count == 19)
         #expect(ErrorCode.all.map(\.rawValue).contains("provider_unavailable"))
     }
 

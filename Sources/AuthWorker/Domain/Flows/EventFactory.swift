@@ -44,6 +44,29 @@ struct EventFactory: Sendable {
         try make(UserEventType.deleted, UserDeletedData(userId: user.lowercasedString, reason: reason), user: user)
     }
 
+    /// `auth.email.verification_requested` or `auth.password.reset_requested`: for the mail service.
+    func codeRequested(purpose: CodePurpose, user: UUID, email: String, sealedSecret: String, expiresAt: Date) throws
+        -> OutboxEvent
+    {
+        try make(
+            purpose == .verifyEmail ? UserEventType.verificationRequested : UserEventType.passwordResetRequested,
+            EmailCodeRequestedData(
+                userId: user.lowercasedString, email: email, purpose: purpose.rawValue, sealedSecret: sealedSecret,
+                expiresAt: Timestamp.format(expiresAt)),
+            user: user)
+    }
+
+    func emailVerified(user: UUID, email: String) throws -> OutboxEvent {
+        try make(
+            UserEventType.emailVerified, EmailVerifiedData(userId: user.lowercasedString, email: email), user: user)
+    }
+
+    func passwordChanged(user: UUID, reason: String) throws -> OutboxEvent {
+        try make(
+            UserEventType.passwordChanged, PasswordChangedData(userId: user.lowercasedString, reason: reason),
+            user: user)
+    }
+
     /// Events are keyed by their user, so one user's events stay in order.
     private func make<Payload: Codable & Sendable>(_ type: String, _ data: Payload, user: UUID) throws -> OutboxEvent {
         let id = try identifiers.uuid()

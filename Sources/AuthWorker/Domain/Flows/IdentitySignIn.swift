@@ -86,9 +86,12 @@ extension LoginFlows {
         let identity = NewIdentity(
             provider: "password", subject: email, email: email, emailVerified: false, isPrivateEmail: false,
             passwordHash: hash)
-        return try identitySignIn(
+        var signIn = try identitySignIn(
             request, mode: .createOnly, identity: identity, name: name,
             newUserName: name ?? String(email.split(separator: "@").first ?? "user"), linkTo: linkTo, at: now)
+        // With e-mail codes on, the new address gets its verification code.
+        if let keys = try? codeKeys() { signIn.verification = try pendingCode(.verifyEmail, keys: keys, at: now) }
+        return signIn
     }
 
     /// Takes one registration from the client's bucket (`client_id`, else the Kafka key) and one
@@ -218,6 +221,8 @@ struct IdentitySignIn: PreparedWrite {
     var throttleKey: String?
     /// Password logins: a fresh hash to store (the old one was outdated).
     var replacementPasswordHash: String?
+    /// Registration: the code that proves the new address, sent when the identity is added.
+    var verification: PendingCode?
 
     var prefetch: Prefetch {
         var prefetch = Prefetch()
@@ -263,6 +268,9 @@ struct IdentitySignIn: PreparedWrite {
             kind = .created
         }
         if let throttleKey { try unit.resetThrottle(key: throttleKey) }
+        if let verification, kind != .existing, let email = identity.email, !identity.emailVerified {
+            try verification.issue(to: user.id, email: email, in: unit, events: events)
+        }
 
         let accessToken = try pending.accessToken(for: user.id)
         try unit.insertSession(

@@ -39,6 +39,9 @@ public protocol PasswordAttempts: Sendable {
     /// atomic step shared by every replica; answers what each granted. A bucket that grants
     /// fewer than wanted ends it: the buckets after it are not touched, and not answered.
     func reserveRateLimits(_ reservations: [RateLimitReservation], at date: Date) async throws -> [RateLimitGrant]
+    /// The address of the password identity of the user an access token signs in as (by its
+    /// session id, or an opaque token's SHA-256); nil when there is none.
+    func passwordEmail(sessionID: UUID?, accessTokenHash: [UInt8]?) async throws -> String?
 }
 
 /// Uses of a rate-limited bucket asked for.
@@ -108,6 +111,11 @@ public struct LoginFlows: Sendable {
         case .refresh: try prepareRefresh(request)
         case .logout: try prepareLogout(request)
         case .introspect: prepareIntrospection(request)
+        case .sendVerification: try prepareSendVerification(request)
+        case .verifyEmail: try prepareVerifyEmail(request)
+        case .passwordResetRequest: try preparePasswordResetRequest(request)
+        case .passwordReset: try await preparePasswordReset(request)
+        case .changePassword: try await prepareChangePassword(request)
         }
     }
 

@@ -1,0 +1,490 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import Messages
+import Passwords
+
+/// What a one-time code is for. Each purpose has its own codes, limits and event.
+enum CodePurpose: String, Sendable {
+    case verifyEmail = "verify_email"
+    case passwordReset = "password_reset"
+}
+
+/// The keys of e-mail codes: the mail service's public key (codes leave the worker sealed to it)
+/// and the key codes are stored under (an HMAC, derived from the results key).
+struct CodeKeys: Sendable {
+    let mail: [UInt8]
+    let hmac: [UInt8]
+
+    /// The HMAC a code is stored as: bound to its purpose and user, so a code for one cannot be
+    /// checked against another's row.
+    func hmac(code: String, purpose: CodePurpose, userID: UUID) -> [UInt8] {
+        HMACSHA256.mac(
+            key: hmac, message: Array("\(purpose.rawValue)\u{0}\(userID.lowercasedString)\u{0}\(code)".utf8))
+    }
+}
+
+extension LoginFlows {
+    /// The code keys, or `unsupported_method` when this worker sends no codes.
+    func codeKeys() throws -> CodeKeys {
+        guard let mail = configuration.emailCodes.mailKey, let results = configuration.resultsKey else {
+            throw LoginError(
+                .unsupportedMethod,
+                "e-mail codes are not enabled on this worker (AUTH_MAIL_KEY and AUTH_RESULTS_KEY_FILE)")
+        }
+        return CodeKeys(
+            mail: mail, hmac: HMACSHA256.mac(key: results, message: Array("auth-worker one-time codes".utf8)))
+    }
+
+    /// A new code and link token for `purpose`, sealed to the mail service: made before the
+    /// write, stored (as an HMAC) by it.
+    func pendingCode(_ purpose: CodePurpose, keys: CodeKeys, at now: Date) throws -> PendingCode {
+        let code = try Self.sixDigits()
+        let linkToken = "lt_" + (try identifiers.secret(characters: 43))
+        let sealed = try JWE.sealECDHES(
+            try MessageCoding.encode(EmailCodeSecret(code: code, linkToken: linkToken)), to: keys.mail)
+        return PendingCode(
+            id: try identifiers.uuid(), purpose: purpose, code: code, linkHash: SHA256.hash(linkToken), sealed: sealed,
+            keys: keys, createdAt: now, expiresAt: now + configuration.emailCodes.lifetime)
+    }
+
+    /// Six decimal digits, uniformly: 32 random bits, drawn again in the rare case they fall in
+    /// the last, incomplete run of a million.
+    static func sixDigits() throws -> String {
+        while true {
+            let bytes = try SecureRandom.bytes(4)
+            let value = bytes.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            guard value < 4_294_000_000 else { continue }
+            let digits = String(value % 1_000_000)
+            return String(repeating: "0", count: 6 - digits.count) + digits
+        }
+    }
+
+    /// The code (with its address) or link token a request brings back.
+    func presentedCode(_ request: LoginRequest, purpose: CodePurpose, keys: CodeKeys) throws -> PresentedCode {
+        let data = request.data
+        if let link = data.linkToken {
+            return PresentedCode(
+                form: .link(hash: SHA256.hash(link)), purpose: purpose, keys: keys,
+                maxAttempts: configuration.emailCodes.maxAttempts)
+        }
+        guard let email = EmailAddress.normalize(data.email ?? "") else {
+            throw LoginError(.malformedRequest, "not a valid e-mail address", field: "data.email")
+        }
+        return PresentedCode(
+            form: .code(email: email, code: data.code ?? ""), purpose: purpose, keys: keys,
+            maxAttempts: configuration.emailCodes.maxAttempts)
+    }
+
+    // MARK: - E-mail verification
+
+    /// `send_verification`: a new code for the address of the account the access token signs in to.
+    func prepareSendVerification(_ request: LoginRequest) throws -> any PreparedWrite {
+        let keys = try codeKeys()
+        let now = clock.now()
+        return SendVerification(
+            requestID: request.id,
+            token: try presentedToken(
+                request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now),
+            code: try pendingCode(.verifyEmail, keys: keys, at: now), limit: configuration.emailCodes.sendLimit,
+            events: events(for: request, at: now), now: now)
+    }
+
+    /// `verify_email`: the code (with the address) or the link token marks the address verified.
+    func prepareVerifyEmail(_ request: LoginRequest) throws -> any PreparedWrite {
+        let keys = try codeKeys()
+        let now = clock.now()
+        return VerifyEmail(
+            requestID: request.id, presented: try presentedCode(request, purpose: .verifyEmail, keys: keys),
+            events: events(for: request, at: now), now: now)
+    }
+
+    // MARK: - Password reset
+
+    /// `password_reset_request`: answered `ok` whether or not the address has an account; when it
+    /// has, a code goes to the mail service.
+    func preparePasswordResetRequest(_ request: LoginRequest) throws -> any PreparedWrite {
+        let keys = try codeKeys()
+        _ = try passwordService()
+        guard let email = EmailAddress.normalize(request.data.email ?? "") else {
+            throw LoginError(.malformedRequest, "not a valid e-mail address", field: "data.email")
+        }
+        let now = clock.now()
+        return PasswordResetRequest(
+            requestID: request.id, email: email, code: try pendingCode(.passwordReset, keys: keys, at: now),
+            limit: configuration.emailCodes.sendLimit, events: events(for: request, at: now), now: now)
+    }
+
+    /// `password_reset`: the code (or link token) and a new password set the password, end every
+    /// session of the user and answer a new one.
+    func preparePasswordReset(_ request: LoginRequest) async throws -> any PreparedWrite {
+        let keys = try codeKeys()
+        let passwords = try passwordService()
+        let presented = try presentedCode(request, purpose: .passwordReset, keys: keys)
+        let newPassword = request.data.newPassword ?? ""
+        var email: String?
+        if case .code(let address, _) = presented.form { email = address }
+        do {
+            try passwords.policy.check(newPassword, email: email)
+        } catch let weakness as PasswordPolicy.Weakness {
+            throw LoginError(.weakPassword, "the password \(weakness.reason)", field: "data.new_password")
+        }
+        let now = clock.now()
+        // Each attempt costs a password hash: counted per address (per client for link tokens,
+        // which cannot be guessed) before the hash is made.
+        let limit = configuration.emailCodes.resetLimit
+        if limit.count > 0 {
+            let bucket =
+                "password_reset:"
+                + (email ?? "link:" + ((request.data.clientID ?? request.partitionKey).flatMap(\.nilIfEmpty) ?? "-"))
+            let grant = try await attempts.reserveRateLimits(
+                [RateLimitReservation(bucket: bucket, limit: limit, wanted: 1)], at: now)
+            if let grant = grant.first, grant.granted < 1 {
+                throw LoginError.tooManyAttempts(
+                    until: grant.windowEnd, now: now, message: "too many password resets for this address")
+            }
+        }
+        return PasswordReset(
+            requestID: request.id, presented: presented, newHash: try await passwords.hash(newPassword),
+            pending: try pendingSession(at: now, isGuest: false), device: request.data.device,
+            events: events(for: request, at: now), now: now)
+    }
+
+    // MARK: - Password change
+
+    /// `change_password`: the current password (counted and verified as a login's) and a new one;
+    /// the user's other sessions end unless configured otherwise, this one stays.
+    func prepareChangePassword(_ request: LoginRequest) async throws -> any PreparedWrite {
+        let passwords = try passwordService()
+        let data = request.data
+        let now = clock.now()
+        let token = try presentedToken(data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now)
+        var sessionID: UUID?
+        var tokenHash: [UInt8]?
+        switch token {
+        case .jwt(let claims): sessionID = claims.sessionID
+        case .opaque(let hash): tokenHash = hash
+        }
+        let wrong = LoginError(.invalidCredentials, "the current password is wrong", field: "data.password")
+        guard let email = try await attempts.passwordEmail(sessionID: sessionID, accessTokenHash: tokenHash) else {
+            throw LoginError(.invalidCredentials, "this account has no password to change", field: "data.password")
+        }
+        let throttleKey = "password:" + email
+        let attempt = try await attempts.reservePasswordAttempt(
+            key: throttleKey, email: email, at: now, policy: configuration.accounts.throttle)
+        guard attempt.allowed else { throw LoginError.tooManyAttempts(until: attempt.lockedUntil ?? now, now: now) }
+        let verification = try await passwords.verify(data.password ?? "", against: attempt.credential?.passwordHash)
+        guard let credential = attempt.credential, verification.matches else { throw wrong }
+        let newPassword = data.newPassword ?? ""
+        do {
+            try passwords.policy.check(newPassword, email: email)
+        } catch let weakness as PasswordPolicy.Weakness {
+            throw LoginError(.weakPassword, "the password \(weakness.reason)", field: "data.new_password")
+        }
+        return ChangePassword(
+            requestID: request.id, token: token, email: email, verifiedHash: credential.passwordHash,
+            newHash: try await passwords.hash(newPassword), throttleKey: throttleKey,
+            endOtherSessions: configuration.emailCodes.changeEndsOtherSessions, events: events(for: request, at: now),
+            now: now)
+    }
+}
+
+// MARK: - Codes made and checked
+
+/// A code made before the write: the secrets only in `sealed`, for the mail service.
+struct PendingCode: Sendable {
+    let id: UUID
+    let purpose: CodePurpose
+    let code: String
+    let linkHash: [UInt8]
+    /// `{"code","link_token"}` sealed to the mail service's key.
+    let sealed: String
+    let keys: CodeKeys
+    let createdAt: Date
+    let expiresAt: Date
+
+    /// Stores the code (earlier ones for the purpose stop working) and announces it to the mail
+    /// service.
+    func issue(to userID: UUID, email: String, in unit: any UnitOfWork, events: EventFactory) throws {
+        try unit.insertCode(
+            NewOneTimeCode(
+                id: id, userID: userID, purpose: purpose.rawValue, email: email,
+                codeHMAC: keys.hmac(code: code, purpose: purpose, userID: userID), linkHash: linkHash,
+                createdAt: createdAt, expiresAt: expiresAt))
+        try unit.appendEvent(
+            try events.codeRequested(
+                purpose: purpose, user: userID, email: email, sealedSecret: sealed, expiresAt: expiresAt))
+    }
+
+    /// The bucket that limits the codes sent to one account for the purpose.
+    static func bucket(_ purpose: CodePurpose, userID: UUID) -> String {
+        "code:\(purpose.rawValue):\(userID.lowercasedString)"
+    }
+}
+
+/// A code or link token brought back, checked inside the write.
+struct PresentedCode: Sendable {
+    enum Form: Sendable {
+        case code(email: String, code: String)
+        case link(hash: [UInt8])
+    }
+
+    let form: Form
+    let purpose: CodePurpose
+    let keys: CodeKeys
+    let maxAttempts: Int
+
+    /// What checking found.
+    enum Check {
+        /// The code is right and live: the caller marks it used.
+        case valid(OneTimeCodeRecord)
+        /// A wrong guess, counted: answered with this error, the count kept.
+        case wrongGuess(LoginError)
+    }
+
+    /// Finds and checks the code. Wrong guesses are counted against the code (the caller answers
+    /// them without throwing, so the count is written); after `maxAttempts` the code is spent.
+    /// - Throws: `invalid_code` for an unknown, used or spent code; `code_expired` past its lifetime.
+    func check(in unit: any UnitOfWork, at now: Date) throws -> Check {
+        let unknown = LoginError(.invalidCode, "the code is wrong, used or replaced by a newer one; ask for a new one")
+        switch form {
+        case .link(let hash):
+            guard let record = try unit.code(linkHash: hash), record.purpose == purpose.rawValue,
+                record.usedAt == nil
+            else { throw unknown }
+            guard record.expiresAt > now else { throw expired }
+            return .valid(record)
+        case .code(let email, let code):
+            guard let record = try unit.liveCode(email: email, purpose: purpose.rawValue) else { throw unknown }
+            guard record.expiresAt > now else { throw expired }
+            guard record.attempts < maxAttempts else {
+                throw LoginError(.invalidCode, "the code was tried too many times; ask for a new one")
+            }
+            guard ConstantTime.equals(keys.hmac(code: code, purpose: purpose, userID: record.userID), record.codeHMAC)
+            else {
+                try unit.recordCodeAttempt(id: record.id)
+                let left = maxAttempts - record.attempts - 1
+                return .wrongGuess(
+                    LoginError(
+                        .invalidCode,
+                        left > 0
+                            ? "the code is wrong; \(left) more tries"
+                            : "the code is wrong and spent; ask for a new one",
+                        field: "data.code"))
+            }
+            return .valid(record)
+        }
+    }
+
+    private var expired: LoginError { LoginError(.codeExpired, "the code has expired; ask for a new one") }
+}
+
+// MARK: - The writes
+
+/// `send_verification`, ready to write.
+struct SendVerification: PreparedWrite {
+    let requestID: String
+    let token: PresentedAccessToken
+    let code: PendingCode
+    let limit: WorkerConfiguration.RateLimit
+    let events: EventFactory
+    let now: Date
+
+    var prefetch: Prefetch { token.prefetch }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let session = try token.session(in: unit, at: now, allowExpired: false, field: "data.access_token")
+        guard let user = try unit.user(id: session.userID) else {
+            throw PresentedAccessToken.invalid(field: "data.access_token")
+        }
+        guard !user.isGuest, let address = user.email, let email = EmailAddress.normalize(address) else {
+            throw LoginError(
+                .malformedRequest, "this account has no e-mail address to verify", field: "data.access_token")
+        }
+        let answer = FlowAnswer(
+            result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: session.id)
+        // Verified already: nothing to send.
+        guard !user.emailVerified else { return answer }
+        let bucket = PendingCode.bucket(.verifyEmail, userID: user.id)
+        if limit.count > 0 {
+            guard try unit.rateLimitUsage(bucket: bucket, at: now, window: limit.window) < limit.count else {
+                throw LoginError.tooManyAttempts(
+                    until: now + limit.window, now: now, message: "too many codes sent to this account; try later")
+            }
+            try unit.recordRateLimitedUse(bucket: bucket, at: now, window: limit.window)
+        }
+        try code.issue(to: user.id, email: email, in: unit, events: events)
+        return answer
+    }
+}
+
+/// `verify_email`, ready to write.
+struct VerifyEmail: PreparedWrite {
+    let requestID: String
+    let presented: PresentedCode
+    let events: EventFactory
+    let now: Date
+
+    var prefetch: Prefetch { Prefetch() }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let record: OneTimeCodeRecord
+        switch try presented.check(in: unit, at: now) {
+        case .wrongGuess(let error):
+            return FlowAnswer(result: .failure(requestID: requestID, error: error.payload), userID: nil, sessionID: nil)
+        case .valid(let found): record = found
+        }
+        try unit.useCode(id: record.id, at: now)
+        guard var user = try unit.user(id: record.userID) else {
+            throw LoginError(.invalidCode, "the code is wrong, used or replaced by a newer one; ask for a new one")
+        }
+        if var identity = try unit.identity(provider: "password", subject: record.email), identity.userID == user.id,
+            !identity.emailVerified
+        {
+            identity.emailVerified = true
+            try unit.updateIdentity(identity, lastLoginAt: now)
+        }
+        try unit.markVerified(email: record.email, user: &user, at: now)
+        try unit.appendEvent(try events.emailVerified(user: user.id, email: record.email))
+        return FlowAnswer(
+            result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: nil)
+    }
+}
+
+/// `password_reset_request`, ready to write. Its answer is the same whether or not the address
+/// has an account, or its codes are used up.
+struct PasswordResetRequest: PreparedWrite {
+    let requestID: String
+    let email: String
+    let code: PendingCode
+    let limit: WorkerConfiguration.RateLimit
+    let events: EventFactory
+    let now: Date
+
+    var prefetch: Prefetch {
+        var prefetch = Prefetch()
+        prefetch.identities = [IdentityKey(provider: "password", subject: email)]
+        return prefetch
+    }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let answer = FlowAnswer(result: .accepted(requestID: requestID, user: nil), userID: nil, sessionID: nil)
+        guard let identity = try unit.identity(provider: "password", subject: email) else { return answer }
+        let bucket = PendingCode.bucket(.passwordReset, userID: identity.userID)
+        if limit.count > 0 {
+            // Over the limit, nothing is sent, and the answer does not say so.
+            guard try unit.rateLimitUsage(bucket: bucket, at: now, window: limit.window) < limit.count else {
+                return answer
+            }
+            try unit.recordRateLimitedUse(bucket: bucket, at: now, window: limit.window)
+        }
+        try code.issue(to: identity.userID, email: email, in: unit, events: events)
+        return FlowAnswer(result: answer.result, userID: identity.userID, sessionID: nil)
+    }
+}
+
+/// `password_reset`, ready to write.
+struct PasswordReset: PreparedWrite {
+    let requestID: String
+    let presented: PresentedCode
+    let newHash: String
+    let pending: PendingSession
+    let device: LoginRequestData.Device?
+    let events: EventFactory
+    let now: Date
+
+    var prefetch: Prefetch { Prefetch() }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let record: OneTimeCodeRecord
+        switch try presented.check(in: unit, at: now) {
+        case .wrongGuess(let error):
+            return FlowAnswer(result: .failure(requestID: requestID, error: error.payload), userID: nil, sessionID: nil)
+        case .valid(let found): record = found
+        }
+        try unit.useCode(id: record.id, at: now)
+        guard var identity = try unit.identity(provider: "password", subject: record.email),
+            identity.userID == record.userID, var user = try unit.user(id: record.userID)
+        else {
+            throw LoginError(.invalidCode, "the code is wrong, used or replaced by a newer one; ask for a new one")
+        }
+        // Receiving the code proves the mailbox: the address is verified too. (One update: a
+        // flow's reads do not see its own writes.)
+        let newlyVerified = !identity.emailVerified
+        identity.passwordHash = newHash
+        identity.emailVerified = true
+        try unit.updateIdentity(identity, lastLoginAt: now)
+        try unit.markVerified(email: record.email, user: &user, at: now)
+        try unit.resetThrottle(key: "password:" + record.email)
+        let ending = try unit.liveSessions(userID: user.id, at: now)
+        try unit.revokeSessions(ending, reason: "password_reset", at: now)
+        for id in ending {
+            try unit.appendEvent(try events.sessionRevoked(user: user.id, session: id, reason: "password_reset"))
+        }
+        let accessToken = try pending.accessToken(for: user.id)
+        try unit.insertSession(
+            pending.session(provider: "password", device: device, accessToken: accessToken), userID: user.id)
+        try unit.appendEvent(try events.passwordChanged(user: user.id, reason: "reset"))
+        if newlyVerified { try unit.appendEvent(try events.emailVerified(user: user.id, email: record.email)) }
+        return FlowAnswer(
+            result: .ok(
+                requestID: requestID, user: user.payload, newUser: false,
+                session: pending.payload(accessToken: accessToken)),
+            userID: user.id, sessionID: pending.sessionID)
+    }
+}
+
+/// `change_password`, ready to write.
+struct ChangePassword: PreparedWrite {
+    let requestID: String
+    let token: PresentedAccessToken
+    let email: String
+    /// The hash the current password was verified against: if it changed since, so did the
+    /// password, and this change is refused.
+    let verifiedHash: String
+    let newHash: String
+    let throttleKey: String
+    let endOtherSessions: Bool
+    let events: EventFactory
+    let now: Date
+
+    var prefetch: Prefetch {
+        var prefetch = token.prefetch
+        prefetch.identities = [IdentityKey(provider: "password", subject: email)]
+        return prefetch
+    }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let session = try token.session(in: unit, at: now, allowExpired: false, field: "data.access_token")
+        guard var identity = try unit.identity(provider: "password", subject: email),
+            identity.userID == session.userID, identity.passwordHash == verifiedHash,
+            let user = try unit.user(id: session.userID)
+        else {
+            throw LoginError(
+                .invalidCredentials, "the password was changed meanwhile; sign in again", field: "data.password")
+        }
+        identity.passwordHash = newHash
+        try unit.updateIdentity(identity, lastLoginAt: now)
+        try unit.resetThrottle(key: throttleKey)
+        if endOtherSessions {
+            let ending = try unit.liveSessions(userID: user.id, at: now).filter { $0 != session.id }
+            try unit.revokeSessions(ending, reason: "password_changed", at: now)
+            for id in ending {
+                try unit.appendEvent(try events.sessionRevoked(user: user.id, session: id, reason: "password_changed"))
+            }
+        }
+        try unit.appendEvent(try events.passwordChanged(user: user.id, reason: "change"))
+        return FlowAnswer(
+            result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: session.id)
+    }
+}
+
+extension UnitOfWork {
+    /// Marks `email` verified on the user, when it is the user's address.
+    func markVerified(email: String, user: inout StoredUser, at now: Date) throws {
+        if let current = user.email, EmailAddress.normalize(current) == email, !user.emailVerified {
+            user.emailVerified = true
+            try updateUser(user, upgradedAt: nil, at: now)
+        }
+    }
+}
