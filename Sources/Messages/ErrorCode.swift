@@ -25,13 +25,15 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
     public static let invalidCode = ErrorCode(rawValue: "invalid_code")
     /// A one-time code past its lifetime: ask for a new one.
     public static let codeExpired = ErrorCode(rawValue: "code_expired")
+    /// The account has a second factor: finish with `mfa_challenge` and the answer's `mfa_token`.
+    public static let mfaRequired = ErrorCode(rawValue: "mfa_required")
 
     /// Every code the contract defines.
     public static let all: [ErrorCode] = [
         .malformedRequest, .unsupportedMethod, .unknownProvider, .invalidToken, .tokenExpired, .issuerMismatch,
         .audienceMismatch, .nonceMismatch, .invalidCredentials, .emailTaken, .weakPassword, .tooManyAttempts,
         .invalidRefreshToken, .refreshTokenReused, .linkConflict, .providerUnavailable, .internalError, .invalidCode,
-        .codeExpired,
+        .codeExpired, .mfaRequired,
     ]
 
     public init(from decoder: any Decoder) throws {

@@ -28,6 +28,10 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
     public var linkToken: String?
     /// The password to set (`password_reset`, `change_password`).
     public var newPassword: String?
+    /// The token of an `mfa_required` answer (`mfa_challenge`).
+    public var mfaToken: String?
+    /// One of the second factor's recovery codes, instead of `code` (`mfa_challenge`, `mfa_remove`).
+    public var recoveryCode: String?
 
     /// The name Apple sends on first authorization only.
     public struct Profile: Codable, Sendable, Equatable {
@@ -67,6 +71,8 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
         case code
         case linkToken = "link_token"
         case newPassword = "new_password"
+        case mfaToken = "mfa_token"
+        case recoveryCode = "recovery_code"
     }
 
     public init(method: String) {
@@ -80,7 +86,8 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
         let secrets: [(String, String?)] = [
             ("identity_token", identityToken), ("password", password), ("refresh_token", refreshToken),
             ("access_token", accessToken), ("link_to", linkTo), ("nonce", nonce), ("code", code),
-            ("link_token", linkToken), ("new_password", newPassword),
+            ("link_token", linkToken), ("new_password", newPassword), ("mfa_token", mfaToken),
+            ("recovery_code", recoveryCode),
         ]
         for (name, value) in secrets where value != nil { parts.append("\(name): <redacted>") }
         return "LoginRequestData(\(parts.joined(separator: ", ")))"
@@ -99,6 +106,10 @@ public enum LoginMethod: String, Sendable, CaseIterable {
     case passwordResetRequest = "password_reset_request"
     case passwordReset = "password_reset"
     case changePassword = "change_password"
+    case mfaEnroll = "mfa_enroll"
+    case mfaVerify = "mfa_verify"
+    case mfaChallenge = "mfa_challenge"
+    case mfaRemove = "mfa_remove"
 }
 
 /// What is wrong with a request, naming the field.

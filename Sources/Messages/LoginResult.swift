@@ -10,10 +10,15 @@ public struct LoginResultData: Codable, Sendable, Equatable {
     public var sealedSession: String?
     /// The answer to `introspect` (RFC 7662's members).
     public var introspection: IntrospectionPayload?
+    /// The second factor's secret (`mfa_enroll`) or recovery codes (`mfa_verify`): shown once.
+    public var mfa: MFAPayload?
+    /// `mfa` as a compact JWE, when the request had a `reply_key`.
+    public var sealedMFA: String?
     public var error: ErrorPayload?
 
     enum CodingKeys: String, CodingKey {
-        case status, user, session, error, introspection
+        case status, user, session, error, introspection, mfa
+        case sealedMFA = "sealed_mfa"
         case requestId = "request_id"
         case newUser = "new_user"
         case sealedSession = "sealed_session"
@@ -97,6 +102,28 @@ public struct IntrospectionPayload: Codable, Sendable, Equatable {
     }
 }
 
+/// What enrolling a second factor shows once: the TOTP secret (base32) and its `otpauth://` URI
+/// after `mfa_enroll`, the recovery codes after `mfa_verify`.
+public struct MFAPayload: Codable, Sendable, Equatable, CustomStringConvertible {
+    public var secret: String?
+    public var otpauthURI: String?
+    public var recoveryCodes: [String]?
+
+    public init(secret: String? = nil, otpauthURI: String? = nil, recoveryCodes: [String]? = nil) {
+        self.secret = secret
+        self.otpauthURI = otpauthURI
+        self.recoveryCodes = recoveryCodes
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case secret
+        case otpauthURI = "otpauth_uri"
+        case recoveryCodes = "recovery_codes"
+    }
+
+    public var description: String { "MFAPayload(<redacted>)" }
+}
+
 /// A user as results show it. Never holds a secret.
 public struct UserPayload: Codable, Sendable, Equatable {
     public var id: String
@@ -177,6 +204,8 @@ public struct ErrorPayload: Codable, Sendable, Equatable {
     /// The same wait in whole seconds from when the answer was made, at least 1 (for clients that
     /// set an HTTP `Retry-After` or a timer without parsing a timestamp).
     public var retryAfterSeconds: Int64?
+    /// For `mfa_required`: what `mfa_challenge` finishes the sign-in with (short-lived, opaque).
+    public var mfaToken: String?
 
     public init(
         code: ErrorCode, message: String, retriable: Bool = false, field: String? = nil, retryAfter: String? = nil,
@@ -194,5 +223,6 @@ public struct ErrorPayload: Codable, Sendable, Equatable {
         case code, message, retriable, field
         case retryAfter = "retry_after"
         case retryAfterSeconds = "retry_after_seconds"
+        case mfaToken = "mfa_token"
     }
 }

@@ -44,12 +44,24 @@ extension LoginResultData: JSONWritable {
         writer.object { out in
             out.member("error", error)
             out.member("introspection", introspection)
+            out.member("mfa", mfa)
             out.member("new_user", newUser)
             out.member("request_id", requestId)
+            out.member("sealed_mfa", sealedMFA)
             out.member("sealed_session", sealedSession)
             out.member("session", session)
             out.member("status", status)
             out.member("user", user)
+        }
+    }
+}
+
+extension MFAPayload: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("otpauth_uri", otpauthURI)
+            if let recoveryCodes { out.member("recovery_codes", recoveryCodes) }
+            out.member("secret", secret)
         }
     }
 }
@@ -103,6 +115,7 @@ extension ErrorPayload: JSONWritable {
             out.member("code", code.rawValue)
             out.member("field", field)
             out.member("message", message)
+            out.member("mfa_token", mfaToken)
             out.member("retriable", retriable)
             out.member("retry_after", retryAfter)
             if let retryAfterSeconds { out.member("retry_after_seconds", retryAfterSeconds) }
@@ -178,12 +191,14 @@ extension LoginRequestData: JSONWritable {
             out.member("link_to", linkTo)
             out.member("link_token", linkToken)
             out.member("method", method)
+            out.member("mfa_token", mfaToken)
             out.member("name", name)
             out.member("new_password", newPassword)
             out.member("nonce", nonce)
             out.member("password", password)
             out.member("profile", profile)
             out.member("provider", provider)
+            out.member("recovery_code", recoveryCode)
             out.member("refresh_token", refreshToken)
             out.member("reply_key", replyKey)
             out.member("scope", scope)

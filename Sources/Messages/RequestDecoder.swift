@@ -48,6 +48,7 @@ public struct RequestDecoder: Sendable {
     /// The credentials that may arrive sealed, by their member name in `data`.
     public static let sealableCredentials = [
         "password", "identity_token", "refresh_token", "access_token", "link_to", "new_password", "code", "link_token",
+        "mfa_token", "recovery_code",
     ]
 
     /// Opens `data.sealed_credentials`; without one, sealed credentials are refused.
@@ -152,6 +153,8 @@ public struct RequestDecoder: Sendable {
         request.code = try data.optional("code")
         request.linkToken = try data.optional("link_token")
         request.newPassword = try data.optional("new_password")
+        request.mfaToken = try data.optional("mfa_token")
+        request.recoveryCode = try data.optional("recovery_code")
         try unseal(data, into: &request)
         if let profile = try data.optionalObject("profile") {
             request.profile = .init(
@@ -180,6 +183,8 @@ public struct RequestDecoder: Sendable {
             case "new_password": \.newPassword
             case "code": \.code
             case "link_token": \.linkToken
+            case "mfa_token": \.mfaToken
+            case "recovery_code": \.recoveryCode
             default: \.linkTo
             }
         }
@@ -298,6 +303,22 @@ public struct RequestDecoder: Sendable {
                 throw RequestValidationError(field: "data.code", reason: "must be the six digits from the e-mail")
             }
         }
+        /// A six-digit code from an authenticator app, or a recovery code.
+        func requireFactorCode(_ data: LoginRequestData, allowRecovery: Bool = true) throws {
+            if allowRecovery, let recovery = data.recoveryCode {
+                try require(recovery, "recovery_code", max: maxFieldBytes)
+                if data.code != nil {
+                    throw RequestValidationError(
+                        field: "data.code", reason: "give either code or recovery_code, not both")
+                }
+                return
+            }
+            try require(data.code, "code", max: maxFieldBytes)
+            guard let code = data.code, code.utf8.count == 6, code.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+                throw RequestValidationError(
+                    field: "data.code", reason: "must be the six digits the authenticator app shows")
+            }
+        }
         switch method {
         case .apple, .google:
             try require(data.identityToken, "identity_token", max: maxTokenBytes)
@@ -334,6 +355,17 @@ public struct RequestDecoder: Sendable {
             try require(data.accessToken, "access_token", max: maxTokenBytes)
             try require(data.password, "password", max: maxFieldBytes)
             try require(data.newPassword, "new_password", max: maxFieldBytes)
+        case .mfaEnroll:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+        case .mfaVerify:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+            try requireFactorCode(data, allowRecovery: false)
+        case .mfaChallenge:
+            try require(data.mfaToken, "mfa_token", max: maxFieldBytes)
+            try requireFactorCode(data)
+        case .mfaRemove:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+            try requireFactorCode(data)
         }
         try limit(data.nonce, "nonce", max: maxFieldBytes)
         try limit(data.name, "name", max: maxFieldBytes)

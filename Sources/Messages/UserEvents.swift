@@ -13,6 +13,26 @@ public enum UserEventType {
     public static let emailVerified = "auth.user.email_verified"
     /// A password was set (`reason`: `reset` or `change`): for a "your password changed" mail.
     public static let passwordChanged = "auth.password.changed"
+    /// A second factor became active (`mfa_verify`) or was removed (`mfa_remove`).
+    public static let mfaEnabled = "auth.mfa.enabled"
+    public static let mfaDisabled = "auth.mfa.disabled"
+}
+
+/// `auth.mfa.enabled` and `auth.mfa.disabled`.
+public struct MFAChangedData: Codable, Sendable, Equatable {
+    public var userId: String
+    /// `totp`.
+    public var factor: String
+
+    public init(userId: String, factor: String) {
+        self.userId = userId
+        self.factor = factor
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case factor
+        case userId = "user_id"
+    }
 }
 
 /// `auth.email.verification_requested` and `auth.password.reset_requested`: what the mail

@@ -206,6 +206,14 @@ extension WorkerConfiguration {
         }
         if let limit = try reader.rateLimit("AUTH_EMAIL_CODE_RATE_LIMIT") { config.emailCodes.sendLimit = limit }
         if let limit = try reader.rateLimit("AUTH_PASSWORD_RESET_RATE_LIMIT") { config.emailCodes.resetLimit = limit }
+        if let issuer = reader.string("AUTH_MFA_ISSUER") { config.mfa.issuer = issuer }
+        if let value = try reader.seconds("AUTH_MFA_TOKEN_TTL_SECONDS") {
+            guard value >= 30 else {
+                throw ConfigurationError(variable: "AUTH_MFA_TOKEN_TTL_SECONDS", reason: "must be at least 30")
+            }
+            config.mfa.challengeLifetime = value
+        }
+        if let limit = try reader.rateLimit("AUTH_MFA_RATE_LIMIT") { config.mfa.attempts = limit }
         if let value = try reader.bool("AUTH_PASSWORD_CHANGE_ENDS_SESSIONS") {
             config.emailCodes.changeEndsOtherSessions = value
         }

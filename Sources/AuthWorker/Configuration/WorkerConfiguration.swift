@@ -83,6 +83,8 @@ public struct WorkerConfiguration: Sendable {
     public var accounts = Accounts()
     /// One-time codes sent by e-mail (verification, password reset).
     public var emailCodes = EmailCodes()
+    /// TOTP second factors.
+    public var mfa = MFA()
     /// The key that seals stored results, so a redelivered request gets the same answer.
     /// Env: `AUTH_RESULTS_KEY_FILE` (a file holding 32 random bytes as 64 hex digits). Default: none,
     /// in which case a redelivered request is not answered again (its effects are still never repeated).
@@ -210,6 +212,19 @@ public struct WorkerConfiguration: Sendable {
         /// `change_password` ends the user's other sessions. Env: `AUTH_PASSWORD_CHANGE_ENDS_SESSIONS`.
         /// Default: true.
         public var changeEndsOtherSessions = true
+        public init() {}
+    }
+
+    /// TOTP second factors (`mfa_enroll`, `mfa_verify`, `mfa_challenge`, `mfa_remove`): on
+    /// whenever `resultsKey` is set (secrets are sealed under a key derived from it).
+    public struct MFA: Sendable, Equatable {
+        /// The issuer authenticator apps show. Env: `AUTH_MFA_ISSUER`. Default: `auth-worker`.
+        public var issuer = "auth-worker"
+        /// How long the `mfa_token` of an `mfa_required` answer works. Env:
+        /// `AUTH_MFA_TOKEN_TTL_SECONDS`. Default: 300.
+        public var challengeLifetime: TimeInterval = 300
+        /// Wrong codes per account per window. Env: `AUTH_MFA_RATE_LIMIT`. Default: 5 per 5 minutes.
+        public var attempts = RateLimit(count: 5, window: 300)
         public init() {}
     }
 

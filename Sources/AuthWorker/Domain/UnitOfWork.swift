@@ -34,6 +34,10 @@ public protocol UnitOfWork: AnyObject {
     func liveCode(email: String, purpose: String) throws -> OneTimeCodeRecord?
     /// A one-time code by the SHA-256 of its link token, used or not.
     func code(linkHash: [UInt8]) throws -> OneTimeCodeRecord?
+    /// The user's second factor, pending or active.
+    func mfaFactor(userID: UUID) throws -> MFAFactorRecord?
+    /// True when `hash` is one of the user's recovery codes and unused.
+    func hasUnusedRecoveryCode(userID: UUID, hash: [UInt8]) throws -> Bool
 
     // MARK: - Writes
 
@@ -68,6 +72,16 @@ public protocol UnitOfWork: AnyObject {
     func recordCodeAttempt(id: UUID) throws
     /// Marks a code used: it never works again.
     func useCode(id: UUID, at date: Date) throws
+    /// Stores a pending (not yet active) second factor, replacing a pending one.
+    func savePendingFactor(userID: UUID, secretSealed: [UInt8], at date: Date) throws
+    /// Activates the user's factor at `step` (its first code) and stores its recovery codes' hashes.
+    func enableFactor(userID: UUID, step: Int64, recoveryHashes: [[UInt8]], at date: Date) throws
+    /// Records the step of a code just accepted: it and every earlier step are refused from now.
+    func recordFactorStep(userID: UUID, step: Int64) throws
+    /// Marks a recovery code used.
+    func useRecoveryCode(userID: UUID, hash: [UInt8], at date: Date) throws
+    /// Removes the user's factor and recovery codes.
+    func deleteFactor(userID: UUID) throws
     /// Writes an event to the outbox, to be published after the commit.
     func appendEvent(_ event: OutboxEvent) throws
     /// Records a processed request (or notification) with its sealed answer, so a redelivery is
@@ -265,6 +279,21 @@ public struct OneTimeCodeRecord: Sendable, Equatable {
         self.attempts = attempts
         self.expiresAt = expiresAt
         self.usedAt = usedAt
+    }
+}
+
+/// A second factor as stored.
+public struct MFAFactorRecord: Sendable, Equatable {
+    public var userID: UUID
+    public var secretSealed: [UInt8]
+    public var enabledAt: Date?
+    public var lastUsedStep: Int64?
+
+    public init(userID: UUID, secretSealed: [UInt8], enabledAt: Date?, lastUsedStep: Int64?) {
+        self.userID = userID
+        self.secretSealed = secretSealed
+        self.enabledAt = enabledAt
+        self.lastUsedStep = lastUsedStep
     }
 }
 

@@ -4,8 +4,29 @@ import PGStore
 public enum Migrations {
     public static let all: [PGMigration] = [
         initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
-        oneTimeCodes,
+        oneTimeCodes, secondFactors,
     ]
+
+    /// TOTP second factors: the secret sealed (AES-256-GCM under a key derived from the results
+    /// key, bound to the user), the last step used (a code is never accepted twice), and the
+    /// recovery codes as SHA-256 hashes.
+    static let secondFactors = PGMigration(
+        version: 8, name: "second factors",
+        sql: """
+            CREATE TABLE mfa_factors (
+                user_id         uuid PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+                secret_sealed   bytea NOT NULL,
+                created_at      timestamptz NOT NULL,
+                enabled_at      timestamptz,
+                last_used_step  bigint
+            );
+            CREATE TABLE mfa_recovery_codes (
+                user_id    uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                code_hash  bytea NOT NULL CHECK (length(code_hash) = 32),
+                used_at    timestamptz,
+                PRIMARY KEY (user_id, code_hash)
+            );
+            """)
 
     /// One-time codes sent by e-mail (address verification, password reset). Neither the code
     /// nor the link token is stored: the code as an HMAC under a worker key (six digits would fall

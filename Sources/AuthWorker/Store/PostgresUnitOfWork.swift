@@ -197,6 +197,30 @@ final class PostgresUnitOfWork: UnitOfWork {
             Decode.code)
     }
 
+    func mfaFactor(userID: UUID) throws -> MFAFactorRecord? {
+        try query(
+            """
+            SELECT user_id, secret_sealed, enabled_at, last_used_step FROM mfa_factors
+            WHERE user_id = \(userID) FOR UPDATE
+            """
+        ).first.map { row in
+            MFAFactorRecord(
+                userID: try row.decode("user_id"),
+                secretSealed: try row.decode("secret_sealed", as: PGBytes.self).bytes,
+                enabledAt: try row.decode("enabled_at", as: Date?.self),
+                lastUsedStep: try row.decode("last_used_step", as: Int64?.self))
+        }
+    }
+
+    func hasUnusedRecoveryCode(userID: UUID, hash: [UInt8]) throws -> Bool {
+        try !query(
+            """
+            SELECT 1 AS found FROM mfa_recovery_codes
+            WHERE user_id = \(userID) AND code_hash = \(PGBytes(hash)) AND used_at IS NULL FOR UPDATE
+            """
+        ).isEmpty
+    }
+
     static let codeColumns =
         "SELECT id, user_id, purpose, email, code_hmac, attempts, expires_at, used_at FROM one_time_codes"
 
@@ -350,6 +374,42 @@ final class PostgresUnitOfWork: UnitOfWork {
 
     func useCode(id: UUID, at date: Date) throws {
         current.statements.append("UPDATE one_time_codes SET used_at = \(date) WHERE id = \(id) AND used_at IS NULL")
+    }
+
+    func savePendingFactor(userID: UUID, secretSealed: [UInt8], at date: Date) throws {
+        current.statements.append(
+            """
+            INSERT INTO mfa_factors (user_id, secret_sealed, created_at) VALUES (\(userID), \(PGBytes(secretSealed)), \(date))
+            ON CONFLICT (user_id) DO UPDATE SET secret_sealed = EXCLUDED.secret_sealed, created_at = EXCLUDED.created_at
+            WHERE mfa_factors.enabled_at IS NULL
+            """)
+    }
+
+    func enableFactor(userID: UUID, step: Int64, recoveryHashes: [[UInt8]], at date: Date) throws {
+        current.statements.append(
+            "UPDATE mfa_factors SET enabled_at = \(date), last_used_step = \(step) WHERE user_id = \(userID)")
+        current.statements.append("DELETE FROM mfa_recovery_codes WHERE user_id = \(userID)")
+        for hash in recoveryHashes {
+            current.statements.append(
+                "INSERT INTO mfa_recovery_codes (user_id, code_hash) VALUES (\(userID), \(PGBytes(hash)))")
+        }
+    }
+
+    func recordFactorStep(userID: UUID, step: Int64) throws {
+        current.statements.append("UPDATE mfa_factors SET last_used_step = \(step) WHERE user_id = \(userID)")
+    }
+
+    func useRecoveryCode(userID: UUID, hash: [UInt8], at date: Date) throws {
+        current.statements.append(
+            """
+            UPDATE mfa_recovery_codes SET used_at = \(date)
+            WHERE user_id = \(userID) AND code_hash = \(PGBytes(hash)) AND used_at IS NULL
+            """)
+    }
+
+    func deleteFactor(userID: UUID) throws {
+        current.statements.append("DELETE FROM mfa_factors WHERE user_id = \(userID)")
+        current.statements.append("DELETE FROM mfa_recovery_codes WHERE user_id = \(userID)")
     }
 
     func appendEvent(_ event: OutboxEvent) throws {

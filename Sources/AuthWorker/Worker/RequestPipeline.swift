@@ -615,6 +615,16 @@ public final class RequestPipeline: Service {
                 }
                 result.session = nil
             }
+            // A second factor's secret or recovery codes go to the gateway's key the same way.
+            if let replyKey = work.replyKey, let mfa = result.mfa {
+                do {
+                    result.sealedMFA = try JWE.sealECDHES(try MessageCoding.encode(mfa), to: replyKey)
+                } catch {
+                    throw LoginError(
+                        .malformedRequest, "reply_key is not a usable X25519 public key", field: "data.reply_key")
+                }
+                result.mfa = nil
+            }
             // Encoded once: kept (sealed) here, and published as the result event's data.
             let json = result.jsonBytes
             let sealed = try resultsKey.map { key in
@@ -821,8 +831,11 @@ public final class RequestPipeline: Service {
     /// required).
     static func issuesSession(_ method: LoginMethod) -> Bool {
         switch method {
-        case .logout, .introspect, .sendVerification, .verifyEmail, .passwordResetRequest, .changePassword: false
-        case .apple, .google, .oidc, .password, .register, .guest, .refresh, .passwordReset: true
+        case .logout, .introspect, .sendVerification, .verifyEmail, .passwordResetRequest, .changePassword, .mfaRemove:
+            false
+        case .apple, .google, .oidc, .password, .register, .guest, .refresh, .passwordReset, .mfaEnroll, .mfaVerify,
+            .mfaChallenge:
+            true
         }
     }
 

@@ -149,6 +149,39 @@ struct ContractConformanceTests {
         change.password = "a brand new secret"
         change.newPassword = "another new secret"
         #expect(try await send(change).status == "ok")
+        // A second factor: enrolled (once sealed to a reply key), verified with pyotp's code from
+        // the URI, then a password sign-in stops at mfa_required and mfa_challenge finishes it.
+        var enroll = LoginRequestData(method: "mfa_enroll")
+        enroll.accessToken = afterReset.session?.accessToken
+        enroll.replyKey = Base64URL.encode(try X25519.generateKeyPair().publicKey)
+        #expect(try await send(enroll).sealedMFA != nil)
+        enroll.replyKey = nil
+        let uri = try #require(try await send(enroll).mfa?.otpauthURI)
+        func appCode(at date: Date) async throws -> String {
+            try await Subprocess.run([
+                "python3", "-c", "import pyotp, sys; print(pyotp.parse_uri(sys.argv[1]).at(int(sys.argv[2])))", uri,
+                String(Int(date.timeIntervalSince1970)),
+            ]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        var mfaVerify = LoginRequestData(method: "mfa_verify")
+        mfaVerify.accessToken = afterReset.session?.accessToken
+        mfaVerify.code = try await appCode(at: Date())
+        let recoveryCodes = try #require(try await send(mfaVerify).mfa?.recoveryCodes)
+        #expect(recoveryCodes.count == 10)
+        var signIn = LoginRequestData(method: "password")
+        signIn.email = "ada@example.com"
+        signIn.password = "another new secret"
+        let stopped = try await send(signIn)
+        #expect(stopped.error?.code == .mfaRequired)
+        var challenge = LoginRequestData(method: "mfa_challenge")
+        challenge.mfaToken = stopped.error?.mfaToken
+        challenge.code = try await appCode(at: Date() + 30)
+        #expect(try await send(challenge).session != nil)
+        var remove = LoginRequestData(method: "mfa_remove")
+        remove.accessToken = afterReset.session?.accessToken
+        // The app's codes up to the challenge's are spent: a recovery code removes the factor.
+        remove.recoveryCode = recoveryCodes.first
+        #expect(try await send(remove).status == "ok")
         // Apple deletes the account: the user and its sessions go.
         let token = Signers.rsa2048.token(
             [
@@ -165,7 +198,7 @@ struct ContractConformanceTests {
         let types = [
             "auth.user.created", "auth.user.upgraded", "auth.identity.linked", "auth.session.revoked",
             "auth.user.deleted", "auth.email.verification_requested", "auth.password.reset_requested",
-            "auth.user.email_verified", "auth.password.changed",
+            "auth.user.email_verified", "auth.password.changed", "auth.mfa.enabled", "auth.mfa.disabled",
         ]
         let seen = try await events.waitUntil { messages in
             Set(messages.compactMap { $0.json["type"] as? String }).isSuperset(of: types)
@@ -175,7 +208,8 @@ struct ContractConformanceTests {
             "auth.identity.linked": "identity-linked", "auth.session.revoked": "session-revoked",
             "auth.user.deleted": "user-deleted", "auth.email.verification_requested": "verification-requested",
             "auth.password.reset_requested": "password-reset-requested", "auth.user.email_verified": "email-verified",
-            "auth.password.changed": "password-changed",
+            "auth.password.changed": "password-changed", "auth.mfa.enabled": "mfa-enabled",
+            "auth.mfa.disabled": "mfa-disabled",
         ]
         for message in seen {
             let type = message.json["type"] as? String ?? "?"

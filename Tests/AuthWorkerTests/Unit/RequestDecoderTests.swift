@@ -69,6 +69,13 @@ import Testing
         (#"{"method":"password_reset","link_token":"lt_x"}"#, "", "data.new_password"),
         (#"{"method":"change_password","access_token":"t","password":"old password"}"#, "", "data.new_password"),
         (#"{"method":"change_password","access_token":"t","new_password":"new password"}"#, "", "data.password"),
+        (#"{"method":"mfa_enroll"}"#, "", "data.access_token"),
+        (#"{"method":"mfa_verify","access_token":"t"}"#, "", "data.code"),
+        (#"{"method":"mfa_verify","access_token":"t","recovery_code":"abcd-efgh-ijkl"}"#, "", "data.code"),
+        (#"{"method":"mfa_challenge","code":"123456"}"#, "", "data.mfa_token"),
+        (#"{"method":"mfa_challenge","mfa_token":"mt_x","code":"12345"}"#, "", "data.code"),
+        (#"{"method":"mfa_challenge","mfa_token":"mt_x","code":"123456","recovery_code":"x"}"#, "", "data.code"),
+        (#"{"method":"mfa_remove","access_token":"t"}"#, "", "data.code"),
     ])
     func invalidRequestsNameTheField(data: String, extra: String, field: String) {
         let value = request(data, extra: extra)
@@ -178,7 +185,7 @@ import Testing
     }
 
     @Test func everyContractErrorCodeIsDefinedOnce() {
-        #expect(Set(ErrorCode.all).count == 19)
+        #expect(Set(ErrorCode.all).count == 20)
         #expect(ErrorCode.all.map(\.rawValue).contains("provider_unavailable"))
     }
 

@@ -146,7 +146,7 @@ extension LoginFlows {
         }
         return PasswordReset(
             requestID: request.id, presented: presented, newHash: try await passwords.hash(newPassword),
-            pending: try pendingSession(at: now, isGuest: false), device: request.data.device,
+            pending: try pendingSession(at: now, isGuest: false), device: request.data.device, mfa: mfaGate(),
             events: events(for: request, at: now), now: now)
     }
 
@@ -390,6 +390,7 @@ struct PasswordReset: PreparedWrite {
     let newHash: String
     let pending: PendingSession
     let device: LoginRequestData.Device?
+    let mfa: MFAGate?
     let events: EventFactory
     let now: Date
 
@@ -421,11 +422,19 @@ struct PasswordReset: PreparedWrite {
         for id in ending {
             try unit.appendEvent(try events.sessionRevoked(user: user.id, session: id, reason: "password_reset"))
         }
+        try unit.appendEvent(try events.passwordChanged(user: user.id, reason: "reset"))
+        if newlyVerified { try unit.appendEvent(try events.emailVerified(user: user.id, email: record.email)) }
+        // The mailbox and a new password are one factor: an account with a second one still
+        // needs it for the new session.
+        if let mfa,
+            let stop = try mfa.answer(
+                requestID: requestID, user: user.id, provider: "password", device: device, in: unit, at: now)
+        {
+            return stop
+        }
         let accessToken = try pending.accessToken(for: user.id)
         try unit.insertSession(
             pending.session(provider: "password", device: device, accessToken: accessToken), userID: user.id)
-        try unit.appendEvent(try events.passwordChanged(user: user.id, reason: "reset"))
-        if newlyVerified { try unit.appendEvent(try events.emailVerified(user: user.id, email: record.email)) }
         return FlowAnswer(
             result: .ok(
                 requestID: requestID, user: user.payload, newUser: false,

@@ -67,6 +67,12 @@ struct EventFactory: Sendable {
             user: user)
     }
 
+    func mfaChanged(user: UUID, enabled: Bool) throws -> OutboxEvent {
+        try make(
+            enabled ? UserEventType.mfaEnabled : UserEventType.mfaDisabled,
+            MFAChangedData(userId: user.lowercasedString, factor: "totp"), user: user)
+    }
+
     /// Events are keyed by their user, so one user's events stay in order.
     private func make<Payload: Codable & Sendable>(_ type: String, _ data: Payload, user: UUID) throws -> OutboxEvent {
         let id = try identifiers.uuid()

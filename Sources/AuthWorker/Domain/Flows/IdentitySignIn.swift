@@ -164,7 +164,7 @@ extension LoginFlows {
         _ request: LoginRequest, mode: SignInMode, identity: NewIdentity, name: String?, newUserName: String,
         linkTo: PresentedAccessToken?, at now: Date, linkByVerifiedEmail: Bool = false
     ) throws -> IdentitySignIn {
-        IdentitySignIn(
+        var signIn = IdentitySignIn(
             requestID: request.id, mode: mode, identity: identity, name: name,
             newUser: NewUser(
                 id: try identifiers.uuid(), name: newUserName, email: identity.email,
@@ -173,6 +173,8 @@ extension LoginFlows {
             handles: try handleCandidates(name: newUserName, isGuest: false), linkTo: linkTo,
             linkByVerifiedEmail: linkByVerifiedEmail, pending: try pendingSession(at: now, isGuest: false),
             device: request.data.device, events: events(for: request, at: now), now: now)
+        signIn.mfa = mfaGate()
+        return signIn
     }
 }
 
@@ -223,6 +225,8 @@ struct IdentitySignIn: PreparedWrite {
     var replacementPasswordHash: String?
     /// Registration: the code that proves the new address, sent when the identity is added.
     var verification: PendingCode?
+    /// Stops a sign-in to an account with a second factor at `mfa_required`.
+    var mfa: MFAGate?
 
     var prefetch: Prefetch {
         var prefetch = Prefetch()
@@ -272,6 +276,13 @@ struct IdentitySignIn: PreparedWrite {
             try verification.issue(to: user.id, email: email, in: unit, events: events)
         }
 
+        // An existing account with a second factor: the first factor passed, the session waits.
+        if kind == .existing, let mfa,
+            let stop = try mfa.answer(
+                requestID: requestID, user: user.id, provider: identity.provider, device: device, in: unit, at: now)
+        {
+            return stop
+        }
         let accessToken = try pending.accessToken(for: user.id)
         try unit.insertSession(
             pending.session(provider: identity.provider, device: device, accessToken: accessToken), userID: user.id)

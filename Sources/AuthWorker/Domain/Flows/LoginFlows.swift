@@ -116,6 +116,10 @@ public struct LoginFlows: Sendable {
         case .passwordResetRequest: try preparePasswordResetRequest(request)
         case .passwordReset: try await preparePasswordReset(request)
         case .changePassword: try await prepareChangePassword(request)
+        case .mfaEnroll: try prepareMFAEnroll(request)
+        case .mfaVerify: try prepareMFAVerify(request)
+        case .mfaChallenge: try prepareMFAChallenge(request)
+        case .mfaRemove: try prepareMFARemove(request)
         }
     }
 

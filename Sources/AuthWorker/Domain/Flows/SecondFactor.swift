@@ -1,0 +1,393 @@
+import AuthCrypto
+import Foundation
+import Messages
+
+/// The keys of second factors, derived from the results key: one seals TOTP secrets at rest
+/// (bound to their user), one seals the `mfa_token` of an `mfa_required` answer.
+struct FactorKeys: Sendable {
+    let secrets: [UInt8]
+    let tokens: [UInt8]
+
+    func sealSecret(_ secret: [UInt8], userID: UUID) throws -> [UInt8] {
+        try AESGCM.seal(secret, key: secrets, aad: Array("totp\u{0}\(userID.lowercasedString)".utf8)).combined
+    }
+
+    func openSecret(_ sealed: [UInt8], userID: UUID) -> [UInt8]? {
+        guard let box = AESGCM.Sealed(combined: sealed) else { return nil }
+        return AESGCM.open(box, key: secrets, aad: Array("totp\u{0}\(userID.lowercasedString)".utf8))
+    }
+}
+
+/// What an `mfa_token` carries: who passed the first factor, how, on which device, until when.
+struct MFATicket: Codable, Sendable {
+    var userID: String
+    var provider: String
+    var deviceName: String?
+    var devicePlatform: String?
+    var expiresAt: Int64
+
+    enum CodingKeys: String, CodingKey {
+        case userID = "u"
+        case provider = "p"
+        case deviceName = "dn"
+        case devicePlatform = "dp"
+        case expiresAt = "exp"
+    }
+
+    static let prefix = "mt_"
+    static let aad = Array("auth-worker mfa_token".utf8)
+
+    func token(key: [UInt8]) throws -> String {
+        Self.prefix
+            + Base64URL.encode(try AESGCM.seal(try MessageCoding.encode(self), key: key, aad: Self.aad).combined)
+    }
+
+    static func open(_ token: String, key: [UInt8]) -> MFATicket? {
+        guard token.hasPrefix(prefix), let bytes = Base64URL.decode(String(token.dropFirst(prefix.count))),
+            let box = AESGCM.Sealed(combined: bytes), let json = AESGCM.open(box, key: key, aad: aad)
+        else { return nil }
+        return try? MessageCoding.decode(MFATicket.self, from: json)
+    }
+}
+
+/// What a sign-in needs to stop at the second factor: the key its `mfa_token` is sealed with.
+struct MFAGate: Sendable {
+    let tokenKey: [UInt8]
+    let lifetime: TimeInterval
+
+    /// The `mfa_required` answer when the user has an active factor; nil otherwise.
+    func answer(
+        requestID: String, user: UUID, provider: String, device: LoginRequestData.Device?, in unit: any UnitOfWork,
+        at now: Date
+    ) throws -> FlowAnswer? {
+        guard let factor = try unit.mfaFactor(userID: user), factor.enabledAt != nil else { return nil }
+        let ticket = MFATicket(
+            userID: user.lowercasedString, provider: provider, deviceName: device?.name,
+            devicePlatform: device?.platform, expiresAt: Int64((now + lifetime).timeIntervalSince1970))
+        var error = LoginError(
+            .mfaRequired, "this account has a second factor: send mfa_challenge with the mfa_token and a code"
+        ).payload
+        error.mfaToken = try ticket.token(key: tokenKey)
+        return FlowAnswer(result: .failure(requestID: requestID, error: error), userID: user, sessionID: nil)
+    }
+}
+
+extension LoginFlows {
+    /// The factor keys, or `unsupported_method` when this worker has no results key to derive them from.
+    func factorKeys() throws -> FactorKeys {
+        guard let results = configuration.resultsKey else {
+            throw LoginError(
+                .unsupportedMethod, "second factors are not enabled on this worker (AUTH_RESULTS_KEY_FILE)")
+        }
+        return FactorKeys(
+            secrets: HMACSHA256.mac(key: results, message: Array("auth-worker mfa secrets".utf8)),
+            tokens: HMACSHA256.mac(key: results, message: Array("auth-worker mfa tokens".utf8)))
+    }
+
+    /// The gate sign-ins pass through; nil when second factors are off.
+    func mfaGate() -> MFAGate? {
+        (try? factorKeys()).map { MFAGate(tokenKey: $0.tokens, lifetime: configuration.mfa.challengeLifetime) }
+    }
+
+    /// The factor code a request brings: a TOTP code or a recovery code.
+    func presentedFactorCode(_ data: LoginRequestData) -> PresentedFactorCode {
+        if let recovery = data.recoveryCode { return .recovery(hash: Self.recoveryHash(recovery)) }
+        return .totp(data.code ?? "")
+    }
+
+    /// Recovery codes compare without case, spaces or dashes.
+    static func recoveryHash(_ code: String) -> [UInt8] {
+        SHA256.hash(String(code.lowercased().filter { $0.isLetter || $0.isNumber }))
+    }
+
+    // MARK: - Enrolment
+
+    /// `mfa_enroll`: a new TOTP secret for the signed-in account, pending until `mfa_verify`.
+    func prepareMFAEnroll(_ request: LoginRequest) throws -> any PreparedWrite {
+        let keys = try factorKeys()
+        let now = clock.now()
+        return MFAEnroll(
+            requestID: request.id,
+            token: try presentedToken(
+                request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now),
+            secret: try SecureRandom.bytes(20), keys: keys, issuer: configuration.mfa.issuer, now: now)
+    }
+
+    /// `mfa_verify`: the first code from the app activates the factor; the answer shows the
+    /// recovery codes, once.
+    func prepareMFAVerify(_ request: LoginRequest) throws -> any PreparedWrite {
+        let keys = try factorKeys()
+        let now = clock.now()
+        let recoveryCodes = try (0..<10).map { _ -> String in
+            let text = Base32.encode(try SecureRandom.bytes(8)).prefix(12).lowercased()
+            return "\(text.prefix(4))-\(text.dropFirst(4).prefix(4))-\(text.dropFirst(8))"
+        }
+        return MFAVerify(
+            requestID: request.id,
+            token: try presentedToken(
+                request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now),
+            code: request.data.code ?? "", recoveryCodes: recoveryCodes, keys: keys, limit: configuration.mfa.attempts,
+            events: events(for: request, at: now), now: now)
+    }
+
+    /// `mfa_challenge`: the `mfa_token` of an `mfa_required` answer and a code finish the sign-in.
+    func prepareMFAChallenge(_ request: LoginRequest) throws -> any PreparedWrite {
+        let keys = try factorKeys()
+        let now = clock.now()
+        guard let ticket = MFATicket.open(request.data.mfaToken ?? "", key: keys.tokens),
+            let userID = UUID(uuidString: ticket.userID)
+        else {
+            throw LoginError(.invalidToken, "mfa_token is not one this worker issued", field: "data.mfa_token")
+        }
+        guard Double(ticket.expiresAt) > now.timeIntervalSince1970 else {
+            throw LoginError(.tokenExpired, "mfa_token has expired: sign in again", field: "data.mfa_token")
+        }
+        return MFAChallenge(
+            requestID: request.id, userID: userID, provider: ticket.provider,
+            device: .init(name: ticket.deviceName, platform: ticket.devicePlatform),
+            code: presentedFactorCode(request.data), keys: keys, limit: configuration.mfa.attempts,
+            pending: try pendingSession(at: now, isGuest: false), now: now)
+    }
+
+    /// `mfa_remove`: a code (or a recovery code) removes the factor.
+    func prepareMFARemove(_ request: LoginRequest) throws -> any PreparedWrite {
+        let keys = try factorKeys()
+        let now = clock.now()
+        return MFARemove(
+            requestID: request.id,
+            token: try presentedToken(
+                request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now),
+            code: presentedFactorCode(request.data), keys: keys, limit: configuration.mfa.attempts,
+            events: events(for: request, at: now), now: now)
+    }
+}
+
+/// A second-factor code as a request brings it.
+enum PresentedFactorCode: Sendable {
+    case totp(String)
+    /// A recovery code, by its SHA-256.
+    case recovery(hash: [UInt8])
+}
+
+/// Checks factor codes inside the write: guesses counted per user, a TOTP code accepted once.
+struct FactorCheck {
+    let keys: FactorKeys
+    let limit: WorkerConfiguration.RateLimit
+
+    enum Outcome {
+        /// The code is right: the step to record, or the recovery code to spend.
+        case accepted(step: Int64?, recovery: [UInt8]?)
+        /// Wrong (counted): answered with this error, the count kept.
+        case wrong(LoginError)
+    }
+
+    /// - Throws: `too_many_attempts` past the limit of guesses.
+    func check(
+        _ code: PresentedFactorCode, factor: MFAFactorRecord, in unit: any UnitOfWork, at now: Date,
+        allowRecovery: Bool = true
+    ) throws -> Outcome {
+        let bucket = "mfa:" + factor.userID.lowercasedString
+        if limit.count > 0,
+            try unit.rateLimitUsage(bucket: bucket, at: now, window: limit.window) >= limit.count
+        {
+            throw LoginError.tooManyAttempts(
+                until: now + limit.window, now: now, message: "too many wrong codes for this account; try later")
+        }
+        func wrong(_ message: String) throws -> Outcome {
+            if limit.count > 0 { try unit.recordRateLimitedUse(bucket: bucket, at: now, window: limit.window) }
+            return .wrong(LoginError(.invalidCode, message, field: "data.code"))
+        }
+        switch code {
+        case .recovery(let hash):
+            guard allowRecovery, try unit.hasUnusedRecoveryCode(userID: factor.userID, hash: hash) else {
+                return try wrong("the recovery code is wrong or used")
+            }
+            return .accepted(step: nil, recovery: hash)
+        case .totp(let text):
+            guard let secret = keys.openSecret(factor.secretSealed, userID: factor.userID) else {
+                throw LoginError(.internalError, "the second factor's secret does not open", retriable: false)
+            }
+            guard let step = TOTP.matchingStep(text, secret: secret, at: now) else {
+                return try wrong("the code is wrong")
+            }
+            // Each code works once: its step, and every step before it, is spent.
+            guard step > (factor.lastUsedStep ?? .min) else {
+                return try wrong("the code was used already: wait for the next one")
+            }
+            return .accepted(step: step, recovery: nil)
+        }
+    }
+
+    /// Spends what was accepted.
+    static func spend(
+        _ outcome: (step: Int64?, recovery: [UInt8]?), userID: UUID, in unit: any UnitOfWork, at now: Date
+    )
+        throws
+    {
+        if let step = outcome.step { try unit.recordFactorStep(userID: userID, step: step) }
+        if let hash = outcome.recovery { try unit.useRecoveryCode(userID: userID, hash: hash, at: now) }
+    }
+}
+
+// MARK: - The writes
+
+/// The signed-in user a factor request concerns: never a guest.
+private func signedInMember(_ token: PresentedAccessToken, in unit: any UnitOfWork, at now: Date) throws -> (
+    SessionRecord, StoredUser
+) {
+    let session = try token.session(in: unit, at: now, allowExpired: false, field: "data.access_token")
+    guard let user = try unit.user(id: session.userID) else {
+        throw PresentedAccessToken.invalid(field: "data.access_token")
+    }
+    guard !user.isGuest else {
+        throw LoginError(.malformedRequest, "a guest cannot have a second factor", field: "data.access_token")
+    }
+    return (session, user)
+}
+
+/// `mfa_enroll`, ready to write.
+struct MFAEnroll: PreparedWrite {
+    let requestID: String
+    let token: PresentedAccessToken
+    let secret: [UInt8]
+    let keys: FactorKeys
+    let issuer: String
+    let now: Date
+
+    var prefetch: Prefetch { token.prefetch }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let (session, user) = try signedInMember(token, in: unit, at: now)
+        if try unit.mfaFactor(userID: user.id)?.enabledAt != nil {
+            throw LoginError(
+                .malformedRequest, "a second factor is active already: remove it first", field: "data.access_token")
+        }
+        try unit.savePendingFactor(userID: user.id, secretSealed: try keys.sealSecret(secret, userID: user.id), at: now)
+        let encoded = Base32.encode(secret)
+        var result = LoginResultData.accepted(requestID: requestID, user: user.payload)
+        result.mfa = MFAPayload(secret: encoded, otpauthURI: Self.uri(secret: encoded, issuer: issuer, user: user))
+        return FlowAnswer(result: result, userID: user.id, sessionID: session.id)
+    }
+
+    /// `otpauth://totp/ISSUER:ACCOUNT?secret=…&issuer=…&algorithm=SHA1&digits=6&period=30`.
+    static func uri(secret: String, issuer: String, user: StoredUser) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~@")
+        func escape(_ text: String) -> String { text.addingPercentEncoding(withAllowedCharacters: allowed) ?? "" }
+        let account = user.email ?? user.handle
+        return "otpauth://totp/\(escape(issuer)):\(escape(account))?secret=\(secret)&issuer=\(escape(issuer))"
+            + "&algorithm=SHA1&digits=6&period=30"
+    }
+}
+
+/// `mfa_verify`, ready to write.
+struct MFAVerify: PreparedWrite {
+    let requestID: String
+    let token: PresentedAccessToken
+    let code: String
+    let recoveryCodes: [String]
+    let keys: FactorKeys
+    let limit: WorkerConfiguration.RateLimit
+    let events: EventFactory
+    let now: Date
+
+    var prefetch: Prefetch { token.prefetch }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let (session, user) = try signedInMember(token, in: unit, at: now)
+        guard let factor = try unit.mfaFactor(userID: user.id) else {
+            throw LoginError(.malformedRequest, "no second factor to verify: send mfa_enroll first", field: "data.code")
+        }
+        guard factor.enabledAt == nil else {
+            throw LoginError(.malformedRequest, "the second factor is active already", field: "data.code")
+        }
+        switch try FactorCheck(keys: keys, limit: limit).check(
+            .totp(code), factor: factor, in: unit, at: now, allowRecovery: false)
+        {
+        case .wrong(let error):
+            return FlowAnswer(
+                result: .failure(requestID: requestID, error: error.payload), userID: user.id, sessionID: nil)
+        case .accepted(let step, _):
+            try unit.enableFactor(
+                userID: user.id, step: step ?? TOTP.step(at: now),
+                recoveryHashes: recoveryCodes.map(LoginFlows.recoveryHash), at: now)
+        }
+        try unit.appendEvent(try events.mfaChanged(user: user.id, enabled: true))
+        var result = LoginResultData.accepted(requestID: requestID, user: user.payload)
+        result.mfa = MFAPayload(recoveryCodes: recoveryCodes)
+        return FlowAnswer(result: result, userID: user.id, sessionID: session.id)
+    }
+}
+
+/// `mfa_challenge`, ready to write.
+struct MFAChallenge: PreparedWrite {
+    let requestID: String
+    let userID: UUID
+    let provider: String
+    let device: LoginRequestData.Device?
+    let code: PresentedFactorCode
+    let keys: FactorKeys
+    let limit: WorkerConfiguration.RateLimit
+    let pending: PendingSession
+    let now: Date
+
+    var prefetch: Prefetch {
+        var prefetch = Prefetch()
+        prefetch.users = [userID]
+        return prefetch
+    }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        guard let factor = try unit.mfaFactor(userID: userID), factor.enabledAt != nil,
+            let user = try unit.user(id: userID)
+        else {
+            throw LoginError(
+                .invalidToken, "mfa_token is for an account without a second factor now", field: "data.mfa_token")
+        }
+        switch try FactorCheck(keys: keys, limit: limit).check(code, factor: factor, in: unit, at: now) {
+        case .wrong(let error):
+            return FlowAnswer(
+                result: .failure(requestID: requestID, error: error.payload), userID: userID, sessionID: nil)
+        case .accepted(let step, let recovery):
+            try FactorCheck.spend((step, recovery), userID: userID, in: unit, at: now)
+        }
+        let accessToken = try pending.accessToken(for: user.id)
+        try unit.insertSession(
+            pending.session(provider: provider, device: device, accessToken: accessToken), userID: user.id)
+        return FlowAnswer(
+            result: .ok(
+                requestID: requestID, user: user.payload, newUser: false,
+                session: pending.payload(accessToken: accessToken)),
+            userID: user.id, sessionID: pending.sessionID)
+    }
+}
+
+/// `mfa_remove`, ready to write.
+struct MFARemove: PreparedWrite {
+    let requestID: String
+    let token: PresentedAccessToken
+    let code: PresentedFactorCode
+    let keys: FactorKeys
+    let limit: WorkerConfiguration.RateLimit
+    let events: EventFactory
+    let now: Date
+
+    var prefetch: Prefetch { token.prefetch }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let (session, user) = try signedInMember(token, in: unit, at: now)
+        guard let factor = try unit.mfaFactor(userID: user.id), factor.enabledAt != nil else {
+            throw LoginError(.malformedRequest, "this account has no active second factor", field: "data.access_token")
+        }
+        switch try FactorCheck(keys: keys, limit: limit).check(code, factor: factor, in: unit, at: now) {
+        case .wrong(let error):
+            return FlowAnswer(
+                result: .failure(requestID: requestID, error: error.payload), userID: user.id, sessionID: nil)
+        case .accepted:
+            try unit.deleteFactor(userID: user.id)
+        }
+        try unit.appendEvent(try events.mfaChanged(user: user.id, enabled: false))
+        return FlowAnswer(
+            result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: session.id)
+    }
+}
