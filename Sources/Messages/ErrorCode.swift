@@ -27,13 +27,15 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
     public static let codeExpired = ErrorCode(rawValue: "code_expired")
     /// The account has a second factor: finish with `mfa_challenge` and the answer's `mfa_token`.
     public static let mfaRequired = ErrorCode(rawValue: "mfa_required")
+    /// The address is not verified yet and this worker requires it (`AUTH_REQUIRE_VERIFIED_EMAIL`).
+    public static let emailNotVerified = ErrorCode(rawValue: "email_not_verified")
 
     /// Every code the contract defines.
     public static let all: [ErrorCode] = [
         .malformedRequest, .unsupportedMethod, .unknownProvider, .invalidToken, .tokenExpired, .issuerMismatch,
         .audienceMismatch, .nonceMismatch, .invalidCredentials, .emailTaken, .weakPassword, .tooManyAttempts,
         .invalidRefreshToken, .refreshTokenReused, .linkConflict, .providerUnavailable, .internalError, .invalidCode,
-        .codeExpired, .mfaRequired,
+        .codeExpired, .mfaRequired, .emailNotVerified,
     ]
 
     public init(from decoder: any Decoder) throws {

@@ -110,6 +110,8 @@ public enum LoginMethod: String, Sendable, CaseIterable {
     case mfaVerify = "mfa_verify"
     case mfaChallenge = "mfa_challenge"
     case mfaRemove = "mfa_remove"
+    case emailCodeRequest = "email_code_request"
+    case emailCode = "email_code"
 }
 
 /// What is wrong with a request, naming the field.

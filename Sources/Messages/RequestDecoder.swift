@@ -355,6 +355,10 @@ public struct RequestDecoder: Sendable {
             try require(data.accessToken, "access_token", max: maxTokenBytes)
             try require(data.password, "password", max: maxFieldBytes)
             try require(data.newPassword, "new_password", max: maxFieldBytes)
+        case .emailCodeRequest:
+            try require(data.email, "email", max: maxFieldBytes)
+        case .emailCode:
+            try requireCodeOrLink(data)
         case .mfaEnroll:
             try require(data.accessToken, "access_token", max: maxTokenBytes)
         case .mfaVerify:

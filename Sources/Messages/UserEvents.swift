@@ -10,6 +10,8 @@ public enum UserEventType {
     public static let verificationRequested = "auth.email.verification_requested"
     /// A code to set a new password: for the mail service.
     public static let passwordResetRequested = "auth.password.reset_requested"
+    /// A code to sign in with (`email_code`): for the mail service.
+    public static let signInRequested = "auth.email.sign_in_requested"
     public static let emailVerified = "auth.user.email_verified"
     /// A password was set (`reason`: `reset` or `change`): for a "your password changed" mail.
     public static let passwordChanged = "auth.password.changed"
@@ -40,14 +42,15 @@ public struct MFAChangedData: Codable, Sendable, Equatable {
 /// JWE (`ECDH-ES`, `A256GCM`, X25519) to the mail service's key whose plaintext is
 /// `{"code":"123456","link_token":"…"}`; nobody else who reads the topic can use them.
 public struct EmailCodeRequestedData: Codable, Sendable, Equatable {
-    public var userId: String
+    /// Nil for a sign-in code to an address with no account yet (the event is then keyed by the address).
+    public var userId: String?
     public var email: String
     /// `verify_email` or `password_reset`: the method the code is for.
     public var purpose: String
     public var sealedSecret: String
     public var expiresAt: String
 
-    public init(userId: String, email: String, purpose: String, sealedSecret: String, expiresAt: String) {
+    public init(userId: String?, email: String, purpose: String, sealedSecret: String, expiresAt: String) {
         self.userId = userId
         self.email = email
         self.purpose = purpose

@@ -187,6 +187,10 @@ public struct WorkerConfiguration: Sendable {
         /// Attach a new provider identity to the one full account whose verified, non-relay e-mail
         /// matches the provider's verified e-mail. Env: `AUTH_LINK_BY_VERIFIED_EMAIL`. Default: false.
         public var linkByVerifiedEmail = false
+        /// Password accounts sign in only once their address is verified: `register` answers the
+        /// user without a session, `password` answers `email_not_verified` (after the password is
+        /// checked). Env: `AUTH_REQUIRE_VERIFIED_EMAIL`. Default: false.
+        public var requireVerifiedEmail = false
         public init() {}
     }
 
@@ -212,6 +216,10 @@ public struct WorkerConfiguration: Sendable {
         /// `change_password` ends the user's other sessions. Env: `AUTH_PASSWORD_CHANGE_ENDS_SESSIONS`.
         /// Default: true.
         public var changeEndsOtherSessions = true
+        /// `email_code_request` to an address with no account sends a code, and `email_code`
+        /// creates the account. Env: `AUTH_EMAIL_CODE_SIGNUP`. Default: false (codes only for
+        /// existing accounts; the answer is the same either way).
+        public var signUp = false
         public init() {}
     }
 

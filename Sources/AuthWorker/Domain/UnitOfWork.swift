@@ -259,7 +259,8 @@ public struct KeptRequest: Sendable, Equatable {
 /// A one-time code as stored: its HMAC and its link token's hash, never the secrets.
 public struct OneTimeCodeRecord: Sendable, Equatable {
     public var id: UUID
-    public var userID: UUID
+    /// Nil for a sign-up code: sent to an address that had no account.
+    public var userID: UUID?
     public var purpose: String
     public var email: String
     public var codeHMAC: [UInt8]
@@ -268,7 +269,7 @@ public struct OneTimeCodeRecord: Sendable, Equatable {
     public var usedAt: Date?
 
     public init(
-        id: UUID, userID: UUID, purpose: String, email: String, codeHMAC: [UInt8], attempts: Int, expiresAt: Date,
+        id: UUID, userID: UUID?, purpose: String, email: String, codeHMAC: [UInt8], attempts: Int, expiresAt: Date,
         usedAt: Date?
     ) {
         self.id = id
@@ -300,7 +301,7 @@ public struct MFAFactorRecord: Sendable, Equatable {
 /// A one-time code to store.
 public struct NewOneTimeCode: Sendable, Equatable {
     public var id: UUID
-    public var userID: UUID
+    public var userID: UUID?
     public var purpose: String
     public var email: String
     public var codeHMAC: [UInt8]
@@ -309,7 +310,7 @@ public struct NewOneTimeCode: Sendable, Equatable {
     public var expiresAt: Date
 
     public init(
-        id: UUID, userID: UUID, purpose: String, email: String, codeHMAC: [UInt8], linkHash: [UInt8], createdAt: Date,
+        id: UUID, userID: UUID?, purpose: String, email: String, codeHMAC: [UInt8], linkHash: [UInt8], createdAt: Date,
         expiresAt: Date
     ) {
         self.id = id

@@ -36,7 +36,7 @@ public enum Migrations {
         sql: """
             CREATE TABLE one_time_codes (
                 id           uuid PRIMARY KEY,
-                user_id      uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                user_id      uuid REFERENCES users (id) ON DELETE CASCADE,  -- null: a sign-up code
                 purpose      text NOT NULL,
                 email        text NOT NULL,
                 code_hmac    bytea NOT NULL CHECK (length(code_hmac) = 32),

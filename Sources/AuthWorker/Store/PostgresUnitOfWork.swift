@@ -198,7 +198,8 @@ final class PostgresUnitOfWork: UnitOfWork {
     }
 
     func mfaFactor(userID: UUID) throws -> MFAFactorRecord? {
-        try query(
+        if usesCache, cache.activeFactors[userID] == false { return nil }
+        return try query(
             """
             SELECT user_id, secret_sealed, enabled_at, last_used_step FROM mfa_factors
             WHERE user_id = \(userID) FOR UPDATE
@@ -358,7 +359,7 @@ final class PostgresUnitOfWork: UnitOfWork {
         current.statements.append(
             """
             UPDATE one_time_codes SET used_at = \(code.createdAt)
-            WHERE user_id = \(code.userID) AND purpose = \(code.purpose) AND used_at IS NULL
+            WHERE email = \(code.email) AND purpose = \(code.purpose) AND used_at IS NULL
             """)
         current.statements.append(
             """
@@ -377,6 +378,7 @@ final class PostgresUnitOfWork: UnitOfWork {
     }
 
     func savePendingFactor(userID: UUID, secretSealed: [UInt8], at date: Date) throws {
+        cache.activeFactors[userID] = nil
         current.statements.append(
             """
             INSERT INTO mfa_factors (user_id, secret_sealed, created_at) VALUES (\(userID), \(PGBytes(secretSealed)), \(date))
@@ -386,6 +388,7 @@ final class PostgresUnitOfWork: UnitOfWork {
     }
 
     func enableFactor(userID: UUID, step: Int64, recoveryHashes: [[UInt8]], at date: Date) throws {
+        cache.activeFactors[userID] = nil
         current.statements.append(
             "UPDATE mfa_factors SET enabled_at = \(date), last_used_step = \(step) WHERE user_id = \(userID)")
         current.statements.append("DELETE FROM mfa_recovery_codes WHERE user_id = \(userID)")
@@ -408,6 +411,7 @@ final class PostgresUnitOfWork: UnitOfWork {
     }
 
     func deleteFactor(userID: UUID) throws {
+        cache.activeFactors[userID] = nil
         current.statements.append("DELETE FROM mfa_factors WHERE user_id = \(userID)")
         current.statements.append("DELETE FROM mfa_recovery_codes WHERE user_id = \(userID)")
     }
@@ -443,6 +447,9 @@ private struct Cache {
     var sessions: [UUID: SessionRecord?] = [:]
     var accessTokens: [[UInt8]: AccessTokenRecord?] = [:]
     var rateLimits: [String: RateLimitRow?] = [:]
+    /// Whether a user has a second factor (pending or active), read with the user: a sign-in asks
+    /// for every existing account, and almost none has one.
+    var activeFactors: [UUID: Bool] = [:]
     /// Handle → taken (true) or known free (false).
     var takenHandles: [String: Bool] = [:]
 
@@ -671,7 +678,8 @@ private struct Writes {
 private struct PrefetchQueries {
     static let userColumns = """
         SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_private_email, u.is_guest, u.created_at,
-               ARRAY(SELECT provider FROM identities WHERE user_id = u.id ORDER BY created_at, provider) AS providers
+               ARRAY(SELECT provider FROM identities WHERE user_id = u.id ORDER BY created_at, provider) AS providers,
+               EXISTS (SELECT 1 FROM mfa_factors f WHERE f.user_id = u.id) AS has_factor
         FROM users u
         """
     static let sessionColumns = """
@@ -817,6 +825,7 @@ private struct PrefetchQueries {
                 for row in rows {
                     let user = try Decode.user(row)
                     cache.users[user.id] = user
+                    cache.activeFactors[user.id] = try row.decode("has_factor", as: Bool.self)
                 }
             case .handles:
                 for handle in prefetch.handles { cache.takenHandles[handle] = false }
@@ -873,7 +882,8 @@ enum Decode {
 
     static func code(_ row: PGRow) throws -> OneTimeCodeRecord {
         OneTimeCodeRecord(
-            id: try row.decode("id"), userID: try row.decode("user_id"), purpose: try row.decode("purpose"),
+            id: try row.decode("id"), userID: try row.decode("user_id", as: UUID?.self),
+            purpose: try row.decode("purpose"),
             email: try row.decode("email"), codeHMAC: try row.decode("code_hmac", as: PGBytes.self).bytes,
             attempts: try row.decode("attempts"), expiresAt: try row.decode("expires_at"),
             usedAt: try row.decode("used_at", as: Date?.self))

@@ -831,10 +831,11 @@ public final class RequestPipeline: Service {
     /// required).
     static func issuesSession(_ method: LoginMethod) -> Bool {
         switch method {
-        case .logout, .introspect, .sendVerification, .verifyEmail, .passwordResetRequest, .changePassword, .mfaRemove:
+        case .logout, .introspect, .sendVerification, .verifyEmail, .passwordResetRequest, .changePassword, .mfaRemove,
+            .emailCodeRequest:
             false
         case .apple, .google, .oidc, .password, .register, .guest, .refresh, .passwordReset, .mfaEnroll, .mfaVerify,
-            .mfaChallenge:
+            .mfaChallenge, .emailCode:
             true
         }
     }

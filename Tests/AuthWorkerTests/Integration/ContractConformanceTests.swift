@@ -182,6 +182,14 @@ struct ContractConformanceTests {
         // The app's codes up to the challenge's are spent: a recovery code removes the factor.
         remove.recoveryCode = recoveryCodes.first
         #expect(try await send(remove).status == "ok")
+        // Signing in with a code from an e-mail.
+        var codeRequest = LoginRequestData(method: "email_code_request")
+        codeRequest.email = "ada@example.com"
+        #expect(try await send(codeRequest).status == "ok")
+        var emailCode = LoginRequestData(method: "email_code")
+        emailCode.email = "ada@example.com"
+        emailCode.code = try await codeSecret("auth.email.sign_in_requested", email: "ada@example.com").code
+        #expect(try await send(emailCode).session != nil)
         // Apple deletes the account: the user and its sessions go.
         let token = Signers.rsa2048.token(
             [
@@ -199,6 +207,7 @@ struct ContractConformanceTests {
             "auth.user.created", "auth.user.upgraded", "auth.identity.linked", "auth.session.revoked",
             "auth.user.deleted", "auth.email.verification_requested", "auth.password.reset_requested",
             "auth.user.email_verified", "auth.password.changed", "auth.mfa.enabled", "auth.mfa.disabled",
+            "auth.email.sign_in_requested",
         ]
         let seen = try await events.waitUntil { messages in
             Set(messages.compactMap { $0.json["type"] as? String }).isSuperset(of: types)
@@ -209,7 +218,7 @@ struct ContractConformanceTests {
             "auth.user.deleted": "user-deleted", "auth.email.verification_requested": "verification-requested",
             "auth.password.reset_requested": "password-reset-requested", "auth.user.email_verified": "email-verified",
             "auth.password.changed": "password-changed", "auth.mfa.enabled": "mfa-enabled",
-            "auth.mfa.disabled": "mfa-disabled",
+            "auth.mfa.disabled": "mfa-disabled", "auth.email.sign_in_requested": "sign-in-requested",
         ]
         for message in seen {
             let type = message.json["type"] as? String ?? "?"

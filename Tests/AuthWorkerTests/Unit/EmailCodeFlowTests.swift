@@ -352,6 +352,82 @@ import Testing
         #expect(try await harness.count("sessions", where: "revoked_at IS NULL") == 2)
     }
 
+    // MARK: - Signing in with a code
+
+    @Test func aCodeSignsInAnExistingAccountAndProvesItsAddress() async throws {
+        let harness = try await service()
+        let registered = try await register(harness, "bo@example.com")
+        let requested = try #require(
+            try await harness.handle(makeRequest(.emailCodeRequest) { $0.email = "bo@example.com" }))
+        #expect(requested.result.status == "ok" && requested.result.user == nil)
+        let (data, secret) = try secret(in: requested.events, type: UserEventType.signInRequested)
+        #expect(data.userId == registered.result.user?.id)
+        #expect(requested.events.first?.key == registered.result.user?.id)
+        let signedIn = try #require(
+            try await harness.handle(
+                makeRequest(.emailCode) {
+                    $0.email = "bo@example.com"
+                    $0.code = secret.code
+                }))
+        #expect(signedIn.result.session != nil)
+        #expect(signedIn.result.newUser == false)
+        #expect(signedIn.result.user?.id == registered.result.user?.id)
+        #expect(signedIn.result.user?.emailVerified == true)
+        #expect(Set(signedIn.result.user?.providers ?? []) == ["password", "email"])
+    }
+
+    @Test func aCodeCreatesAnAccountOnlyWhenSignUpIsAllowed() async throws {
+        let closed = try await service()
+        let unknown = try #require(
+            try await closed.handle(makeRequest(.emailCodeRequest) { $0.email = "new@example.com" }))
+        #expect(unknown.result.status == "ok" && unknown.events.isEmpty, "the same answer, nothing sent")
+
+        let open = try await service { $0.emailCodes.signUp = true }
+        let requested = try #require(
+            try await open.handle(makeRequest(.emailCodeRequest) { $0.email = "new@example.com" }))
+        let (data, secret) = try secret(in: requested.events, type: UserEventType.signInRequested)
+        #expect(data.userId == nil, "no account yet")
+        #expect(requested.events.first?.key == "new@example.com")
+        let created = try #require(
+            try await open.handle(makeRequest(.emailCode) { $0.linkToken = secret.linkToken }))
+        #expect(created.result.newUser == true)
+        #expect(created.result.session != nil)
+        #expect(created.result.user?.emailVerified == true)
+        #expect(types(created.events) == [UserEventType.created])
+        #expect(try await open.count("users") == 1)
+    }
+
+    @Test func aWorkerThatRequiresVerifiedAddressesWithholdsSessionsUntilVerified() async throws {
+        let harness = try await service { $0.accounts.requireVerifiedEmail = true }
+        let registered = try await register(harness, "vi@example.com")
+        #expect(registered.result.status == "ok")
+        #expect(registered.result.session == nil, "no session before the address is proven")
+        #expect(registered.result.newUser == true)
+        #expect(Set(types(registered.events)) == [UserEventType.created, UserEventType.verificationRequested])
+        let code = try secret(in: registered.events, type: UserEventType.verificationRequested).secret.code
+        let login = makeRequest(.password) {
+            $0.email = "vi@example.com"
+            $0.password = "correct horse battery"
+        }
+        let refused = try #require(try await harness.handle(login))
+        #expect(refused.result.error?.code == .emailNotVerified)
+        let wrongPassword = try await refusal(
+            harness,
+            makeRequest(.password) {
+                $0.email = "vi@example.com"
+                $0.password = "wrong horse battery"
+            })
+        #expect(wrongPassword.code == .invalidCredentials, "the password is checked first: nothing else leaks")
+        _ = try await verify(harness, email: "vi@example.com", code: code)
+        let accepted = try #require(
+            try await harness.handle(
+                makeRequest(.password) {
+                    $0.email = "vi@example.com"
+                    $0.password = "correct horse battery"
+                }))
+        #expect(accepted.result.session != nil)
+    }
+
     // MARK: - Secrets
 
     /// Neither the code nor the link token is in PostgreSQL in clear (codes as HMACs, link tokens

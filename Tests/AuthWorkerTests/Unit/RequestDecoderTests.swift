@@ -185,7 +185,7 @@ import Testing
     }
 
     @Test func everyContractErrorCodeIsDefinedOnce() {
-        #expect(Set(ErrorCode.all).count == 20)
+        #expect(Set(ErrorCode.all).count == 21)
         #expect(ErrorCode.all.map(\.rawValue).contains("provider_unavailable"))
     }
 

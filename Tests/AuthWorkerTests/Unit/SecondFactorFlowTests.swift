@@ -152,6 +152,37 @@ import Testing
         #expect(later.result.session != nil)
     }
 
+    /// A factor enabled by a request earlier in the same batch stops a sign-in later in it (the
+    /// sign-ins read the factor through the batch's cache of users, which must not hide it).
+    @Test func aFactorEnabledEarlierInTheBatchStopsALaterSignIn() async throws {
+        let harness = try await service()
+        let registered = try await handle(harness, .register) {
+            $0.email = "ada@example.com"
+            $0.password = "correct horse battery"
+        }
+        let token = try #require(registered.result.session?.accessToken)
+        let uri = try #require(try await handle(harness, .mfaEnroll) { $0.accessToken = token }.result.mfa?.otpauthURI)
+        let code = try await appCode(uri: uri, at: clock.now())
+        let outcomes = try await harness.handleBatch([
+            makeRequest(.password) {
+                $0.email = "ada@example.com"
+                $0.password = "correct horse battery"
+            },
+            makeRequest(.mfaVerify) {
+                $0.accessToken = token
+                $0.code = code
+            },
+            makeRequest(.password) {
+                $0.email = "ada@example.com"
+                $0.password = "correct horse battery"
+            },
+        ])
+        let results = try outcomes.map { try $0.get().result }
+        #expect(results[0].session != nil, "before the factor is active")
+        #expect(results[1].mfa?.recoveryCodes?.count == 10)
+        #expect(results[2].error?.code == .mfaRequired, "after it, in the same transaction")
+    }
+
     @Test func recoveryCodesWorkOnceAndGuessesAreLimited() async throws {
         let harness = try await service()
         let (_, _, recovery) = try await enrolled(harness)

@@ -8,6 +8,7 @@ import Passwords
 enum CodePurpose: String, Sendable {
     case verifyEmail = "verify_email"
     case passwordReset = "password_reset"
+    case signIn = "email_sign_in"
 }
 
 /// The keys of e-mail codes: the mail service's public key (codes leave the worker sealed to it)
@@ -16,11 +17,10 @@ struct CodeKeys: Sendable {
     let mail: [UInt8]
     let hmac: [UInt8]
 
-    /// The HMAC a code is stored as: bound to its purpose and user, so a code for one cannot be
-    /// checked against another's row.
-    func hmac(code: String, purpose: CodePurpose, userID: UUID) -> [UInt8] {
-        HMACSHA256.mac(
-            key: hmac, message: Array("\(purpose.rawValue)\u{0}\(userID.lowercasedString)\u{0}\(code)".utf8))
+    /// The HMAC a code is stored as: bound to its purpose and address, so a code for one cannot
+    /// be checked against another's row.
+    func hmac(code: String, purpose: CodePurpose, email: String) -> [UInt8] {
+        HMACSHA256.mac(key: hmac, message: Array("\(purpose.rawValue)\u{0}\(email)\u{0}\(code)".utf8))
     }
 }
 
@@ -205,11 +205,12 @@ struct PendingCode: Sendable {
 
     /// Stores the code (earlier ones for the purpose stop working) and announces it to the mail
     /// service.
-    func issue(to userID: UUID, email: String, in unit: any UnitOfWork, events: EventFactory) throws {
+    /// - Parameter userID: nil for a sign-up code (`email_sign_in` to an address with no account).
+    func issue(to userID: UUID?, email: String, in unit: any UnitOfWork, events: EventFactory) throws {
         try unit.insertCode(
             NewOneTimeCode(
                 id: id, userID: userID, purpose: purpose.rawValue, email: email,
-                codeHMAC: keys.hmac(code: code, purpose: purpose, userID: userID), linkHash: linkHash,
+                codeHMAC: keys.hmac(code: code, purpose: purpose, email: email), linkHash: linkHash,
                 createdAt: createdAt, expiresAt: expiresAt))
         try unit.appendEvent(
             try events.codeRequested(
@@ -260,7 +261,7 @@ struct PresentedCode: Sendable {
             guard record.attempts < maxAttempts else {
                 throw LoginError(.invalidCode, "the code was tried too many times; ask for a new one")
             }
-            guard ConstantTime.equals(keys.hmac(code: code, purpose: purpose, userID: record.userID), record.codeHMAC)
+            guard ConstantTime.equals(keys.hmac(code: code, purpose: purpose, email: record.email), record.codeHMAC)
             else {
                 try unit.recordCodeAttempt(id: record.id)
                 let left = maxAttempts - record.attempts - 1
@@ -335,7 +336,7 @@ struct VerifyEmail: PreparedWrite {
         case .valid(let found): record = found
         }
         try unit.useCode(id: record.id, at: now)
-        guard var user = try unit.user(id: record.userID) else {
+        guard let userID = record.userID, var user = try unit.user(id: userID) else {
             throw LoginError(.invalidCode, "the code is wrong, used or replaced by a newer one; ask for a new one")
         }
         if var identity = try unit.identity(provider: "password", subject: record.email), identity.userID == user.id,
@@ -405,7 +406,7 @@ struct PasswordReset: PreparedWrite {
         }
         try unit.useCode(id: record.id, at: now)
         guard var identity = try unit.identity(provider: "password", subject: record.email),
-            identity.userID == record.userID, var user = try unit.user(id: record.userID)
+            identity.userID == record.userID, var user = try unit.user(id: identity.userID)
         else {
             throw LoginError(.invalidCode, "the code is wrong, used or replaced by a newer one; ask for a new one")
         }
@@ -495,5 +496,149 @@ extension UnitOfWork {
             user.emailVerified = true
             try updateUser(user, upgradedAt: nil, at: now)
         }
+    }
+}
+
+// MARK: - Signing in with a code
+
+extension LoginFlows {
+    /// `email_code_request`: a sign-in code for an address's account (or, with
+    /// `AUTH_EMAIL_CODE_SIGNUP`, for an address with none); answered the same either way.
+    func prepareEmailCodeRequest(_ request: LoginRequest) throws -> any PreparedWrite {
+        let keys = try codeKeys()
+        guard let email = EmailAddress.normalize(request.data.email ?? "") else {
+            throw LoginError(.malformedRequest, "not a valid e-mail address", field: "data.email")
+        }
+        let now = clock.now()
+        return EmailCodeRequest(
+            requestID: request.id, email: email, code: try pendingCode(.signIn, keys: keys, at: now),
+            limit: configuration.emailCodes.sendLimit, signUp: configuration.emailCodes.signUp,
+            events: events(for: request, at: now), now: now)
+    }
+
+    /// `email_code`: the code (with the address) or link token signs in, creating the account when
+    /// the code was sent to an address without one.
+    func prepareEmailCodeSignIn(_ request: LoginRequest) throws -> any PreparedWrite {
+        let keys = try codeKeys()
+        let now = clock.now()
+        let name = (request.data.email ?? "").split(separator: "@").first.map(String.init) ?? "user"
+        return EmailCodeSignIn(
+            requestID: request.id, presented: try presentedCode(request, purpose: .signIn, keys: keys),
+            newUserID: try identifiers.uuid(), handles: try handleCandidates(name: name, isGuest: false),
+            pending: try pendingSession(at: now, isGuest: false), device: request.data.device, mfa: mfaGate(),
+            events: events(for: request, at: now), now: now)
+    }
+}
+
+/// The account an address signs in to: its passwordless identity's user, else its password
+/// identity's.
+private func account(for email: String, in unit: any UnitOfWork) throws -> IdentityRecord? {
+    try unit.identity(provider: "email", subject: email) ?? unit.identity(provider: "password", subject: email)
+}
+
+/// `email_code_request`, ready to write.
+struct EmailCodeRequest: PreparedWrite {
+    let requestID: String
+    let email: String
+    let code: PendingCode
+    let limit: WorkerConfiguration.RateLimit
+    let signUp: Bool
+    let events: EventFactory
+    let now: Date
+
+    var prefetch: Prefetch {
+        var prefetch = Prefetch()
+        prefetch.identities = [
+            IdentityKey(provider: "email", subject: email), IdentityKey(provider: "password", subject: email),
+        ]
+        return prefetch
+    }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let answer = FlowAnswer(result: .accepted(requestID: requestID, user: nil), userID: nil, sessionID: nil)
+        let owner = try account(for: email, in: unit)?.userID
+        guard owner != nil || signUp else { return answer }
+        let bucket = owner.map { PendingCode.bucket(.signIn, userID: $0) } ?? "code:email_sign_in:" + email
+        if limit.count > 0 {
+            guard try unit.rateLimitUsage(bucket: bucket, at: now, window: limit.window) < limit.count else {
+                return answer
+            }
+            try unit.recordRateLimitedUse(bucket: bucket, at: now, window: limit.window)
+        }
+        try code.issue(to: owner, email: email, in: unit, events: events)
+        return answer
+    }
+}
+
+/// `email_code`, ready to write.
+struct EmailCodeSignIn: PreparedWrite {
+    let requestID: String
+    let presented: PresentedCode
+    let newUserID: UUID
+    let handles: [String]
+    let pending: PendingSession
+    let device: LoginRequestData.Device?
+    let mfa: MFAGate?
+    let events: EventFactory
+    let now: Date
+
+    var prefetch: Prefetch { Prefetch() }
+
+    func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        let record: OneTimeCodeRecord
+        switch try presented.check(in: unit, at: now) {
+        case .wrongGuess(let error):
+            return FlowAnswer(result: .failure(requestID: requestID, error: error.payload), userID: nil, sessionID: nil)
+        case .valid(let found): record = found
+        }
+        try unit.useCode(id: record.id, at: now)
+        let email = record.email
+        let proof = NewIdentity(
+            provider: "email", subject: email, email: email, emailVerified: true, isPrivateEmail: false,
+            passwordHash: nil)
+        var user: StoredUser
+        var created = false
+        // The account the code was sent for, or (a sign-up code) one made since, or a new one.
+        let ownerID = try record.userID ?? account(for: email, in: unit)?.userID
+        if let ownerID, var existing = try unit.user(id: ownerID) {
+            if try unit.identity(provider: "email", subject: email) == nil {
+                try unit.insertIdentity(proof, userID: existing.id, at: now)
+                existing.providers.append("email")
+            }
+            if var password = try unit.identity(provider: "password", subject: email), password.userID == existing.id,
+                !password.emailVerified
+            {
+                password.emailVerified = true
+                try unit.updateIdentity(password, lastLoginAt: now)
+            }
+            try unit.markVerified(email: email, user: &existing, at: now)
+            user = existing
+            if let mfa,
+                let stop = try mfa.answer(
+                    requestID: requestID, user: user.id, provider: "email", device: device, in: unit, at: now)
+            {
+                return stop
+            }
+        } else if record.userID == nil {
+            user = try unit.insertUser(
+                NewUser(
+                    id: newUserID, name: String(email.split(separator: "@").first ?? "user"), email: email,
+                    emailVerified: true, isPrivateEmail: false, isGuest: false, createdAt: now),
+                handles: handles)
+            try unit.insertIdentity(proof, userID: user.id, at: now)
+            user.providers = ["email"]
+            try unit.appendEvent(try events.userCreated(user, provider: "email"))
+            created = true
+        } else {
+            throw LoginError(.invalidCode, "the account this code was sent for is gone")
+        }
+        let accessToken = try pending.accessToken(for: user.id)
+        try unit.insertSession(
+            pending.session(provider: "email", device: device, accessToken: accessToken), userID: user.id)
+        return FlowAnswer(
+            result: .ok(
+                requestID: requestID, user: user.payload, newUser: created,
+                session: pending.payload(accessToken: accessToken)),
+            userID: user.id, sessionID: pending.sessionID)
     }
 }

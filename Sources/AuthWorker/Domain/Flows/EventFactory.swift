@@ -45,15 +45,22 @@ struct EventFactory: Sendable {
     }
 
     /// `auth.email.verification_requested` or `auth.password.reset_requested`: for the mail service.
-    func codeRequested(purpose: CodePurpose, user: UUID, email: String, sealedSecret: String, expiresAt: Date) throws
+    /// Keyed by the user, or by the address for a sign-up code (no user yet).
+    func codeRequested(purpose: CodePurpose, user: UUID?, email: String, sealedSecret: String, expiresAt: Date) throws
         -> OutboxEvent
     {
-        try make(
-            purpose == .verifyEmail ? UserEventType.verificationRequested : UserEventType.passwordResetRequested,
+        let type =
+            switch purpose {
+            case .verifyEmail: UserEventType.verificationRequested
+            case .passwordReset: UserEventType.passwordResetRequested
+            case .signIn: UserEventType.signInRequested
+            }
+        return try make(
+            type,
             EmailCodeRequestedData(
-                userId: user.lowercasedString, email: email, purpose: purpose.rawValue, sealedSecret: sealedSecret,
+                userId: user?.lowercasedString, email: email, purpose: purpose.rawValue, sealedSecret: sealedSecret,
                 expiresAt: Timestamp.format(expiresAt)),
-            user: user)
+            key: user?.lowercasedString ?? email)
     }
 
     func emailVerified(user: UUID, email: String) throws -> OutboxEvent {
@@ -75,11 +82,15 @@ struct EventFactory: Sendable {
 
     /// Events are keyed by their user, so one user's events stay in order.
     private func make<Payload: Codable & Sendable>(_ type: String, _ data: Payload, user: UUID) throws -> OutboxEvent {
+        try make(type, data, key: user.lowercasedString)
+    }
+
+    private func make<Payload: Codable & Sendable>(_ type: String, _ data: Payload, key: String) throws -> OutboxEvent {
         let id = try identifiers.uuid()
         let envelope = CloudEvent(
             id: id.lowercasedString, source: source, type: type, time: now, traceparent: traceparent, data: data)
         return OutboxEvent(
-            id: id, topic: topic, key: user.lowercasedString, payload: try MessageCoding.encode(envelope),
+            id: id, topic: topic, key: key, payload: try MessageCoding.encode(envelope),
             createdAt: now)
     }
 }

@@ -174,6 +174,7 @@ extension LoginFlows {
             linkByVerifiedEmail: linkByVerifiedEmail, pending: try pendingSession(at: now, isGuest: false),
             device: request.data.device, events: events(for: request, at: now), now: now)
         signIn.mfa = mfaGate()
+        signIn.requireVerifiedEmail = configuration.accounts.requireVerifiedEmail
         return signIn
     }
 }
@@ -227,6 +228,8 @@ struct IdentitySignIn: PreparedWrite {
     var verification: PendingCode?
     /// Stops a sign-in to an account with a second factor at `mfa_required`.
     var mfa: MFAGate?
+    /// Password identities sign in only with a verified address (`AUTH_REQUIRE_VERIFIED_EMAIL`).
+    var requireVerifiedEmail = false
 
     var prefetch: Prefetch {
         var prefetch = Prefetch()
@@ -276,6 +279,25 @@ struct IdentitySignIn: PreparedWrite {
             try verification.issue(to: user.id, email: email, in: unit, events: events)
         }
 
+        // An address that must be verified first: the account exists, no session yet.
+        if requireVerifiedEmail, identity.provider == "password" {
+            if kind == .existing, existing?.emailVerified == false {
+                return FlowAnswer(
+                    result: .failure(
+                        requestID: requestID,
+                        error: LoginError(
+                            .emailNotVerified,
+                            "verify the e-mail address first (verify_email; send_verification resends)"
+                        ).payload),
+                    userID: user.id, sessionID: nil)
+            }
+            if kind != .existing, !identity.emailVerified {
+                try appendSignUpEvent(kind, user: user, unit)
+                var result = LoginResultData.accepted(requestID: requestID, user: user.payload)
+                result.newUser = kind == .created
+                return FlowAnswer(result: result, userID: user.id, sessionID: nil)
+            }
+        }
         // An existing account with a second factor: the first factor passed, the session waits.
         if kind == .existing, let mfa,
             let stop = try mfa.answer(
@@ -286,6 +308,16 @@ struct IdentitySignIn: PreparedWrite {
         let accessToken = try pending.accessToken(for: user.id)
         try unit.insertSession(
             pending.session(provider: identity.provider, device: device, accessToken: accessToken), userID: user.id)
+        try appendSignUpEvent(kind, user: user, unit)
+        return FlowAnswer(
+            result: .ok(
+                requestID: requestID, user: user.payload, newUser: kind == .created,
+                session: pending.payload(accessToken: accessToken)),
+            userID: user.id, sessionID: pending.sessionID)
+    }
+
+    /// The event of what the sign-in did to the account.
+    private func appendSignUpEvent(_ kind: SignInKind, user: StoredUser, _ unit: any UnitOfWork) throws {
         switch kind {
         case .existing: break
         case .created: try unit.appendEvent(try events.userCreated(user, provider: identity.provider))
@@ -294,11 +326,6 @@ struct IdentitySignIn: PreparedWrite {
             try unit.appendEvent(
                 try events.identityLinked(user: user.id, provider: identity.provider, subject: identity.subject))
         }
-        return FlowAnswer(
-            result: .ok(
-                requestID: requestID, user: user.payload, newUser: kind == .created,
-                session: pending.payload(accessToken: accessToken)),
-            userID: user.id, sessionID: pending.sessionID)
     }
 
     /// The account a new identity joins instead of a new user: the `link_to` account, or the one

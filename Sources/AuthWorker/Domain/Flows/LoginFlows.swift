@@ -120,6 +120,8 @@ public struct LoginFlows: Sendable {
         case .mfaVerify: try prepareMFAVerify(request)
         case .mfaChallenge: try prepareMFAChallenge(request)
         case .mfaRemove: try prepareMFARemove(request)
+        case .emailCodeRequest: try prepareEmailCodeRequest(request)
+        case .emailCode: try prepareEmailCodeSignIn(request)
         }
     }
 
