@@ -636,14 +636,17 @@ def main():
     parser.add_argument("--pgbench-seconds", type=int, default=15)
     parser.add_argument("--guest-only", action="store_true",
                         help="only the guest throughput phase (to compare two builds quickly)")
+    parser.add_argument("--apple-only", action="store_true",
+                        help="only the Apple throughput phase (to compare two builds quickly)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     services = Services(args)
     key_server = KeyServer()
     results = {"limits": {}}
-    if args.guest_only:
-        entry = run_throughput(services, key_server, "guest", args.requests)
+    if args.guest_only or args.apple_only:
+        kind = "guest" if args.guest_only else "apple"
+        entry = run_throughput(services, key_server, kind, args.requests if args.guest_only else args.apple_requests)
         print(json.dumps(entry))
         return
     results["limits"]["openssl"] = run_openssl(3)

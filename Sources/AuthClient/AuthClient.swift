@@ -95,7 +95,7 @@ public final class AuthClient: Sendable {
             results = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
             try await results.assignAtEnd(configuration.resultsTopic, timeout: .seconds(10))
         } catch {
-            producer.close(timeout: .seconds(1))
+            await producer.shutdown(timeout: .seconds(1))
             throw error
         }
         let client = AuthClient(configuration: configuration, producer: producer, results: results, logger: logger)
@@ -167,7 +167,7 @@ public final class AuthClient: Sendable {
             return pending
         }
         for (_, continuation) in pending { continuation.resume(returning: []) }
-        producer.close(timeout: .seconds(5))
+        await producer.shutdown(timeout: .seconds(5))
         await results.close()
     }
 

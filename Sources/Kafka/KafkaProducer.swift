@@ -203,6 +203,20 @@ public final class KafkaProducer: Sendable {
         deliveries.failAll(with: KafkaError(.closed, reason: "producer closed before delivery", isRetriable: true))
     }
 
+    /// `close` for async callers: the wait for the delivery thread and the flush (up to
+    /// `timeout`) run on a thread of their own, never on the cooperative pool, whose few threads
+    /// every other task needs meanwhile.
+    public func shutdown(timeout: Duration = .seconds(10)) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let thread = Thread { [self] in
+                close(timeout: timeout)
+                continuation.resume()
+            }
+            thread.name = "kafka-producer-close"
+            thread.start()
+        }
+    }
+
     /// The raw handle, for the admin helpers that borrow a producer's connection.
     func withHandle<T>(_ body: (OpaquePointer) throws -> T) rethrows -> T {
         try body(handle.pointer)

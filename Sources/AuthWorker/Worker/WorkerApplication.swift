@@ -20,6 +20,8 @@ public struct WorkerApplication: Sendable {
     public let health: HealthServer?
     /// What `/readyz` answers, checked in the background.
     public let readiness: Readiness
+    /// The producer and the store's connections, as the group's first (so last stopped) service.
+    public let clients: SharedClients
     public let logger: Logger
 
     /// Validates the configuration, migrates when configured, and creates every part.
@@ -94,7 +96,9 @@ public struct WorkerApplication: Sendable {
         return WorkerApplication(
             configuration: configuration, pool: pool, producer: producer, consumer: consumer, store: store,
             worker: worker,
-            relay: relay, metrics: metrics, health: health, readiness: readiness, logger: logger)
+            relay: relay, metrics: metrics, health: health, readiness: readiness,
+            clients: SharedClients(producer: producer, store: store, logger: logger.child(label: "auth.lifecycle")),
+            logger: logger)
     }
 
     /// `/livez`: the consume loop showed progress recently. `/readyz`: PostgreSQL and a broker
@@ -161,7 +165,7 @@ public struct WorkerApplication: Sendable {
     /// The service group for this application, so a caller can stop it.
     public func makeServiceGroup(signals: [Int32] = [SIGTERM, SIGINT]) -> ServiceGroup {
         ServiceGroup(
-            services: (health.map { [$0, readiness] } ?? []) + [relay, worker], signals: signals,
+            services: [clients] + (health.map { [$0, readiness] } ?? []) + [relay, worker], signals: signals,
             gracefulShutdownTimeout: configuration.shutdownTimeout,
             logger: logger.child(label: "auth.lifecycle"))
     }
@@ -171,12 +175,10 @@ public struct WorkerApplication: Sendable {
         do {
             try await group.run()
         } catch {
-            producer.close(timeout: .seconds(5))
-            await store.close()
+            // Cut short (the deadline passed, a service failed): the clients may still be open.
+            await clients.close(flushTimeout: .seconds(5))
             throw error
         }
-        producer.close(timeout: .seconds(10))
-        await store.close()
         logger.info("Stopped cleanly")
     }
 }
