@@ -11,6 +11,10 @@ public final class KafkaProducer: Sendable {
     private let handle: Handle
     private let deliveries: DeliveryRegistry
     private let pollThreadDone = DispatchSemaphore(value: 0)
+    /// Where the blocking metadata requests run (readiness probes, topic checks), one at a time:
+    /// one long-lived thread rather than one per request, and a queue `close` can drain before
+    /// the client is destroyed.
+    private let metadataExecutor = ThreadExecutor(name: "kafka-metadata")
     private let logger: Logger
 
     /// Creates the client; brokers are contacted lazily.
@@ -133,16 +137,11 @@ public final class KafkaProducer: Sendable {
         guard !handle.isClosing.load(ordering: .acquiring) else {
             throw KafkaError(.closed, reason: "producer is closed", isRetriable: false)
         }
-        let handle = self.handle
-        // rd_kafka_metadata blocks: give it a thread of its own, not a cooperative one.
-        let error: rd_kafka_resp_err_t = await withCheckedContinuation { continuation in
-            let thread = Thread {
-                var metadata: UnsafePointer<rd_kafka_metadata>?
-                let error = rd_kafka_metadata(handle.pointer, 0, nil, &metadata, Int32(clamping: timeout.milliseconds))
-                if let metadata { rd_kafka_metadata_destroy(metadata) }
-                continuation.resume(returning: error)
-            }
-            thread.start()
+        let error = await onMetadataThread(closed: RD_KAFKA_RESP_ERR__DESTROY) { pointer in
+            var metadata: UnsafePointer<rd_kafka_metadata>?
+            let error = rd_kafka_metadata(pointer, 0, nil, &metadata, Int32(clamping: timeout.milliseconds))
+            if let metadata { rd_kafka_metadata_destroy(metadata) }
+            return error
         }
         if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(.poll, error: error) }
     }
@@ -155,44 +154,61 @@ public final class KafkaProducer: Sendable {
         guard !handle.isClosing.load(ordering: .acquiring) else {
             throw KafkaError(.closed, reason: "producer is closed", isRetriable: false)
         }
-        let handle = self.handle
-        // rd_kafka_metadata blocks: give it a thread of its own, not a cooperative one.
-        let outcome: Result<[String: Bool], KafkaError> = await withCheckedContinuation { continuation in
-            let thread = Thread {
-                var found: [String: Bool] = [:]
-                for topic in topics {
-                    guard let topicHandle = rd_kafka_topic_new(handle.pointer, topic, nil) else { continue }
-                    defer { rd_kafka_topic_destroy(topicHandle) }
-                    var metadata: UnsafePointer<rd_kafka_metadata>?
-                    let error = rd_kafka_metadata(
-                        handle.pointer, 0, topicHandle, &metadata, Int32(clamping: timeout.milliseconds))
-                    guard error == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
-                        continuation.resume(returning: .failure(KafkaError(.poll, error: error)))
-                        return
-                    }
-                    defer { rd_kafka_metadata_destroy(metadata) }
-                    var exists = false
-                    for index in 0..<Int(metadata.pointee.topic_cnt) {
-                        let entry = metadata.pointee.topics[index]
-                        if String(cString: entry.topic) == topic, entry.err == RD_KAFKA_RESP_ERR_NO_ERROR,
-                            entry.partition_cnt > 0
-                        {
-                            exists = true
-                        }
-                    }
-                    found[topic] = exists
+        let outcome: Result<[String: Bool], KafkaError> = await onMetadataThread(
+            closed: .failure(KafkaError(.closed, reason: "producer is closed", isRetriable: false))
+        ) { pointer in
+            var found: [String: Bool] = [:]
+            for topic in topics {
+                guard let topicHandle = rd_kafka_topic_new(pointer, topic, nil) else { continue }
+                defer { rd_kafka_topic_destroy(topicHandle) }
+                var metadata: UnsafePointer<rd_kafka_metadata>?
+                let error = rd_kafka_metadata(pointer, 0, topicHandle, &metadata, Int32(clamping: timeout.milliseconds))
+                guard error == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
+                    return .failure(KafkaError(.poll, error: error))
                 }
-                continuation.resume(returning: .success(found))
+                defer { rd_kafka_metadata_destroy(metadata) }
+                var exists = false
+                for index in 0..<Int(metadata.pointee.topic_cnt) {
+                    let entry = metadata.pointee.topics[index]
+                    if String(cString: entry.topic) == topic, entry.err == RD_KAFKA_RESP_ERR_NO_ERROR,
+                        entry.partition_cnt > 0
+                    {
+                        exists = true
+                    }
+                }
+                found[topic] = exists
             }
-            thread.start()
+            return .success(found)
         }
         return try outcome.get()
+    }
+
+    /// Runs a blocking metadata request on the metadata thread; answers `closed` without touching
+    /// the client once the producer is closing.
+    private func onMetadataThread<T: Sendable>(
+        closed: T, _ body: @escaping @Sendable (OpaquePointer) -> T
+    ) async -> T {
+        let handle = self.handle
+        return await withCheckedContinuation { continuation in
+            metadataExecutor.submit {
+                guard !handle.isClosing.load(ordering: .acquiring) else {
+                    continuation.resume(returning: closed)
+                    return
+                }
+                continuation.resume(returning: body(handle.pointer))
+            }
+        }
     }
 
     /// Flushes, stops the delivery thread and destroys the client. Idempotent.
     public func close(timeout: Duration = .seconds(10)) {
         guard handle.beginClosing() else { return }
         pollThreadDone.wait()
+        // A metadata request under way finishes before the client goes; later ones see it closing.
+        let drained = DispatchSemaphore(value: 0)
+        metadataExecutor.submit { drained.signal() }
+        drained.wait()
+        metadataExecutor.shutdown()
         let error = rd_kafka_flush(handle.pointer, Int32(clamping: timeout.milliseconds))
         if error != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning(

@@ -188,6 +188,24 @@ import Testing
         }
     }
 
+    /// A metadata request (a readiness probe) under way when the producer closes finishes before
+    /// the client is destroyed: `close` waits for it (here about 1.7 s of its 2 s timeout against
+    /// a broker that is not there), and a probe after it answers `closed` without touching the
+    /// client. (librdkafka's own destroy waited too; the producer now drains its one metadata
+    /// thread first, instead of relying on that for threads it started per probe.)
+    @Test func closeWaitsForAMetadataRequestUnderWay() async throws {
+        let config = KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: ["127.0.0.1:1"]))
+        let producer = try KafkaProducer(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        let probe = Task { try? await producer.checkBrokers(timeout: .seconds(2)) }
+        try await Task.sleep(for: .milliseconds(300))
+        let started = ContinuousClock.now
+        await producer.shutdown(timeout: .milliseconds(100))
+        let took = ContinuousClock.now - started
+        await probe.value
+        #expect(took > .seconds(1), "close returned after \(took), with the probe still inside librdkafka")
+        await #expect(throws: KafkaError.self) { try await producer.checkBrokers(timeout: .seconds(1)) }
+    }
+
     @Test func deliveryToAnUnreachableBrokerFailsRetriably() async throws {
         var config = KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: ["127.0.0.1:1"]))
         config.deliveryTimeout = .seconds(1)
