@@ -417,9 +417,15 @@ import Testing
             latencies.append(ContinuousClock.now - sent)
         }
         let slowest = latencies.max() ?? .zero
+        let median = latencies.sorted()[latencies.count / 2]
         print("guest latencies beside password logins: \(latencies.map(\.wholeMilliseconds)) ms")
-        // Generous: the benchmark measures the real bound; one transaction per request took seconds here.
-        #expect(slowest < .seconds(1), "a guest login waited \(slowest) behind password logins")
+        // Held hostage, every guest would wait out the Argon2 backlog (150 hashes: seconds). Judged
+        // by the median, so one scheduling hiccup of this shared 2-core machine (the first guest,
+        // arriving with the burst, took 0.3-0.7 s in most runs, 1.9 s and 3 s in two loaded ones,
+        // the other guests of those runs under 0.5 s) does not decide it; the benchmark measures
+        // the real latencies.
+        #expect(median < .milliseconds(250), "guest logins waited \(latencies) behind password logins")
+        #expect(slowest < .seconds(5), "a guest login waited \(slowest) behind password logins")
         for request in passwords {
             #expect(try await harness.result(request.id, timeout: .seconds(60)).data.status == "ok")
         }

@@ -123,13 +123,13 @@ import Testing
     }
 
     @Test func slowProvidersTimeOut() async throws {
-        server.serve("/stuck", .init(body: TestSigner.keySet([Signers.p256]), delay: .seconds(30)))
+        server.serve("/stuck", .init(body: TestSigner.keySet([Signers.p256]), delay: .seconds(90)))
         let keys = cache(path: "/stuck", timeout: 1)
         let started = ContinuousClock.now
         await #expect(throws: JOSEError(.keySetUnavailable, "")) { try await keys.keys(forKeyID: "p256") }
-        // Far sooner than the 30 s the server takes. URLSession's timer is coarse and a loaded machine
-        // (the whole suite runs in parallel) stretches it several-fold, so the bound is loose.
-        #expect(ContinuousClock.now - started < .seconds(15))
+        // Far sooner than the 90 s the server takes. The bound is loose: on a loaded 2-core machine
+        // (the whole suite runs in parallel) every timer can run late by many seconds.
+        #expect(ContinuousClock.now - started < .seconds(45))
         server.stop()
     }
 
