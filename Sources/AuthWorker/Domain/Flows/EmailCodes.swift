@@ -278,6 +278,26 @@ struct PresentedCode: Sendable {
     }
 
     private var expired: LoginError { LoginError(.codeExpired, "the code has expired; ask for a new one") }
+
+    /// What spending a code came to.
+    enum Spent {
+        /// The code was right and is used up now.
+        case spent(OneTimeCodeRecord)
+        /// A wrong guess: the answer to give, its count kept.
+        case refused(FlowAnswer)
+    }
+
+    /// Checks the code and, when it is right, uses it up: the one way a flow takes a code.
+    /// - Throws: as `check`.
+    func spend(in unit: any UnitOfWork, at now: Date, requestID: String) throws -> Spent {
+        switch try check(in: unit, at: now) {
+        case .wrongGuess(let error):
+            return .refused(.refused(error, requestID: requestID, userID: nil))
+        case .valid(let record):
+            try unit.useCode(id: record.id, at: now)
+            return .spent(record)
+        }
+    }
 }
 
 // MARK: - The writes
@@ -330,12 +350,10 @@ struct VerifyEmail: PreparedWrite {
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
         let record: OneTimeCodeRecord
-        switch try presented.check(in: unit, at: now) {
-        case .wrongGuess(let error):
-            return FlowAnswer(result: .failure(requestID: requestID, error: error.payload), userID: nil, sessionID: nil)
-        case .valid(let found): record = found
+        switch try presented.spend(in: unit, at: now, requestID: requestID) {
+        case .refused(let answer): return answer
+        case .spent(let found): record = found
         }
-        try unit.useCode(id: record.id, at: now)
         guard let userID = record.userID, var user = try unit.user(id: userID) else {
             throw LoginError(.invalidCode, "the code is wrong, used or replaced by a newer one; ask for a new one")
         }
@@ -399,12 +417,10 @@ struct PasswordReset: PreparedWrite {
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
         let record: OneTimeCodeRecord
-        switch try presented.check(in: unit, at: now) {
-        case .wrongGuess(let error):
-            return FlowAnswer(result: .failure(requestID: requestID, error: error.payload), userID: nil, sessionID: nil)
-        case .valid(let found): record = found
+        switch try presented.spend(in: unit, at: now, requestID: requestID) {
+        case .refused(let answer): return answer
+        case .spent(let found): record = found
         }
-        try unit.useCode(id: record.id, at: now)
         guard var identity = try unit.identity(provider: "password", subject: record.email),
             identity.userID == record.userID, var user = try unit.user(id: identity.userID)
         else {
@@ -586,12 +602,10 @@ struct EmailCodeSignIn: PreparedWrite {
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
         let record: OneTimeCodeRecord
-        switch try presented.check(in: unit, at: now) {
-        case .wrongGuess(let error):
-            return FlowAnswer(result: .failure(requestID: requestID, error: error.payload), userID: nil, sessionID: nil)
-        case .valid(let found): record = found
+        switch try presented.spend(in: unit, at: now, requestID: requestID) {
+        case .refused(let answer): return answer
+        case .spent(let found): record = found
         }
-        try unit.useCode(id: record.id, at: now)
         let email = record.email
         let proof = NewIdentity(
             provider: "email", subject: email, email: email, emailVerified: true, isPrivateEmail: false,

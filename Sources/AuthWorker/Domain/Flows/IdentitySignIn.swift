@@ -282,14 +282,10 @@ struct IdentitySignIn: PreparedWrite {
         // An address that must be verified first: the account exists, no session yet.
         if requireVerifiedEmail, identity.provider == "password" {
             if kind == .existing, existing?.emailVerified == false {
-                return FlowAnswer(
-                    result: .failure(
-                        requestID: requestID,
-                        error: LoginError(
-                            .emailNotVerified,
-                            "verify the e-mail address first (verify_email; send_verification resends)"
-                        ).payload),
-                    userID: user.id, sessionID: nil)
+                return .refused(
+                    LoginError(
+                        .emailNotVerified, "verify the e-mail address first (verify_email; send_verification resends)"),
+                    requestID: requestID, userID: user.id)
             }
             if kind != .existing, !identity.emailVerified {
                 try appendSignUpEvent(kind, user: user, unit)

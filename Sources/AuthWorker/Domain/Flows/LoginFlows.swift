@@ -30,6 +30,14 @@ public struct FlowAnswer: Sendable {
     }
 }
 
+extension FlowAnswer {
+    /// An error answer whose request still wrote something (a wrong code counted against its
+    /// limit): returned, not thrown, so those writes are kept.
+    static func refused(_ error: LoginError, requestID: String, userID: UUID?) -> FlowAnswer {
+        FlowAnswer(result: .failure(requestID: requestID, error: error.payload), userID: userID, sessionID: nil)
+    }
+}
+
 /// Counts password attempts before they are verified, and reads the credential to verify; takes
 /// rate-limited uses before the work they allow.
 public protocol PasswordAttempts: Sendable {

@@ -305,8 +305,7 @@ struct MFAVerify: PreparedWrite {
             .totp(code), factor: factor, in: unit, at: now, allowRecovery: false)
         {
         case .wrong(let error):
-            return FlowAnswer(
-                result: .failure(requestID: requestID, error: error.payload), userID: user.id, sessionID: nil)
+            return .refused(error, requestID: requestID, userID: user.id)
         case .accepted(let step, _):
             try unit.enableFactor(
                 userID: user.id, step: step ?? TOTP.step(at: now),
@@ -346,8 +345,7 @@ struct MFAChallenge: PreparedWrite {
         }
         switch try FactorCheck(keys: keys, limit: limit).check(code, factor: factor, in: unit, at: now) {
         case .wrong(let error):
-            return FlowAnswer(
-                result: .failure(requestID: requestID, error: error.payload), userID: userID, sessionID: nil)
+            return .refused(error, requestID: requestID, userID: userID)
         case .accepted(let step, let recovery):
             try FactorCheck.spend((step, recovery), userID: userID, in: unit, at: now)
         }
@@ -381,8 +379,7 @@ struct MFARemove: PreparedWrite {
         }
         switch try FactorCheck(keys: keys, limit: limit).check(code, factor: factor, in: unit, at: now) {
         case .wrong(let error):
-            return FlowAnswer(
-                result: .failure(requestID: requestID, error: error.payload), userID: user.id, sessionID: nil)
+            return .refused(error, requestID: requestID, userID: user.id)
         case .accepted:
             try unit.deleteFactor(userID: user.id)
         }
