@@ -17,6 +17,13 @@ struct CodeKeys: Sendable {
     let mail: [UInt8]
     let hmac: [UInt8]
 
+    /// Nil unless both keys are configured.
+    init?(configuration: WorkerConfiguration) {
+        guard let mail = configuration.emailCodes.mailKey, let results = configuration.resultsKey else { return nil }
+        self.mail = mail
+        hmac = HMACSHA256.mac(key: results, message: Array("auth-worker one-time codes".utf8))
+    }
+
     /// The HMAC a code is stored as: bound to its purpose and address, so a code for one cannot
     /// be checked against another's row.
     func hmac(code: String, purpose: CodePurpose, email: String) -> [UInt8] {
@@ -27,13 +34,12 @@ struct CodeKeys: Sendable {
 extension LoginFlows {
     /// The code keys, or `unsupported_method` when this worker sends no codes.
     func codeKeys() throws -> CodeKeys {
-        guard let mail = configuration.emailCodes.mailKey, let results = configuration.resultsKey else {
+        guard let emailCodeKeys else {
             throw LoginError(
                 .unsupportedMethod,
                 "e-mail codes are not enabled on this worker (AUTH_MAIL_KEY and AUTH_RESULTS_KEY_FILE)")
         }
-        return CodeKeys(
-            mail: mail, hmac: HMACSHA256.mac(key: results, message: Array("auth-worker one-time codes".utf8)))
+        return emailCodeKeys
     }
 
     /// A new code and link token for `purpose`, sealed to the mail service: made before the

@@ -90,7 +90,7 @@ extension LoginFlows {
             request, mode: .createOnly, identity: identity, name: name,
             newUserName: name ?? String(email.split(separator: "@").first ?? "user"), linkTo: linkTo, at: now)
         // With e-mail codes on, the new address gets its verification code.
-        if let keys = try? codeKeys() { signIn.verification = try pendingCode(.verifyEmail, keys: keys, at: now) }
+        if let keys = emailCodeKeys { signIn.verification = try pendingCode(.verifyEmail, keys: keys, at: now) }
         return signIn
     }
 

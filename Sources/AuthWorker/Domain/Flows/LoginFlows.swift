@@ -92,6 +92,9 @@ public struct LoginFlows: Sendable {
     let clock: any WorkerClock
     let identifiers: Identifiers
     let logger: Logger
+    /// Derived once from the configuration's keys (nil when the feature is off), not per request.
+    let emailCodeKeys: CodeKeys?
+    let secondFactorKeys: FactorKeys?
 
     public init(
         configuration: WorkerConfiguration, accessTokens: any AccessTokenIssuer,
@@ -106,6 +109,8 @@ public struct LoginFlows: Sendable {
         self.clock = clock
         self.identifiers = identifiers
         self.logger = logger
+        emailCodeKeys = CodeKeys(configuration: configuration)
+        secondFactorKeys = FactorKeys(configuration: configuration)
     }
 
     /// Validates and computes everything `request` needs before its write.

@@ -8,6 +8,13 @@ struct FactorKeys: Sendable {
     let secrets: [UInt8]
     let tokens: [UInt8]
 
+    /// Nil without a results key to derive them from.
+    init?(configuration: WorkerConfiguration) {
+        guard let results = configuration.resultsKey else { return nil }
+        secrets = HMACSHA256.mac(key: results, message: Array("auth-worker mfa secrets".utf8))
+        tokens = HMACSHA256.mac(key: results, message: Array("auth-worker mfa tokens".utf8))
+    }
+
     func sealSecret(_ secret: [UInt8], userID: UUID) throws -> [UInt8] {
         try AESGCM.seal(secret, key: secrets, aad: Array("totp\u{0}\(userID.lowercasedString)".utf8)).combined
     }
@@ -75,18 +82,16 @@ struct MFAGate: Sendable {
 extension LoginFlows {
     /// The factor keys, or `unsupported_method` when this worker has no results key to derive them from.
     func factorKeys() throws -> FactorKeys {
-        guard let results = configuration.resultsKey else {
+        guard let secondFactorKeys else {
             throw LoginError(
                 .unsupportedMethod, "second factors are not enabled on this worker (AUTH_RESULTS_KEY_FILE)")
         }
-        return FactorKeys(
-            secrets: HMACSHA256.mac(key: results, message: Array("auth-worker mfa secrets".utf8)),
-            tokens: HMACSHA256.mac(key: results, message: Array("auth-worker mfa tokens".utf8)))
+        return secondFactorKeys
     }
 
     /// The gate sign-ins pass through; nil when second factors are off.
     func mfaGate() -> MFAGate? {
-        (try? factorKeys()).map { MFAGate(tokenKey: $0.tokens, lifetime: configuration.mfa.challengeLifetime) }
+        secondFactorKeys.map { MFAGate(tokenKey: $0.tokens, lifetime: configuration.mfa.challengeLifetime) }
     }
 
     /// The factor code a request brings: a TOTP code or a recovery code.
