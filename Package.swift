@@ -48,27 +48,42 @@ let package = Package(
         .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceKit"]),
         .target(name: "PGStore", dependencies: ["CLibPQ", "ServiceKit"]),
         .target(name: "Messages", dependencies: ["StrictJSON"]),
+        // The application, in layers the compiler holds apart (ARCHITECTURE.md): the domain
+        // computes and writes through `UnitOfWork`; the store is the only SQL; the worker is the
+        // only Kafka; the CLI is the operator's door.
+        .target(
+            name: "AuthDomain",
+            dependencies: ["ServiceKit", "AuthCrypto", "JOSE", "Passwords", "Messages", "StrictJSON"]),
+        .target(name: "AuthStore", dependencies: ["AuthDomain", "PGStore"]),
         .target(
             name: "AuthWorker",
             dependencies: [
-                "ServiceKit", "AuthCrypto", "JOSE", "Passwords", "Kafka", "PGStore", "Messages", "StrictJSON",
-                "AuthClient",
+                "AuthDomain", "AuthStore", "ServiceKit", "AuthCrypto", "JOSE", "Passwords", "Kafka", "PGStore",
+                "Messages",
+            ]),
+        .target(
+            name: "AuthCLI",
+            dependencies: [
+                "AuthWorker", "AuthDomain", "AuthStore", "AuthClient", "AuthCrypto", "JOSE", "Kafka", "PGStore",
+                "Messages", "ServiceKit",
             ]),
         .target(
             name: "AuthClient", dependencies: ["AuthCrypto", "JOSE", "Kafka", "Messages", "ServiceKit", "StrictJSON"]),
-        .executableTarget(name: "auth-worker", dependencies: ["AuthWorker", "ServiceKit"]),
+        .executableTarget(name: "auth-worker", dependencies: ["AuthCLI"]),
         .target(name: "JOSEFixtures", dependencies: ["COpenSSL", "AuthCrypto", "JOSE"]),
         .executableTarget(
             name: "auth-bench",
             dependencies: [
-                "JOSE", "JOSEFixtures", "AuthCrypto", "AuthWorker", "Passwords", "PGStore", "ServiceKit", "Messages",
+                "JOSE", "JOSEFixtures", "AuthCrypto", "AuthDomain", "AuthStore", "Passwords", "PGStore", "ServiceKit",
+                "Messages",
             ]),
 
         // MARK: - Tests
         .testTarget(
             name: "AuthWorkerTests",
             dependencies: [
-                "AuthWorker", "AuthClient", "ServiceKit", "AuthCrypto", "JOSE", "JOSEFixtures", "Passwords", "Kafka",
+                "AuthWorker", "AuthDomain", "AuthStore", "AuthCLI", "AuthClient", "ServiceKit", "AuthCrypto", "JOSE",
+                "JOSEFixtures", "Passwords", "Kafka",
                 "PGStore",
                 "Messages", "COpenSSL", "StrictJSON",
             ]

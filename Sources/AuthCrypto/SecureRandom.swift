@@ -31,3 +31,8 @@ public struct SystemRandom: RandomSource {
     public init() {}
     public func bytes(_ count: Int) throws -> [UInt8] { try SecureRandom.bytes(count) }
 }
+
+/// The OpenSSL this process runs on, as linked at run time (`auth-worker version`).
+public enum OpenSSLLibrary {
+    public static var version: String { String(cString: OpenSSL_version(OPENSSL_VERSION)) }
+}

@@ -1,3 +1,5 @@
+import CRdKafka
+
 /// Settings shared by producers and consumers, mapped onto librdkafka properties.
 ///
 /// Typed fields cover what this service tunes; `properties` passes anything else through
@@ -131,4 +133,9 @@ extension Duration {
         let (seconds, attoseconds) = components
         return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
+}
+
+/// The librdkafka this process runs on, as linked at run time (`auth-worker version`).
+public enum KafkaLibrary {
+    public static var version: String { String(cString: rd_kafka_version_str()) }
 }

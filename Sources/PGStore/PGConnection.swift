@@ -244,3 +244,11 @@ public final class PGConnection {
         return constant.withUnsafeBufferPointer { body($0.baseAddress, Int32($0.count)) }
     }
 }
+
+/// The libpq this process runs on, as linked at run time (`auth-worker version`).
+public enum PGLibrary {
+    public static var version: String {
+        let number = PQlibVersion()
+        return "\(number / 10000).\(number % 100)"
+    }
+}

@@ -1,5 +1,6 @@
 import AuthCrypto
-import AuthWorker
+import AuthDomain
+import AuthStore
 import Foundation
 import JOSE
 import JOSEFixtures

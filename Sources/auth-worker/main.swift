@@ -1,4 +1,4 @@
-import AuthWorker
+import AuthCLI
 import Foundation
 
 // Errors are caught inside `run`: one escaping async main would crash with a backtrace.

@@ -6,6 +6,9 @@ import Passwords
 import ServiceKit
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// The account rules against the real PostgreSQL: uniqueness under concurrency, throttling shared

@@ -6,6 +6,9 @@ import Kafka
 import Messages
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// Every message type of the contract, produced for real (requests as a gateway sends them,

@@ -6,6 +6,9 @@ import PGStore
 import Synchronization
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// The delivery guarantees under faults, with real processes: a steady stream of guest logins

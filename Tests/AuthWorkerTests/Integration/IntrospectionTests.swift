@@ -3,6 +3,9 @@ import Messages
 import PGStore
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// `method: introspect` (RFC 7662) for JWT and opaque access tokens, through the broker: active

@@ -4,6 +4,9 @@ import Messages
 import ServiceKit
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 #if canImport(Glibc)

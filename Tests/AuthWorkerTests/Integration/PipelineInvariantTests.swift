@@ -9,6 +9,9 @@ import Passwords
 import ServiceKit
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// The invariants the batched request pipeline must hold, end to end through the broker and

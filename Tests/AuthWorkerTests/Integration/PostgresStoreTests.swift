@@ -3,6 +3,9 @@ import Foundation
 import PGStore
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// The store's batch transaction: one round trip of reads, writes collected per item, one of

@@ -4,6 +4,9 @@ import PGStore
 import Synchronization
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// The built `auth-worker` binary as operators run it: environment in, JSON logs out, SIGTERM to stop.

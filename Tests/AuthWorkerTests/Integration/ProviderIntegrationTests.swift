@@ -5,6 +5,9 @@ import Messages
 import PGStore
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// Apple and Google sign-in end to end: the broker, PostgreSQL, and a real HTTP server on loopback

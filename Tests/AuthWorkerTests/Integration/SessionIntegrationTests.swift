@@ -6,6 +6,9 @@ import Messages
 import PGStore
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// Refresh, logout, sealed results and Apple notifications through the broker and PostgreSQL.

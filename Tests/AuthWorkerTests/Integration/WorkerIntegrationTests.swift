@@ -6,6 +6,9 @@ import PGStore
 import ServiceKit
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// The worker end to end: a real broker, a real PostgreSQL, the same builder `auth-worker run` uses.

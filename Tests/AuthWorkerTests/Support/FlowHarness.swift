@@ -8,6 +8,9 @@ import Passwords
 import ServiceKit
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// The login flows against a PostgreSQL database of their own, without the broker: each request

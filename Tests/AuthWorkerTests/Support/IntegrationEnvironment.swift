@@ -1,3 +1,6 @@
+import AuthCLI
+import AuthDomain
+import AuthStore
 import AuthWorker
 import Foundation
 import Kafka

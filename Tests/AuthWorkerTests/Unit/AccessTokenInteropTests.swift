@@ -3,6 +3,9 @@ import Foundation
 import JOSE
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// Downstream services verify access tokens with their own JOSE library against the published JWK Set.

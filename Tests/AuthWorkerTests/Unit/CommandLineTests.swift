@@ -2,6 +2,9 @@ import Foundation
 import Synchronization
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// The CLI as an operator meets it, without starting anything: per-command help, refusals with

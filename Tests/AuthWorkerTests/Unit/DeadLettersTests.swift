@@ -1,6 +1,9 @@
 import Foundation
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// Dead letters keep what helps a person find the problem and drop what must not be kept.

@@ -6,6 +6,9 @@ import Passwords
 import ServiceKit
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// E-mail verification, password reset and change, against PostgreSQL: the code is taken from

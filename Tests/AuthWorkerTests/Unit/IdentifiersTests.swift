@@ -1,4 +1,7 @@
+import AuthCLI
 import AuthCrypto
+import AuthDomain
+import AuthStore
 import AuthWorker
 import Foundation
 import Testing

@@ -3,6 +3,9 @@ import Messages
 import StrictJSON
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 @testable import ServiceKit
 

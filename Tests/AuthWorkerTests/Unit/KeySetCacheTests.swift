@@ -4,6 +4,9 @@ import JOSEFixtures
 import ServiceKit
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// The key set cache against a real HTTP server on loopback, with the clock pinned.

@@ -2,6 +2,9 @@ import Foundation
 import PGStore
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 @Suite struct PGQueryTests {

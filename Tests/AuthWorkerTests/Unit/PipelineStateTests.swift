@@ -3,6 +3,9 @@ import Kafka
 import Messages
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// The consume loop's bookkeeping: which jobs may be written together, and which offsets may be

@@ -2,6 +2,9 @@ import AuthCrypto
 import Foundation
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 @Suite struct PublishedKeysTests {

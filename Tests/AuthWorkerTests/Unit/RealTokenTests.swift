@@ -3,6 +3,9 @@ import JOSE
 import ServiceKit
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// Real Sign in with Apple and Google tokens with the key sets that signed them, the clock pinned

@@ -5,6 +5,9 @@ import Messages
 import StrictJSON
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 @Suite struct SealingTests {

@@ -7,6 +7,9 @@ import Passwords
 import ServiceKit
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 /// TOTP itself, against RFC 6238's SHA-1 vectors (their last six digits).

@@ -6,6 +6,9 @@ import PGStore
 import ServiceKit
 import Testing
 
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
 @testable import AuthWorker
 
 @Suite(.requiresDatabase) struct SessionFlowTests {

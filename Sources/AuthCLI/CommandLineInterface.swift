@@ -1,8 +1,8 @@
 import AuthClient
 import AuthCrypto
-import CLibPQ
-import COpenSSL
-import CRdKafka
+import AuthDomain
+import AuthStore
+import AuthWorker
 import Foundation
 import JOSE
 import Kafka
@@ -260,10 +260,7 @@ public struct CommandLineInterface: Sendable {
 
     /// The C libraries the worker runs on, as linked at run time.
     static var libraryVersions: String {
-        let openssl = String(cString: OpenSSL_version(OPENSSL_VERSION))
-        let rdkafka = String(cString: rd_kafka_version_str())
-        let libpq = PQlibVersion()
-        return "\(openssl), librdkafka \(rdkafka), libpq \(libpq / 10000).\(libpq % 100)"
+        "\(OpenSSLLibrary.version), librdkafka \(KafkaLibrary.version), libpq \(PGLibrary.version)"
     }
 
     struct UsageError: Error {

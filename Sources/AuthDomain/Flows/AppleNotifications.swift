@@ -94,7 +94,7 @@ public struct AppleNotification: Sendable, Equatable {
         lhs.key == rhs.key && lhs.type == rhs.type && lhs.subject == rhs.subject && lhs.email == rhs.email
     }
 
-    var prefetch: Prefetch {
+    package var prefetch: Prefetch {
         var prefetch = Prefetch()
         prefetch.identities = [IdentityKey(provider: "apple", subject: subject)]
         return prefetch
@@ -102,7 +102,7 @@ public struct AppleNotification: Sendable, Equatable {
 
     /// Applies the notification once.
     /// - Returns: how many events it wrote.
-    func write(_ unit: any UnitOfWork) throws -> Int {
+    package func write(_ unit: any UnitOfWork) throws -> Int {
         guard !(try unit.isRecorded(requestID: key)) else { return 0 }
         try unit.recordRequest(
             RequestRecord(
@@ -140,9 +140,11 @@ public enum AccountDeletion {
         public var users: Int = 0
         public var sessionsRevoked: Int = 0
         public var events: Int = 0
+
+        package init() {}
     }
 
-    static func delete(
+    package static func delete(
         _ ids: [UUID], reason: String, revokeSessions: Bool, unit: any UnitOfWork, events: EventFactory
     ) throws -> Summary {
         var summary = Summary()
@@ -160,46 +162,5 @@ public enum AccountDeletion {
         try unit.deleteUsers(ids)
         summary.users = ids.count
         return summary
-    }
-
-    /// Deletes one user (`auth-worker users delete`).
-    /// - Returns: nil when there is no such user.
-    public static func deleteUser(
-        _ id: UUID, reason: String, store: PostgresStore, configuration: WorkerConfiguration, clock: any WorkerClock
-    ) async throws -> Summary? {
-        let events = EventFactory(
-            identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
-            source: configuration.eventSource, traceparent: nil, now: clock.now())
-        return try await store.transaction { unit in
-            guard try unit.user(id: id) != nil else { return nil }
-            return try delete([id], reason: reason, revokeSessions: true, unit: unit, events: events)
-        }
-    }
-
-    /// Deletes guests created before `cutoff` that never became members, in batches
-    /// (`auth-worker guests purge`); each is announced with reason `guest_expired`.
-    public static func purgeGuests(
-        createdBefore cutoff: Date, batchSize: Int = 500, store: PostgresStore, configuration: WorkerConfiguration,
-        clock: any WorkerClock
-    ) async throws -> Summary {
-        var total = Summary()
-        while true {
-            let ids = try await store.staleGuests(createdBefore: cutoff, limit: batchSize)
-            guard !ids.isEmpty else { return total }
-            let events = EventFactory(
-                identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
-                source: configuration.eventSource, traceparent: nil, now: clock.now())
-            let summary = try await store.transaction { unit in
-                // Only those still guests without an identity now, inside the transaction.
-                let still = try ids.filter { id in
-                    guard let user = try unit.user(id: id) else { return false }
-                    return user.isGuest && user.providers.isEmpty
-                }
-                return try delete(still, reason: "guest_expired", revokeSessions: false, unit: unit, events: events)
-            }
-            total.users += summary.users
-            total.events += summary.events
-            if ids.count < batchSize { return total }
-        }
     }
 }

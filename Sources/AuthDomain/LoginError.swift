@@ -35,7 +35,7 @@ public struct LoginError: Error, Equatable, CustomStringConvertible {
 
 extension LoginError {
     /// `too_many_attempts`, saying when to try again: at `date`, which is so many seconds after `now`.
-    static func tooManyAttempts(
+    package static func tooManyAttempts(
         until date: Date, now: Date, message: String = "too many failed attempts for this account"
     ) -> LoginError {
         var error = LoginError(.tooManyAttempts, message)

@@ -1,5 +1,4 @@
 import Foundation
-import Kafka
 import Passwords
 import ServiceKit
 
@@ -356,25 +355,6 @@ public struct WorkerConfiguration: Sendable {
         guard databaseURL.hasPrefix("postgres://") || databaseURL.hasPrefix("postgresql://") else {
             throw ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "must be a postgres:// URL")
         }
-    }
-
-    /// Producer settings for librdkafka.
-    public var producerConfiguration: KafkaProducerConfiguration {
-        var kafka = KafkaConfiguration(bootstrapServers: kafkaBrokers)
-        kafka.properties = kafkaProperties
-        var producer = KafkaProducerConfiguration(kafka: kafka)
-        producer.linger = processing.kafkaLinger
-        return producer
-    }
-
-    /// Consumer settings for librdkafka.
-    public var consumerConfiguration: KafkaConsumerConfiguration {
-        var kafka = KafkaConfiguration(bootstrapServers: kafkaBrokers)
-        kafka.properties = kafkaProperties
-        var consumer = KafkaConsumerConfiguration(kafka: kafka, groupID: kafkaGroup)
-        consumer.sessionTimeout = processing.kafkaSessionTimeout
-        consumer.fetchWaitMax = processing.kafkaFetchWait
-        return consumer
     }
 }
 

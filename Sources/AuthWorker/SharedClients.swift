@@ -1,3 +1,5 @@
+import AuthDomain
+import AuthStore
 import Kafka
 import ServiceKit
 

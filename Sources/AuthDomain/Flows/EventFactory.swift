@@ -3,12 +3,20 @@ import Messages
 
 /// Makes the lifecycle events of `auth.user.events`: one way to build each, with a fresh
 /// (UUIDv7) id, the request's trace and the time it was decided.
-struct EventFactory: Sendable {
+package struct EventFactory: Sendable {
     let identifiers: Identifiers
     let topic: String
     let source: String
     let traceparent: String?
     let now: Date
+
+    package init(identifiers: Identifiers, topic: String, source: String, traceparent: String?, now: Date) {
+        self.identifiers = identifiers
+        self.topic = topic
+        self.source = source
+        self.traceparent = traceparent
+        self.now = now
+    }
 
     func userCreated(_ user: StoredUser, provider: String) throws -> OutboxEvent {
         try make(

@@ -1,3 +1,4 @@
+import AuthDomain
 import PGStore
 
 /// The database schema, as ordered migrations. Released versions are never edited: add a new one.

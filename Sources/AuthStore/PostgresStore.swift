@@ -1,3 +1,4 @@
+import AuthDomain
 import Foundation
 import PGStore
 

@@ -1,3 +1,5 @@
+import AuthDomain
+import AuthStore
 import Foundation
 import Kafka
 import ServiceKit

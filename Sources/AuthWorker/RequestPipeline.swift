@@ -1,4 +1,6 @@
 import AuthCrypto
+import AuthDomain
+import AuthStore
 import Foundation
 import JOSE
 import Kafka

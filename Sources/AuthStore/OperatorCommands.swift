@@ -1,0 +1,47 @@
+import AuthDomain
+import Foundation
+
+/// The operator's account chores (`auth-worker users delete`, `guests purge`), each in a
+/// transaction of its own through the same unit of work the flows use.
+extension AccountDeletion {
+    /// Deletes one user (`auth-worker users delete`).
+    /// - Returns: nil when there is no such user.
+    public static func deleteUser(
+        _ id: UUID, reason: String, store: PostgresStore, configuration: WorkerConfiguration, clock: any WorkerClock
+    ) async throws -> Summary? {
+        let events = EventFactory(
+            identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
+            source: configuration.eventSource, traceparent: nil, now: clock.now())
+        return try await store.transaction { unit in
+            guard try unit.user(id: id) != nil else { return nil }
+            return try delete([id], reason: reason, revokeSessions: true, unit: unit, events: events)
+        }
+    }
+
+    /// Deletes guests created before `cutoff` that never became members, in batches
+    /// (`auth-worker guests purge`); each is announced with reason `guest_expired`.
+    public static func purgeGuests(
+        createdBefore cutoff: Date, batchSize: Int = 500, store: PostgresStore, configuration: WorkerConfiguration,
+        clock: any WorkerClock
+    ) async throws -> Summary {
+        var total = Summary()
+        while true {
+            let ids = try await store.staleGuests(createdBefore: cutoff, limit: batchSize)
+            guard !ids.isEmpty else { return total }
+            let events = EventFactory(
+                identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
+                source: configuration.eventSource, traceparent: nil, now: clock.now())
+            let summary = try await store.transaction { unit in
+                // Only those still guests without an identity now, inside the transaction.
+                let still = try ids.filter { id in
+                    guard let user = try unit.user(id: id) else { return false }
+                    return user.isGuest && user.providers.isEmpty
+                }
+                return try delete(still, reason: "guest_expired", revokeSessions: false, unit: unit, events: events)
+            }
+            total.users += summary.users
+            total.events += summary.events
+            if ids.count < batchSize { return total }
+        }
+    }
+}
