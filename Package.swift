@@ -85,7 +85,7 @@ let package = Package(
                 "AuthWorker", "AuthDomain", "AuthStore", "AuthCLI", "AuthClient", "ServiceKit", "AuthCrypto", "JOSE",
                 "JOSEFixtures", "Passwords", "Kafka",
                 "PGStore",
-                "Messages", "COpenSSL", "StrictJSON",
+                "Messages", "COpenSSL", "CRdKafka", "StrictJSON",
             ]
         ),
     ],

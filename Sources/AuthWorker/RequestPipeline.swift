@@ -172,6 +172,7 @@ public final class RequestPipeline: Service {
             }
             if looking == nil { looking = beginLookup(&state) }
             collect(&state)
+            startParked(&state)
 
             // Each publish is finished exactly when it is seen done: a stage that completes while
             // this runs waits for the next turn (removing "whatever is done now" afterwards would
@@ -389,8 +390,15 @@ public final class RequestPipeline: Service {
                     .publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error)))
                 continue
             }
-            job.phase = .preparing
             let preparation = Preparation(seq: job.seq, request: request, digest: job.digest, replyKey: replyKey)
+            if Self.readsAccountWhilePreparing(request.method), !state.isFirstInLane(job) {
+                // It reads the account before its write (the password to verify): it waits for
+                // the requests before it on its key, so it sees what they did (a registration).
+                job.phase = .waitingForLane(preparation)
+                state.parked.insert(job.seq)
+                continue
+            }
+            job.phase = .preparing
             // Password hashing waits on its own pool: each such request on its own, so none waits
             // for another's hash. The rest is CPU work of tens of microseconds: in a few chunks, one
             // task each, spread over the cores.
@@ -407,18 +415,32 @@ public final class RequestPipeline: Service {
         for job in starting { state.changed(job) }
     }
 
+    /// Whether a method's preparation reads the account (the password hash it verifies), so it
+    /// must not start before the earlier requests of its lane are written.
+    static func readsAccountWhilePreparing(_ method: LoginMethod) -> Bool {
+        method == .password || method == .changePassword
+    }
+
+    /// Starts the parked preparations whose lane has emptied before them.
+    private func startParked(_ state: inout LoopState) {
+        guard !state.parked.isEmpty else { return }
+        for seq in state.parked.sorted() {
+            guard let job = state.jobs[seq], case .waitingForLane(let preparation) = job.phase else {
+                state.parked.remove(seq)
+                continue
+            }
+            guard state.isFirstInLane(job) else { continue }
+            state.parked.remove(seq)
+            job.phase = .preparing
+            prepare([preparation])
+            state.changed(job)
+        }
+    }
+
     /// A lookup of request ids running in the background, and the jobs waiting for it.
     struct Lookup {
         let stage: Stage<LookupResult>
         let jobs: [Int]
-    }
-
-    /// A request to prepare in the background, with what the pipeline decided about it.
-    private struct Preparation: Sendable {
-        let seq: Int
-        let request: LoginRequest
-        let digest: [UInt8]
-        let replyKey: [UInt8]?
     }
 
     /// Prepares requests one after the other in a task of their own, posting each outcome.
@@ -1014,9 +1036,19 @@ struct LaneKey: Hashable {
     let offset: Int64
 }
 
+/// A request to prepare in the background, with what the pipeline decided about it.
+struct Preparation: Sendable {
+    let seq: Int
+    let request: LoginRequest
+    let digest: [UInt8]
+    let replyKey: [UInt8]?
+}
+
 enum Phase {
     /// Another job with the same request id is in flight: this one waits for its outcome.
     case waitingForID
+    /// Its preparation reads the account: it waits until it is first in its lane.
+    case waitingForLane(Preparation)
     /// To be looked up (and started) in the next pass.
     case lookup
     /// Its request id is being looked up.
@@ -1133,6 +1165,11 @@ struct LoopState {
         return seq
     }
 
+    /// Jobs parked until they are first in their lane (`Phase.waitingForLane`).
+    var parked: Set<Int> = []
+
+    func isFirstInLane(_ job: Job) -> Bool { lanes[job.lane]?.first == job.seq }
+
     mutating func add(_ job: Job) {
         jobs[job.seq] = job
         lanes[job.lane, default: []].append(job.seq)
@@ -1210,6 +1247,7 @@ struct LoopState {
                 case .ready: "ready"
                 case .batched: "batched"
                 case .waitingForID: "waiting_for_id"
+                case .waitingForLane: "waiting_for_lane"
                 case .abandoned: "abandoned"
                 }
             counts[name, default: 0] += 1
@@ -1224,7 +1262,7 @@ struct LoopState {
         for job in jobs.values {
             switch job.phase {
             case .lookup, .lookingUp, .preparing, .batched: return true
-            case .ready, .waitingForID, .abandoned: continue
+            case .ready, .waitingForID, .waitingForLane, .abandoned: continue
             }
         }
         for seqs in lanes.values {
@@ -1232,7 +1270,8 @@ struct LoopState {
                 guard let job = jobs[seq] else { break lane }
                 switch job.phase {
                 case .batched: continue lane
-                case .ready: return true
+                // A parked job at the head of its lane is started on the next turn.
+                case .ready, .waitingForLane: return true
                 default: break lane
                 }
             }

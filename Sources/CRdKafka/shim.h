@@ -2,6 +2,8 @@
 #define AUTH_CRDKAFKA_SHIM_H
 
 #include <librdkafka/rdkafka.h>
+/* The in-process mock cluster (rd_kafka_mock_*): the worker loop's unit tests run against it. */
+#include <librdkafka/rdkafka_mock.h>
 
 /// RD_KAFKA_PARTITION_UA is a cast macro Swift cannot import.
 static inline int32_t rdkafka_shim_partition_unassigned(void) { return RD_KAFKA_PARTITION_UA; }
