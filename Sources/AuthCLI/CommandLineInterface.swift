@@ -65,6 +65,11 @@ public struct CommandLineInterface: Sendable {
             words: ["request", "guest"], arguments: "[--device NAME] [--platform P] [--timeout SECONDS]",
             summary: "publish a guest login and print its result", options: ["--device", "--platform", "--timeout"]),
         Command(
+            words: ["topics", "create"], arguments: "[--partitions N]",
+            summary:
+                "create the AUTH_TOPIC_* topics that do not exist yet (default 4 partitions, the cluster's replication)",
+            options: ["--partitions"]),
+        Command(
             words: ["users", "show"], arguments: "ID_OR_EMAIL",
             summary: "print a user, its identities and sessions (no secrets)", positionals: 1...1),
         Command(
@@ -192,6 +197,8 @@ public struct CommandLineInterface: Sendable {
                 try printJWKS()
             case ["request", "guest"]:
                 return try await requestGuest(parsed)
+            case ["topics", "create"]:
+                return try await createTopics(parsed, usage: command.usage)
             case ["users", "show"]:
                 return try await showUser(parsed.positionals[0])
             case ["users", "delete"]:
@@ -408,6 +415,34 @@ public struct CommandLineInterface: Sendable {
             throw UsageError(message: "no keys: set AUTH_SIGNING_KEYS and/or AUTH_CREDENTIAL_KEYS")
         }
         output(published.jwks)
+    }
+
+    // MARK: - topics create
+
+    /// Creates the configured topics that are missing, then says of each whether the cluster has
+    /// it: for clusters that do not create topics on first use (the worker never does).
+    private func createTopics(_ arguments: Arguments, usage: String) async throws -> Int32 {
+        var partitions: Int32 = 4
+        if let value = arguments.values["--partitions"] {
+            guard let count = Int32(value), count > 0 else {
+                throw UsageError(message: "--partitions takes a positive number; \(usage)")
+            }
+            partitions = count
+        }
+        let configuration = try configuration(needs: [.brokers])
+        let quiet = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
+        let producer = try KafkaProducer(configuration: configuration.producerConfiguration, logger: quiet)
+        let topics = configuration.topics.all
+        do {
+            try await producer.createTopics(topics, partitions: partitions)
+            let present = try await producer.describeTopics(topics, timeout: .seconds(10))
+            await producer.shutdown(timeout: .seconds(5))
+            for topic in topics { output("\(topic): \(present[topic] == true ? "present" : "missing")") }
+            return topics.allSatisfy { present[$0] == true } ? 0 : 1
+        } catch {
+            await producer.shutdown(timeout: .seconds(5))
+            throw error
+        }
     }
 
     // MARK: - request guest

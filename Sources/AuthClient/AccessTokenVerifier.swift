@@ -1,5 +1,6 @@
 import Foundation
 import JOSE
+import Messages
 import StrictJSON
 
 #if canImport(FoundationNetworking)
@@ -81,22 +82,17 @@ public actor AccessTokenVerifier {
         } catch {
             throw Refusal(description: "the claims are not a JSON object")
         }
-        guard case .string(issuer)? = members["iss"] else { throw Refusal(description: "another issuer") }
-        guard case .string(audience)? = members["aud"] else { throw Refusal(description: "another audience") }
-        guard case .string(let sub)? = members["sub"], case .string(let sid)? = members["sid"],
-            case .string(let jti)? = members["jti"], case .number(let exp)? = members["exp"],
-            case .number(let iat)? = members["iat"]
-        else { throw Refusal(description: "not an access token of this issuer") }
-        guard exp + clockSkew > now.timeIntervalSince1970 else { throw Refusal(description: "expired") }
-        var abilities: [String] = []
-        if case .array(let values)? = members["abilities"] {
-            abilities = values.compactMap { if case .string(let value) = $0 { value } else { nil } }
+        guard let contents = AccessTokenContents(members) else {
+            throw Refusal(description: "not an access token of this issuer")
         }
-        var isGuest = false
-        if case .bool(let value)? = members["guest"] { isGuest = value }
+        guard contents.issuer == issuer else { throw Refusal(description: "another issuer") }
+        guard contents.audience == audience else { throw Refusal(description: "another audience") }
+        guard contents.expiresAt + clockSkew > now.timeIntervalSince1970 else { throw Refusal(description: "expired") }
         return Claims(
-            userID: sub, sessionID: sid, tokenID: jti, abilities: abilities, isGuest: isGuest,
-            issuedAt: Date(timeIntervalSince1970: iat), expiresAt: Date(timeIntervalSince1970: exp))
+            userID: contents.subject, sessionID: contents.sessionID, tokenID: contents.tokenID,
+            abilities: contents.abilities, isGuest: contents.isGuest,
+            issuedAt: Date(timeIntervalSince1970: contents.issuedAt),
+            expiresAt: Date(timeIntervalSince1970: contents.expiresAt))
     }
 
     private func currentKeys(now: Date) async throws -> JWKSet {

@@ -185,15 +185,8 @@ public enum X25519 {
         guard privateKey.count == 32, let key = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, nil, privateKey, 32)
         else { throw Failure(description: "bad X25519 private key") }
         defer { EVP_PKEY_free(key) }
-        guard let bio = BIO_new(BIO_s_mem()) else { throw Failure(description: "BIO_new failed") }
-        defer { BIO_free(bio) }
-        guard PEM_write_bio_PrivateKey(bio, key, nil, nil, 0, nil, nil) == 1 else {
-            throw Failure(description: "PEM encoding failed")
-        }
-        var data: UnsafeMutablePointer<CChar>?
-        let length = copenssl_shim_BIO_get_mem_data(bio, &data)
-        guard let data, length > 0 else { throw Failure(description: "PEM encoding is empty") }
-        return String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
+        guard let pem = PrivateKeyPEM.encode(key) else { throw Failure(description: "PEM encoding failed") }
+        return pem
     }
 
     /// The shared secret of our private key and their public key.

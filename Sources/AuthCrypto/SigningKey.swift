@@ -111,15 +111,8 @@ public final class SigningKey: @unchecked Sendable {
 
     /// The private key as PKCS#8 PEM, for writing to a file with restrictive permissions.
     public func privateKeyPEM() throws -> String {
-        guard let bio = BIO_new(BIO_s_mem()) else { throw Failure(description: "BIO_new failed") }
-        defer { BIO_free(bio) }
-        guard PEM_write_bio_PrivateKey(bio, key, nil, nil, 0, nil, nil) == 1 else {
-            throw Failure(description: "PEM encoding failed")
-        }
-        var data: UnsafeMutablePointer<CChar>?
-        let length = copenssl_shim_BIO_get_mem_data(bio, &data)
-        guard let data, length > 0 else { throw Failure(description: "PEM encoding is empty") }
-        return String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
+        guard let pem = PrivateKeyPEM.encode(key) else { throw Failure(description: "PEM encoding failed") }
+        return pem
     }
 
     /// Signs `message` as JWS requires: raw Ed25519, or ECDSA P-256 over SHA-256 as raw `r || s`.
@@ -186,5 +179,20 @@ public final class SigningKey: @unchecked Sendable {
                 "y": Base64URL.encode(point[33..<65]),
             ]
         }
+    }
+}
+
+/// A private key as PKCS#8 PEM (OpenSSL's `PEM_write_bio_PrivateKey`), for the key types that
+/// write their keys to files.
+enum PrivateKeyPEM {
+    /// - Returns: nil when OpenSSL cannot encode it.
+    static func encode(_ key: OpaquePointer) -> String? {
+        guard let bio = BIO_new(BIO_s_mem()) else { return nil }
+        defer { BIO_free(bio) }
+        guard PEM_write_bio_PrivateKey(bio, key, nil, nil, 0, nil, nil) == 1 else { return nil }
+        var data: UnsafeMutablePointer<CChar>?
+        let length = copenssl_shim_BIO_get_mem_data(bio, &data)
+        guard let data, length > 0 else { return nil }
+        return String(decoding: UnsafeRawBufferPointer(start: data, count: length), as: UTF8.self)
     }
 }

@@ -77,22 +77,17 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
         let jws = try CompactJWS(token)
         try JWSVerifier.verifySignature(jws, keys: verificationKeys, allowed: [.edDSA, .es256])
         let members = try JSONReader.object(jws.payload)
-        guard case .string(issuer)? = members["iss"], case .string(audience)? = members["aud"],
-            case .string(let subject)? = members["sub"], case .string(let session)? = members["sid"],
-            case .string(let jti)? = members["jti"], case .number(let exp)? = members["exp"],
-            case .number(let iat)? = members["iat"], let userID = UUID(uuidString: subject),
-            let sessionID = UUID(uuidString: session), let tokenID = UUID(uuidString: jti)
+        guard let contents = AccessTokenContents(members), contents.issuer == issuer, contents.audience == audience,
+            let userID = UUID(uuidString: contents.subject), let sessionID = UUID(uuidString: contents.sessionID),
+            let tokenID = UUID(uuidString: contents.tokenID)
         else { throw JOSEError(.invalidClaim, "not an access token of this issuer") }
-        guard exp > now.timeIntervalSince1970 else { throw JOSEError(.expired, "the access token has expired") }
-        var abilities: [String] = []
-        if case .array(let values)? = members["abilities"] {
-            abilities = values.compactMap { if case .string(let value) = $0 { value } else { nil } }
+        guard contents.expiresAt > now.timeIntervalSince1970 else {
+            throw JOSEError(.expired, "the access token has expired")
         }
-        var isGuest = false
-        if case .bool(let value)? = members["guest"] { isGuest = value }
         return AccessTokenClaims(
-            tokenID: tokenID, userID: userID, sessionID: sessionID, abilities: abilities, isGuest: isGuest,
-            issuedAt: Date(timeIntervalSince1970: iat), expiresAt: Date(timeIntervalSince1970: exp))
+            tokenID: tokenID, userID: userID, sessionID: sessionID, abilities: contents.abilities,
+            isGuest: contents.isGuest, issuedAt: Date(timeIntervalSince1970: contents.issuedAt),
+            expiresAt: Date(timeIntervalSince1970: contents.expiresAt))
     }
 
     /// The public keys as a JWK Set document.

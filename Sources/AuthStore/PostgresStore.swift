@@ -385,10 +385,6 @@ public final class PostgresStore: Sendable {
         try await pool.withConnection { try UserReport.load(idOrEmail, connection: $0) }
     }
 
-    /// `SELECT 1`, for readiness.
-    public func ping() async throws {
-        try await pool.withConnection { _ = try $0.query("SELECT 1 AS one") }
-    }
 }
 
 extension PostgresStore: PasswordAttempts {}

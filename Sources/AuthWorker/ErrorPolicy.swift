@@ -41,11 +41,6 @@ enum ErrorPolicy {
 struct ShutdownDuringRetry: Error {}
 
 extension Duration {
-    var wholeMicroseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1_000_000 + attoseconds / 1_000_000_000_000
-    }
-
     var wholeMilliseconds: Int64 {
         let (seconds, attoseconds) = components
         return seconds * 1000 + attoseconds / 1_000_000_000_000_000

@@ -113,11 +113,6 @@ public final class WorkerMetrics: Sendable {
         consumerLag.replaceAll(gauges)
     }
 
-    /// Results answered so far by status or error code.
-    public var resultsByCode: [String: Int] {
-        Dictionary(uniqueKeysWithValues: results.members.map { ($0.labels.first ?? "", $0.child.count) })
-    }
-
     /// The Prometheus text exposition of every metric, process figures included.
     public func prometheusText() -> String { registry.text() }
 

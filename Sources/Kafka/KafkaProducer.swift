@@ -131,21 +131,6 @@ public final class KafkaProducer: Sendable {
         }
     }
 
-    /// Asks the brokers for cluster metadata: a cheap "is the broker reachable" probe.
-    /// - Throws: `KafkaError` when no broker answered within `timeout`.
-    public func checkBrokers(timeout: Duration) async throws {
-        guard !handle.isClosing.load(ordering: .acquiring) else {
-            throw KafkaError(.closed, reason: "producer is closed", isRetriable: false)
-        }
-        let error = await onMetadataThread(closed: RD_KAFKA_RESP_ERR__DESTROY) { pointer in
-            var metadata: UnsafePointer<rd_kafka_metadata>?
-            let error = rd_kafka_metadata(pointer, 0, nil, &metadata, Int32(clamping: timeout.milliseconds))
-            if let metadata { rd_kafka_metadata_destroy(metadata) }
-            return error
-        }
-        if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(.poll, error: error) }
-    }
-
     /// Asks the brokers about `topics`: which of them exist (with at least one partition). Also
     /// teaches the producer where they live, so the first record sent to each does not wait
     /// for that.
@@ -185,7 +170,7 @@ public final class KafkaProducer: Sendable {
 
     /// Runs a blocking metadata request on the metadata thread; answers `closed` without touching
     /// the client once the producer is closing.
-    private func onMetadataThread<T: Sendable>(
+    func onMetadataThread<T: Sendable>(
         closed: T, _ body: @escaping @Sendable (OpaquePointer) -> T
     ) async -> T {
         let handle = self.handle
@@ -233,10 +218,6 @@ public final class KafkaProducer: Sendable {
         }
     }
 
-    /// The raw handle, for the admin helpers that borrow a producer's connection.
-    func withHandle<T>(_ body: (OpaquePointer) throws -> T) rethrows -> T {
-        try body(handle.pointer)
-    }
 }
 
 /// Owns the rd_kafka_t pointer and the closing flag.

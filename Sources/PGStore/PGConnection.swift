@@ -67,12 +67,6 @@ public final class PGConnection {
         return PQstatus(connection) == CONNECTION_OK
     }
 
-    /// Reconnects when the previous connection broke.
-    /// - Throws: `PGError` `.connection` when the server is still unreachable.
-    public func reconnectIfNeeded() throws {
-        if !isHealthy { try connect() }
-    }
-
     // MARK: - Queries
 
     /// Runs one statement with bound parameters and returns its rows.

@@ -61,7 +61,6 @@ public struct PasswordPolicy: Sendable {
     }()
 
     /// How many passwords the common list holds.
-    public static var commonPasswordCount: Int { common.count }
 
     /// `password` is `word`, or `word` with only non-letters before or after it (`acme2024!`).
     static func isDecorated(_ password: String, word: String) -> Bool {

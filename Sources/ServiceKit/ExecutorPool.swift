@@ -24,9 +24,6 @@ public final class ExecutorPool: Sendable {
     /// The number of threads.
     public var size: Int { executors.count }
 
-    /// True on one of the pool's threads (internal: what the pool's tests check).
-    var isPoolThread: Bool { executors.contains { $0.isCurrentThread } }
-
     /// Runs `body` on one of the pool's threads, waiting for a free one.
     public func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         let index = await slots.acquire()

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// A serial and task executor that runs every job on one dedicated thread.
 ///
@@ -16,10 +15,6 @@ public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Send
 
     private var jobs: [Work] = []
     private var stopped = false
-    private let threadID = Atomic<UInt>(0)
-
-    /// True when called on this executor's thread (internal: what the pool's tests check).
-    var isCurrentThread: Bool { threadID.load(ordering: .acquiring) == UInt(pthread_self()) }
 
     /// Starts the thread.
     /// - Parameters:
@@ -35,7 +30,6 @@ public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Send
                 let which = __priority_which_t(PRIO_PROCESS.rawValue)
                 _ = setpriority(which, 0, getpriority(which, 0) + niceness)
             }
-            self.threadID.store(UInt(pthread_self()), ordering: .releasing)
             self.runLoop()
         }
         thread.name = name

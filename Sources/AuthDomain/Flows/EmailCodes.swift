@@ -455,14 +455,8 @@ struct PasswordReset: PreparedWrite {
         {
             return stop
         }
-        let accessToken = try pending.accessToken(for: user.id)
-        try unit.insertSession(
-            pending.session(provider: "password", device: device, accessToken: accessToken), userID: user.id)
-        return FlowAnswer(
-            result: .ok(
-                requestID: requestID, user: user.payload, newUser: false,
-                session: pending.payload(accessToken: accessToken)),
-            userID: user.id, sessionID: pending.sessionID)
+        return try pending.open(
+            for: user, provider: "password", device: device, newUser: false, requestID: requestID, in: unit)
     }
 }
 
@@ -652,13 +646,7 @@ struct EmailCodeSignIn: PreparedWrite {
         } else {
             throw LoginError(.invalidCode, "the account this code was sent for is gone")
         }
-        let accessToken = try pending.accessToken(for: user.id)
-        try unit.insertSession(
-            pending.session(provider: "email", device: device, accessToken: accessToken), userID: user.id)
-        return FlowAnswer(
-            result: .ok(
-                requestID: requestID, user: user.payload, newUser: created,
-                session: pending.payload(accessToken: accessToken)),
-            userID: user.id, sessionID: pending.sessionID)
+        return try pending.open(
+            for: user, provider: "email", device: device, newUser: created, requestID: requestID, in: unit)
     }
 }

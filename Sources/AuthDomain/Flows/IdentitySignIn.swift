@@ -301,15 +301,11 @@ struct IdentitySignIn: PreparedWrite {
         {
             return stop
         }
-        let accessToken = try pending.accessToken(for: user.id)
-        try unit.insertSession(
-            pending.session(provider: identity.provider, device: device, accessToken: accessToken), userID: user.id)
+        let answer = try pending.open(
+            for: user, provider: identity.provider, device: device, newUser: kind == .created, requestID: requestID,
+            in: unit)
         try appendSignUpEvent(kind, user: user, unit)
-        return FlowAnswer(
-            result: .ok(
-                requestID: requestID, user: user.payload, newUser: kind == .created,
-                session: pending.payload(accessToken: accessToken)),
-            userID: user.id, sessionID: pending.sessionID)
+        return answer
     }
 
     /// The event of what the sign-in did to the account.

@@ -269,6 +269,20 @@ struct PendingSession: Sendable {
             refreshTokenHash: SHA256.hash(refreshToken), refreshTokenExpiresAt: refreshExpiry)
     }
 
+    /// Signs the access token, writes the session for `user`, and answers it: how every sign-in
+    /// that ends in a session ends.
+    func open(
+        for user: StoredUser, provider: String, device: LoginRequestData.Device?, newUser: Bool, requestID: String,
+        in unit: any UnitOfWork
+    ) throws -> FlowAnswer {
+        let accessToken = try accessToken(for: user.id)
+        try unit.insertSession(session(provider: provider, device: device, accessToken: accessToken), userID: user.id)
+        return FlowAnswer(
+            result: .ok(
+                requestID: requestID, user: user.payload, newUser: newUser, session: payload(accessToken: accessToken)),
+            userID: user.id, sessionID: sessionID)
+    }
+
     /// What the client receives.
     func payload(accessToken: String) -> SessionPayload {
         SessionPayload(

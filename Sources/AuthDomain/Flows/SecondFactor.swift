@@ -354,14 +354,8 @@ struct MFAChallenge: PreparedWrite {
         case .accepted(let step, let recovery):
             try FactorCheck.spend((step, recovery), userID: userID, in: unit, at: now)
         }
-        let accessToken = try pending.accessToken(for: user.id)
-        try unit.insertSession(
-            pending.session(provider: provider, device: device, accessToken: accessToken), userID: user.id)
-        return FlowAnswer(
-            result: .ok(
-                requestID: requestID, user: user.payload, newUser: false,
-                session: pending.payload(accessToken: accessToken)),
-            userID: user.id, sessionID: pending.sessionID)
+        return try pending.open(
+            for: user, provider: provider, device: device, newUser: false, requestID: requestID, in: unit)
     }
 }
 

@@ -198,14 +198,16 @@ import Testing
     @Test func closeWaitsForAMetadataRequestUnderWay() async throws {
         let config = KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: ["127.0.0.1:1"]))
         let producer = try KafkaProducer(configuration: config, logger: IntegrationEnvironment.quietLogger)
-        let probe = Task { try? await producer.checkBrokers(timeout: .seconds(2)) }
+        let probe = Task { _ = try? await producer.describeTopics(["auth.login.requests"], timeout: .seconds(2)) }
         try await Task.sleep(for: .milliseconds(300))
         let started = ContinuousClock.now
         await producer.shutdown(timeout: .milliseconds(100))
         let took = ContinuousClock.now - started
         await probe.value
         #expect(took > .seconds(1), "close returned after \(took), with the probe still inside librdkafka")
-        await #expect(throws: KafkaError.self) { try await producer.checkBrokers(timeout: .seconds(1)) }
+        await #expect(throws: KafkaError.self) {
+            _ = try await producer.describeTopics(["auth.login.requests"], timeout: .seconds(1))
+        }
     }
 
     @Test func deliveryToAnUnreachableBrokerFailsRetriably() async throws {

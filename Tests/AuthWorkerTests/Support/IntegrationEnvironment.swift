@@ -58,10 +58,10 @@ enum IntegrationEnvironment {
         let producer = try KafkaProducer(
             configuration: KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: [brokers])),
             logger: quietLogger)
-        defer { producer.close() }
-        try KafkaAdmin.createTopics(
+        try await producer.createTopics(
             [topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters],
-            partitions: partitions, using: producer)
+            partitions: partitions)
+        await producer.shutdown()
         return topics
     }
 

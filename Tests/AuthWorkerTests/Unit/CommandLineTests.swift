@@ -38,6 +38,7 @@ import Testing
         ["version", "extra"], ["keys", "generate"], ["keys", "generate", "a.pem", "--size", "4096"],
         ["users", "show"], ["config", "check", "--strict"], ["guests", "purge", "--older-than"],
         ["token", "verify", "--provider", "apple"], ["request", "guest", "--count", "3"],
+        ["topics", "create", "--partitions", "0"], ["topics", "create", "extra"],
     ])
     func whatACommandDoesNotTakeIsRefusedWithItsUsage(arguments: [String]) async {
         let (status, _, err) = await run(arguments)
@@ -96,6 +97,24 @@ import Testing
                 ["config", "check"], environment: environment.merging([variable: value]) { $1 })
             #expect(failed == 1, "\(variable)")
             #expect(message.contains(variable) && message.contains(expected), "\(message)")
+        }
+    }
+
+    /// `topics create` makes the configured topics that are missing, on the real broker, and is
+    /// harmless run again.
+    @Test(.requiresServices) func topicsCreateMakesTheMissingTopicsAndCanRunAgain() async throws {
+        let brokers = try #require(IntegrationEnvironment.kafkaBrokers)
+        let suffix = IntegrationEnvironment.uniqueName("cli")
+        let environment = [
+            "AUTH_KAFKA_BROKERS": brokers, "AUTH_TOPIC_REQUESTS": "requests.\(suffix)",
+            "AUTH_TOPIC_RESULTS": "results.\(suffix)", "AUTH_TOPIC_EVENTS": "events.\(suffix)",
+            "AUTH_TOPIC_NOTIFICATIONS": "notifications.\(suffix)", "AUTH_TOPIC_DLQ": "dlq.\(suffix)",
+        ]
+        for _ in 0..<2 {
+            let (status, out, err) = await run(["topics", "create", "--partitions", "2"], environment: environment)
+            #expect(status == 0, "\(err)")
+            #expect(out.split(separator: "\n").count == 5, "\(out)")
+            #expect(out.contains("requests.\(suffix): present") && !out.contains("missing"), "\(out)")
         }
     }
 }
