@@ -79,15 +79,41 @@ let package = Package(
             ]),
 
         // MARK: - Tests
-        .testTarget(
-            name: "AuthWorkerTests",
+        // Helpers every test target may use: the services' environment, a key server, a mock Kafka
+        // cluster, the flow harness, processes. Built only with the tests.
+        .target(
+            name: "TestSupport",
             dependencies: [
-                "AuthWorker", "AuthDomain", "AuthStore", "AuthCLI", "AuthClient", "ServiceKit", "AuthCrypto", "JOSE",
-                "JOSEFixtures", "Passwords", "Kafka",
-                "PGStore",
-                "Messages", "COpenSSL", "CRdKafka", "StrictJSON",
-            ]
-        ),
+                "AuthCLI", "AuthWorker", "AuthDomain", "AuthStore", "AuthCrypto", "JOSE", "JOSEFixtures", "Kafka",
+                "Messages", "PGStore", "Passwords", "ServiceKit", "COpenSSL", "CRdKafka",
+            ],
+            path: "Tests/TestSupport"),
+        // One test target per module or layer, as the modules are laid out (ARCHITECTURE.md).
+        .testTarget(
+            name: "JOSETests", dependencies: ["JOSE", "JOSEFixtures", "AuthCrypto", "StrictJSON", "TestSupport"]),
+        .testTarget(name: "MessagesTests", dependencies: ["Messages", "StrictJSON", "TestSupport"]),
+        .testTarget(name: "PasswordsTests", dependencies: ["Passwords", "ServiceKit", "TestSupport"]),
+        .testTarget(name: "ServiceKitTests", dependencies: ["ServiceKit", "StrictJSON", "TestSupport"]),
+        .testTarget(name: "PGStoreTests", dependencies: ["PGStore", "TestSupport"]),
+        .testTarget(name: "KafkaTests", dependencies: ["Kafka", "TestSupport"]),
+        .testTarget(
+            name: "FlowTests",
+            dependencies: [
+                "AuthDomain", "AuthStore", "AuthCrypto", "JOSE", "JOSEFixtures", "Messages", "PGStore", "Passwords",
+                "ServiceKit", "StrictJSON", "TestSupport",
+            ]),
+        .testTarget(
+            name: "WorkerTests",
+            dependencies: [
+                "AuthWorker", "AuthCLI", "AuthDomain", "AuthStore", "AuthCrypto", "Kafka", "Messages", "PGStore",
+                "Passwords", "ServiceKit", "TestSupport",
+            ]),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: [
+                "AuthWorker", "AuthCLI", "AuthClient", "AuthDomain", "AuthStore", "AuthCrypto", "JOSE", "JOSEFixtures",
+                "Kafka", "Messages", "PGStore", "Passwords", "ServiceKit", "TestSupport",
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )

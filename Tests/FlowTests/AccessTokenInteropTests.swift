@@ -1,0 +1,74 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import Testing
+
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
+@testable import AuthWorker
+@testable import TestSupport
+
+/// Downstream services verify access tokens with their own JOSE library against the published JWK Set.
+@Suite(.requiresIndependentJOSE) struct AccessTokenInteropTests {
+    static let verifier = """
+        import sys, json, jwt
+        jwks, token = sys.stdin.read().split('\\n', 1)
+        keys = {key.key_id: key for key in jwt.PyJWKSet.from_json(jwks).keys}
+        kid = jwt.get_unverified_header(token.strip())['kid']
+        claims = jwt.decode(token.strip(), keys[kid].key, algorithms=['EdDSA', 'ES256'], audience='api', issuer='auth-worker')
+        print(kid, claims['sub'], claims['sid'], claims['guest'])
+        """
+
+    func claims(_ now: Date) -> AccessTokenClaims {
+        AccessTokenClaims(
+            tokenID: UUID(), userID: UUID(), sessionID: UUID(), abilities: ["*"], isGuest: false, issuedAt: now,
+            expiresAt: now + 900)
+    }
+
+    @Test func pyJWTVerifiesTokensWithThePublishedKeysAcrossARotation() throws {
+        let old = try TestKeys.temporaryKeyFile(.edDSA)
+        let new = try TestKeys.temporaryKeyFile(.es256)
+        var before = WorkerConfiguration()
+        before.signingKeyPaths = [old.path]
+        var after = WorkerConfiguration()
+        after.signingKeyPaths = [new.path, old.path]
+        let previousIssuer = try JWTAccessTokenIssuer(configuration: before)
+        let currentIssuer = try JWTAccessTokenIssuer(configuration: after)
+        let jwks = try JWTAccessTokenIssuer.jwks(currentIssuer.keys)
+
+        let now = Date()
+        let oldClaims = claims(now)
+        let oldToken = try previousIssuer.issue(oldClaims)
+        let newClaims = claims(now)
+        let newToken = try currentIssuer.issue(newClaims)
+
+        let oldResult = try IndependentJOSE.run(Self.verifier, input: jwks + "\n" + oldToken)
+        #expect(
+            oldResult
+                == "\(old.key.keyID) \(oldClaims.userID.lowercasedString) \(oldClaims.sessionID.lowercasedString) False"
+        )
+        let newResult = try IndependentJOSE.run(Self.verifier, input: jwks + "\n" + newToken)
+        #expect(newResult.hasPrefix(new.key.keyID + " "), "new tokens are signed by the newest key")
+
+        // And our own verifier (used for link_to and logout) accepts both too.
+        #expect(try currentIssuer.verify(oldToken, now: now).userID == oldClaims.userID)
+        #expect(try currentIssuer.verify(newToken, now: now).sessionID == newClaims.sessionID)
+        #expect(throws: (any Error).self) { try previousIssuer.verify(newToken, now: now) }
+        #expect(throws: JOSEError.self) { try currentIssuer.verify(newToken, now: now + 901) }
+    }
+
+    @Test func aTamperedTokenIsRefusedByPyJWT() throws {
+        let key = try TestKeys.temporaryKeyFile(.edDSA)
+        var configuration = WorkerConfiguration()
+        configuration.signingKeyPaths = [key.path]
+        let issuer = try JWTAccessTokenIssuer(configuration: configuration)
+        let token = try issuer.issue(claims(Date()))
+        var parts = token.split(separator: ".").map(String.init)
+        parts[1] = Base64URL.encode(Array(#"{"sub":"admin","aud":"api","iss":"auth-worker","exp":9999999999}"#.utf8))
+        #expect(throws: IndependentJOSE.Failure.self) {
+            try IndependentJOSE.run(
+                Self.verifier, input: try JWTAccessTokenIssuer.jwks(issuer.keys) + "\n" + parts.joined(separator: "."))
+        }
+    }
+}

@@ -1,0 +1,272 @@
+import AuthCLI
+import AuthDomain
+import AuthStore
+import AuthWorker
+import Foundation
+import Kafka
+import Testing
+
+@testable import TestSupport
+
+@Suite struct ConfigurationTests {
+    @Test func defaultsAreTheContractsAndTheEndpointsHaveNone() throws {
+        let config = try WorkerConfiguration.fromEnvironment([:])
+        #expect(config.kafkaBrokers.isEmpty && config.databaseURL.isEmpty, "no development default")
+        #expect(config.kafkaGroup == "auth-worker")
+        #expect(config.topics.requests == "auth.login.requests")
+        #expect(config.topics.results == "auth.login.results")
+        #expect(config.topics.events == "auth.user.events")
+        #expect(config.topics.notifications == "auth.provider.notifications")
+        #expect(config.topics.deadLetters == "auth.login.requests.dlq")
+        #expect(config.accessTokenFormat == .jwt)
+        #expect(config.logLevel == .info)
+        #expect(config.sessions.guestAbilities == ["guest"])
+    }
+
+    @Test func readsTheOperatorInterface() throws {
+        let config = try WorkerConfiguration.fromEnvironment([
+            "AUTH_KAFKA_BROKERS": "k1:9092, k2:9092", "AUTH_KAFKA_GROUP": "g", "AUTH_DATABASE_URL": "postgres://db/x",
+            "AUTH_TOPIC_REQUESTS": "r", "AUTH_TOPIC_RESULTS": "s", "AUTH_TOPIC_EVENTS": "e",
+            "AUTH_TOPIC_NOTIFICATIONS": "n", "AUTH_TOPIC_DLQ": "d", "AUTH_APPLE_AUDIENCES": "com.example.app",
+            "AUTH_GOOGLE_AUDIENCES": "a.apps.googleusercontent.com,b", "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+            "AUTH_SIGNING_KEYS": "/k/new.pem,/k/old.pem", "AUTH_LOG_LEVEL": "debug", "AUTH_BATCH_MAX": "64",
+            "AUTH_GUEST_ABILITIES": "guest,read", "AUTH_MIGRATE_ON_START": "false",
+        ])
+        #expect(config.kafkaBrokers == ["k1:9092", "k2:9092"])
+        #expect(config.kafkaGroup == "g")
+        #expect(config.databaseURL == "postgres://db/x")
+        #expect(config.topics.requests == "r" && config.topics.results == "s" && config.topics.events == "e")
+        #expect(config.topics.notifications == "n" && config.topics.deadLetters == "d")
+        #expect(config.appleAudiences == ["com.example.app"])
+        #expect(config.googleAudiences == ["a.apps.googleusercontent.com", "b"])
+        #expect(config.accessTokenFormat == .opaque)
+        #expect(config.signingKeyPaths == ["/k/new.pem", "/k/old.pem"])
+        #expect(config.logLevel == .debug)
+        #expect(config.processing.batchMax == 64)
+        #expect(config.sessions.guestAbilities == ["guest", "read"])
+        #expect(!config.migrateOnStart)
+    }
+
+    @Test(arguments: [
+        ("AUTH_ACCESS_TOKEN_FORMAT", "paseto"), ("AUTH_LOG_LEVEL", "loud"), ("AUTH_BATCH_MAX", "many"),
+        ("AUTH_MIGRATE_ON_START", "maybe"), ("AUTH_KAFKA_PROPERTIES_FILE", "/nonexistent/file"),
+        ("AUTH_GUEST_GLOBAL_RATE_LIMIT", "100"), ("AUTH_REGISTER_RATE_LIMIT", "10/0"),
+        ("AUTH_REGISTER_GLOBAL_RATE_LIMIT", "-1/60"), ("AUTH_REQUIRE_SEALED_CREDENTIALS", "perhaps"),
+    ])
+    func badValuesNameTheirVariable(variable: String, value: String) {
+        #expect(throws: ConfigurationError.self) { try WorkerConfiguration.fromEnvironment([variable: value]) }
+        do {
+            _ = try WorkerConfiguration.fromEnvironment([variable: value])
+        } catch let error as ConfigurationError {
+            #expect(error.variable == variable)
+        } catch {
+            Issue.record("unexpected \(error)")
+        }
+    }
+
+    /// Unset or empty, the brokers and the database are refused by name: an empty
+    /// `AUTH_KAFKA_BROKERS=` used to fall back to the local setup's broker.
+    @Test func theEndpointsMustBeSetNotDefaulted() throws {
+        for environment in [[:], ["AUTH_KAFKA_BROKERS": "", "AUTH_DATABASE_URL": "postgres://db/x"]] {
+            let config = try WorkerConfiguration.fromEnvironment(
+                environment.merging(["AUTH_ACCESS_TOKEN_FORMAT": "opaque"]) { $1 })
+            #expect(throws: ConfigurationError(variable: "AUTH_KAFKA_BROKERS", reason: "")) { try config.validate() }
+        }
+        let noDatabase = try WorkerConfiguration.fromEnvironment([
+            "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": " ", "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+        ])
+        #expect(throws: ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "")) { try noDatabase.validate() }
+    }
+
+    /// The database URL (it holds the password) can come from a mounted Secret file.
+    @Test func theDatabaseURLCanComeFromAFile() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("db-\(UUID())").path
+        try "postgres://auth:secret@db:5432/auth\n".write(toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try WorkerConfiguration.fromEnvironment(["AUTH_DATABASE_URL_FILE": path])
+        #expect(config.databaseURL == "postgres://auth:secret@db:5432/auth")
+        #expect(throws: ConfigurationError(variable: "AUTH_DATABASE_URL_FILE", reason: "")) {
+            try WorkerConfiguration.fromEnvironment([
+                "AUTH_DATABASE_URL_FILE": path, "AUTH_DATABASE_URL": "postgres://x/y",
+            ])
+        }
+        #expect(throws: ConfigurationError(variable: "AUTH_DATABASE_URL_FILE", reason: "")) {
+            try WorkerConfiguration.fromEnvironment(["AUTH_DATABASE_URL_FILE": path + ".missing"])
+        }
+    }
+
+    /// `AUTH_DB_POOL_SIZE=0` is refused naming itself (it used to name AUTH_BATCH_SIZE).
+    @Test func aPoolOfNoConnectionsNamesItsVariable() throws {
+        let config = try WorkerConfiguration.fromEnvironment([
+            "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": "postgres://db/x",
+            "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+            "AUTH_DB_POOL_SIZE": "0",
+        ])
+        do {
+            try config.validate()
+            Issue.record("a pool of no connections was accepted")
+        } catch let error as ConfigurationError {
+            #expect(error.variable == "AUTH_DB_POOL_SIZE")
+            #expect(!error.description.contains("AUTH_BATCH_SIZE"))
+        }
+    }
+
+    @Test func validationRefusesConfigurationsThatCannotWork() throws {
+        var config = WorkerConfiguration(kafkaBrokers: ["k:9092"], databaseURL: "postgres://db/x")
+        #expect(throws: ConfigurationError(variable: "AUTH_SIGNING_KEYS", reason: "")) { try config.validate() }
+        config.accessTokenFormat = .opaque
+        try config.validate()
+        config.databaseURL = "mysql://db"
+        #expect(throws: ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "")) { try config.validate() }
+    }
+
+    @Test func ceilingsAndSealingAreConfigured() throws {
+        let config = try WorkerConfiguration.fromEnvironment([
+            "AUTH_GUEST_GLOBAL_RATE_LIMIT": "500/60", "AUTH_REGISTER_RATE_LIMIT": "3/600",
+            "AUTH_REGISTER_GLOBAL_RATE_LIMIT": "0/60", "AUTH_PASSWORD_CONTEXT_WORDS": "Acme, acme-auth ,",
+        ])
+        #expect(config.accounts.guestGlobalRateLimit == .init(count: 500, window: 60))
+        #expect(config.accounts.registerRateLimit == .init(count: 3, window: 600))
+        #expect(config.accounts.registerGlobalRateLimit.count == 0)
+        #expect(config.accounts.passwordContextWords == ["Acme", "acme-auth"])
+        #expect(config.accounts.longestRateLimitWindow == 3600, "the guest limit's hour")
+        var sealed = WorkerConfiguration(kafkaBrokers: ["k:9092"], databaseURL: "postgres://db/x")
+        sealed.accessTokenFormat = .opaque
+        sealed.requireSealedCredentials = true
+        #expect(throws: ConfigurationError(variable: "AUTH_REQUIRE_SEALED_CREDENTIALS", reason: "")) {
+            try sealed.validate()
+        }
+        sealed.credentialKeyPaths = ["/keys/credential.pem"]
+        try sealed.validate()
+    }
+
+    @Test func kafkaPropertiesFileIsPassedThroughAndWins() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("kafka-\(UUID()).properties").path
+        try "# TLS\nsecurity.protocol = SASL_SSL\nsasl.mechanisms=PLAIN\nlinger.ms=50\n".write(
+            toFile: path, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try WorkerConfiguration.fromEnvironment(["AUTH_KAFKA_PROPERTIES_FILE": path])
+        let producer = config.producerConfiguration.librdkafkaProperties
+        #expect(producer["security.protocol"] == "SASL_SSL")
+        #expect(producer["sasl.mechanisms"] == "PLAIN")
+        #expect(producer["linger.ms"] == "50")
+    }
+
+    /// Pins the mapping onto librdkafka: at-least-once needs exactly these consumer settings.
+    @Test func librdkafkaMapping() {
+        var kafka = KafkaConfiguration(bootstrapServers: ["a:1", "b:2"])
+        kafka.clientID = "worker-1"
+        let producer = KafkaProducerConfiguration(kafka: kafka).librdkafkaProperties
+        #expect(
+            producer == [
+                "bootstrap.servers": "a:1,b:2", "client.id": "worker-1", "enable.idempotence": "true", "acks": "all",
+                "linger.ms": "1", "message.timeout.ms": "30000", "compression.codec": "lz4",
+                "socket.nagle.disable": "true", "allow.auto.create.topics": "false",
+            ])
+        var consumerConfig = KafkaConsumerConfiguration(kafka: kafka, groupID: "auth-worker")
+        consumerConfig.sessionTimeout = .seconds(6)
+        let consumer = consumerConfig.librdkafkaProperties
+        #expect(
+            consumer == [
+                "bootstrap.servers": "a:1,b:2", "client.id": "worker-1", "group.id": "auth-worker",
+                "session.timeout.ms": "6000", "max.poll.interval.ms": "300000", "auto.offset.reset": "earliest",
+                "enable.auto.commit": "true", "auto.commit.interval.ms": "1000", "enable.auto.offset.store": "false",
+                "enable.partition.eof": "false", "fetch.wait.max.ms": "100", "socket.nagle.disable": "true",
+            ])
+    }
+
+    /// The worker is interactive: a few milliseconds of fetch wait and no linger, both adjustable.
+    @Test func theWorkersKafkaSettingsAreForAnInteractiveService() throws {
+        let defaults = WorkerConfiguration()
+        #expect(defaults.consumerConfiguration.librdkafkaProperties["fetch.wait.max.ms"] == "5")
+        #expect(defaults.producerConfiguration.librdkafkaProperties["linger.ms"] == "0")
+        let tuned = try WorkerConfiguration.fromEnvironment([
+            "AUTH_KAFKA_FETCH_WAIT_MS": "50", "AUTH_KAFKA_LINGER_MS": "10", "AUTH_BATCH_SIZE": "32",
+        ])
+        #expect(tuned.consumerConfiguration.librdkafkaProperties["fetch.wait.max.ms"] == "50")
+        #expect(tuned.producerConfiguration.librdkafkaProperties["linger.ms"] == "10")
+        #expect(tuned.processing.batchMax == 32, "the earlier name of AUTH_BATCH_MAX still works")
+    }
+
+    func providersFile(_ json: String) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("oidc-\(UUID()).json").path
+        try json.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test func identityProvidersFromTheEnvironmentAndTheOIDCFile() throws {
+        let path = try providersFile(
+            """
+            [{"name": "facebook", "issuer": "https://www.facebook.com",
+              "jwks_uri": "https://limited.facebook.com/.well-known/oauth/openid/jwks/", "audiences": ["1234567890"]},
+             {"name": "firebase", "issuer": "https://securetoken.google.com/my-project", "discovery": true,
+              "audiences": ["my-project"], "algorithms": ["RS256"], "nonce": "sha256", "nonce_required": true}]
+            """)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try WorkerConfiguration.fromEnvironment([
+            "AUTH_APPLE_AUDIENCES": "com.example.app", "AUTH_OIDC_PROVIDERS": path,
+        ])
+        let providers = try config.identityProviders()
+        #expect(providers.map(\.name) == ["apple", "facebook", "firebase"], "Google has no audiences: disabled")
+        #expect(providers[0].keysURL?.absoluteString == "https://appleid.apple.com/auth/keys")
+        #expect(providers[1].keysURL?.absoluteString == "https://limited.facebook.com/.well-known/oauth/openid/jwks/")
+        #expect(providers[1].requireKeyID == false)
+        #expect(
+            providers[2].discoveryURL?.absoluteString
+                == "https://securetoken.google.com/my-project/.well-known/openid-configuration")
+        #expect(providers[2].nonceMode == .sha256Hex)
+        #expect(providers[2].requireNonce)
+    }
+
+    @Test(arguments: [
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": []}]"#,
+        #"[{"name": "x", "issuer": "https://x", "audiences": ["a"]}]"#,
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"], "algorithms": ["HS256"]}]"#,
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"], "nonce": "md5"}]"#,
+        #"[{"name": "apple", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"]}]"#,
+        #"[{"name": "bad name!", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"]}]"#,
+        #"{"name": "x"}"#,
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/keys", "audiences": ["a"], "algoritms": ["RS256"]}]"#,
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "not a url", "audiences": ["a"]}]"#,
+        #"[{"name": "x", "issuer": "https://x", "jwks_uri": "ftp://x/keys", "audiences": ["a"]}]"#,
+    ])
+    func unusableProvidersAreRefusedAtStart(json: String) throws {
+        let path = try providersFile(json)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try WorkerConfiguration.fromEnvironment([
+            "AUTH_APPLE_AUDIENCES": "com.example.app", "AUTH_OIDC_PROVIDERS": path,
+        ])
+        #expect(throws: ConfigurationError(variable: "AUTH_OIDC_PROVIDERS", reason: "")) {
+            try config.identityProviders()
+        }
+    }
+
+    /// A typo'd field used to be ignored and a missing one printed a Swift `DecodingError` dump:
+    /// each is now refused with the file and the field's path.
+    @Test(arguments: [
+        (
+            #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/k", "audiences": ["a"], "algoritms": []}]"#,
+            "[0].algoritms is not a known field"
+        ),
+        (
+            #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/k", "audiences": ["a"]}, {"name": "y"}]"#,
+            "[1].issuer is required"
+        ),
+        (
+            #"[{"name": "x", "issuer": "https://x", "jwks_uri": "https://x/k", "audiences": "a"}]"#,
+            "[0].audiences must be a list of strings"
+        ),
+    ])
+    func providersFileErrorsNameTheField(json: String, expected: String) throws {
+        let path = try providersFile(json)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let config = try WorkerConfiguration.fromEnvironment(["AUTH_OIDC_PROVIDERS": path])
+        do {
+            _ = try config.identityProviders()
+            Issue.record("accepted \(json)")
+        } catch let error as ConfigurationError {
+            #expect(error.description.contains(path) && error.description.contains(expected), "\(error)")
+            #expect(!error.description.contains("DecodingError"))
+        }
+    }
+}

@@ -1,0 +1,49 @@
+import AuthCLI
+import AuthCrypto
+import AuthDomain
+import AuthStore
+import AuthWorker
+import Foundation
+import Testing
+
+@testable import TestSupport
+
+@Suite struct IdentifiersTests {
+    let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
+
+    @Test func uuidsAreVersion7WithTheClocksMilliseconds() throws {
+        let ids = Identifiers(clock: clock)
+        let id = try ids.uuid()
+        let bytes = withUnsafeBytes(of: id.uuid) { Array($0) }
+        #expect(bytes[6] >> 4 == 7)
+        #expect(bytes[8] >> 6 == 0b10)
+        let milliseconds = bytes[0..<6].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        #expect(milliseconds == 1_795_953_600_000)
+        #expect(try ids.uuid() != id)
+    }
+
+    @Test(arguments: [
+        ("Mario Rossi", "mario_rossi"), ("  José  Álvarez ", "jose_alvarez"), ("李雷", ""),
+        ("O'Brien-Smith", "o_brien_smith"),
+        ("A very long name that goes on and on", "a_very_long_name_that"),
+        ("ＡＢＣ Straße", "abc_strasse"), ("MARIO99", "mario99"),
+        ("Averyveryverylongsinglewordname", "averyveryverylongsinglew"),
+    ])
+    func slugs(name: String, slug: String) {
+        #expect(Identifiers.slug(name) == slug)
+    }
+
+    @Test func handlesHaveASuffixAndAFallbackBase() throws {
+        let ids = Identifiers(clock: clock)
+        #expect(try ids.handle(name: "Mario Rossi", isGuest: false).wholeMatch(of: /mario_rossi_[0-9a-f]{4}/) != nil)
+        #expect(try ids.handle(name: nil, isGuest: true).wholeMatch(of: /guest_[0-9a-f]{6}/) != nil)
+        #expect(try ids.handle(name: "李雷", isGuest: false).wholeMatch(of: /user_[0-9a-f]{4}/) != nil)
+    }
+
+    @Test func secretsUseTheAlphanumericAlphabet() throws {
+        let ids = Identifiers(clock: clock, random: CountingRandom())
+        let secret = try ids.secret(characters: 200)
+        #expect(secret.count == 200)
+        #expect(secret.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) })
+    }
+}

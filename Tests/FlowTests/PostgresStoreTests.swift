@@ -1,0 +1,209 @@
+import AuthCrypto
+import Foundation
+import PGStore
+import Testing
+
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
+@testable import AuthWorker
+@testable import TestSupport
+
+/// The store's batch transaction: one round trip of reads, writes collected per item, one of
+/// writes; a refused item leaves nothing; a conflict on the server retries the batch item by item.
+@Suite(.requiresDatabase, .timeLimit(.minutes(2))) struct PostgresStoreTests {
+    let now = Date(timeIntervalSince1970: 1_795_953_600)
+
+    func store() async throws -> (PostgresStore, PGConnection) {
+        let url = try IntegrationEnvironment.makeMigratedDatabase()
+        return (PostgresStore(pool: PGPool(conninfo: url, size: 2)), try PGConnection(conninfo: url))
+    }
+
+    func user(_ seed: UInt8) -> NewUser {
+        NewUser(
+            id: UUID(uuid: (seed, 0, 0, 0, 0, 0, 0x70, 0, 0x80, 0, 0, 0, 0, 0, 0, seed)), name: nil, email: nil,
+            emailVerified: false, isPrivateEmail: false, isGuest: true, createdAt: now)
+    }
+
+    func count(_ connection: PGConnection, _ table: String) throws -> Int {
+        try connection.query(PGQuery(unsafeSQL: "SELECT count(*) AS n FROM \(table)")).first?.decode("n") ?? -1
+    }
+
+    @Test func aTakenHandleFallsThroughToTheNextCandidate() async throws {
+        let (store, connection) = try await store()
+        var prefetch = Prefetch()
+        prefetch.handles = ["guest_a", "guest_b"]
+        let outcomes = try await store.runBatch([user(1), user(2), user(3)], prefetch: prefetch) { user, unit in
+            try unit.insertUser(user, handles: ["guest_a", "guest_b", "guest_c"]).handle
+        }
+        let handles = outcomes.compactMap { if case .written(let handle, _) = $0 { handle } else { nil } }
+        #expect(handles == ["guest_a", "guest_b", "guest_c"], "one batch never hands out a handle twice")
+        let later = try await store.runBatch([user(4)], prefetch: Prefetch()) { user, unit in
+            try unit.insertUser(user, handles: ["guest_b", "guest_d"]).handle
+        }
+        guard case .written(let handle, _) = later.first else { throw Failure("not written") }
+        #expect(handle == "guest_d")
+        #expect(try count(connection, "users") == 4)
+    }
+
+    @Test func aRefusedItemLeavesNothingAndTheOthersCommit() async throws {
+        let (store, connection) = try await store()
+        struct Refused: Error {}
+        let outcomes = try await store.runBatch([user(1), user(2), user(3)], prefetch: Prefetch()) { user, unit in
+            let stored = try unit.insertUser(user, handles: ["h_\(user.id.uuidString.prefix(4))"])
+            if user.id == self.user(2).id { throw Refused() }
+            return stored.id
+        }
+        #expect(outcomes.count == 3)
+        if case .refused(let error) = outcomes[1] { #expect(error is Refused) } else { Issue.record("not refused") }
+        #expect(try count(connection, "users") == 2)
+    }
+
+    @Test func aConflictOnTheServerIsRetriedItemByItem() async throws {
+        let (store, connection) = try await store()
+        // Another replica inserts a user whose handle this batch is about to take, after the
+        // batch read the handles: the batch's insert fails on the server, then goes item by item.
+        // (The other connection is only used from inside the batch, on the batch's thread.)
+        nonisolated(unsafe) let replica = connection
+        let outcomes = try await store.runBatch([user(1), user(2)], prefetch: Prefetch()) { user, unit in
+            if user.id == self.user(2).id {
+                try replica.query(
+                    """
+                    INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+                    VALUES (\(UUID()), 'guest_taken', true, now(), now())
+                    """)
+            }
+            return try unit.insertUser(
+                user, handles: [user.id == self.user(1).id ? "guest_one" : "guest_taken", "guest_two"]
+            )
+            .handle
+        }
+        let handles = outcomes.map { outcome -> String in
+            switch outcome {
+            case .written(let handle, _): handle
+            case .refused(let error): "refused: \(error)"
+            }
+        }
+        // The careful retry reads the handle as taken and falls through to the next candidate.
+        #expect(handles == ["guest_one", "guest_two"])
+        #expect(try count(connection, "users") == 3)
+    }
+
+    @Test func readsSeeTheWritesOfEarlierItems() async throws {
+        let (store, _) = try await store()
+        let identity = NewIdentity(
+            provider: "apple", subject: "s-1", email: nil, emailVerified: false, isPrivateEmail: false,
+            passwordHash: nil)
+        var prefetch = Prefetch()
+        prefetch.identities = [IdentityKey(provider: "apple", subject: "s-1")]
+        // Both items read the identity in the batch's prefetch; the second must see the first's insert.
+        let outcomes = try await store.runBatch([user(1), user(2)], prefetch: prefetch) { user, unit in
+            if let existing = try unit.identity(provider: "apple", subject: "s-1") { return existing.userID }
+            _ = try unit.insertUser(user, handles: ["h_\(user.id.uuidString.prefix(4))"])
+            try unit.insertIdentity(identity, userID: user.id, at: self.now)
+            return user.id
+        }
+        let owners = outcomes.compactMap { if case .written(let id, _) = $0 { id } else { nil } }
+        #expect(owners == [user(1).id, user(1).id])
+    }
+
+    @Test func rateLimitsCountWithinTheBatchAndAcrossBatches() async throws {
+        let (store, connection) = try await store()
+        var prefetch = Prefetch()
+        prefetch.rateLimitBuckets = ["guest:a"]
+        let first = try await store.runBatch(Array(0..<3), prefetch: prefetch) { _, unit in
+            let used = try unit.rateLimitUsage(bucket: "guest:a", at: self.now, window: 60)
+            try unit.recordRateLimitedUse(bucket: "guest:a", at: self.now, window: 60)
+            return used
+        }
+        let usages = first.compactMap { if case .written(let used, _) = $0 { used } else { nil } }
+        #expect(usages == [0, 1, 2])
+        let second = try await store.runBatch([0], prefetch: prefetch) { _, unit in
+            try unit.rateLimitUsage(bucket: "guest:a", at: self.now + 1, window: 60)
+        }
+        guard case .written(let used, _) = second.first else { throw Failure("not written") }
+        #expect(used == 3)
+        let stored = try connection.query("SELECT count FROM rate_limits WHERE bucket = 'guest:a'").first
+        #expect(try stored?.decode("count", as: Int.self) == 3)
+        let afterWindow = try await store.runBatch([0], prefetch: prefetch) { _, unit in
+            try unit.rateLimitUsage(bucket: "guest:a", at: self.now + 61, window: 60)
+        }
+        guard case .written(let fresh, _) = afterWindow.first else { throw Failure("not written") }
+        #expect(fresh == 0, "a new window starts over")
+    }
+
+    /// Throttle rows and rate-limit buckets are keyed by what clients send (e-mails, client keys):
+    /// without a purge, a stream of distinct keys grows them for ever. Expired ones go; live ones
+    /// (a lock still running, a window still open) stay.
+    @Test func expiredThrottlesAndBucketsArePurgedAndLiveOnesKept() async throws {
+        let (store, connection) = try await store()
+        let hour: TimeInterval = 3600
+        try connection.query(
+            """
+            INSERT INTO login_throttle (account_key, failures, last_failure_at, locked_until) VALUES
+              ('old', 3, \(now - 2 * hour), NULL),
+              ('old-lock-over', 9, \(now - 2 * hour), \(now - hour)),
+              ('locked', 9, \(now - 2 * hour), \(now + hour)),
+              ('recent', 1, \(now - 60), NULL)
+            """)
+        try connection.query(
+            """
+            INSERT INTO rate_limits (bucket, window_start, count) VALUES
+              ('guest:old', \(now - 2 * hour), 5), ('guest:now', \(now - 10), 5)
+            """)
+        try connection.query(
+            """
+            INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+            VALUES ('00000000-0000-7000-8000-000000000001', 'u1', false, \(now), \(now))
+            """)
+        try connection.query(
+            """
+            INSERT INTO one_time_codes (id, user_id, purpose, email, code_hmac, link_hash, created_at, expires_at)
+            VALUES ('00000000-0000-7000-8000-000000000002', '00000000-0000-7000-8000-000000000001', 'verify_email',
+                    'a@example.com', \(PGBytes(Array(repeating: 1, count: 32))), \(PGBytes(Array(repeating: 2, count: 32))),
+                    \(now - 2 * hour), \(now - hour)),
+                   ('00000000-0000-7000-8000-000000000003', '00000000-0000-7000-8000-000000000001', 'verify_email',
+                    'a@example.com', \(PGBytes(Array(repeating: 3, count: 32))), \(PGBytes(Array(repeating: 4, count: 32))),
+                    \(now - 60), \(now + 840))
+            """)
+        let purge = try await store.purgeExpired(at: now, throttleWindow: hour, rateLimitWindow: hour)
+        #expect(purge.throttles == 2)
+        #expect(purge.rateLimits == 1)
+        #expect(purge.codes == 1, "the expired code goes, the live one stays")
+        let throttles = try connection.query("SELECT account_key FROM login_throttle ORDER BY account_key")
+            .map { try $0.decode("account_key", as: String.self) }
+        #expect(throttles == ["locked", "recent"])
+        let buckets = try connection.query("SELECT bucket FROM rate_limits").map {
+            try $0.decode("bucket", as: String.self)
+        }
+        #expect(buckets == ["guest:now"])
+    }
+
+    @Test func passwordAttemptsAreCountedAtomicallyBeforeTheyAreChecked() async throws {
+        let (store, _) = try await store()
+        var throttle = ThrottlePolicy()
+        throttle.threshold = 5
+        throttle.baseDelay = 60
+        let policy = throttle
+        let now = now
+        // Forty attempts at once, as from many devices or replicas.
+        let attempts = await withTaskGroup(of: PasswordAttempt?.self) { group in
+            for _ in 0..<40 {
+                group.addTask {
+                    try? await store.reservePasswordAttempt(
+                        key: "password:x@example.com", email: "x@example.com", at: now, policy: policy)
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        let allowed = attempts.compactMap { $0 }.filter(\.allowed)
+        #expect(allowed.count == 5, "only the threshold's worth may be verified")
+        #expect(attempts.compactMap { $0 }.count == 40)
+        #expect(attempts.compactMap { $0?.lockedUntil }.allSatisfy { $0 == now + 60 })
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
+    }
+}

@@ -1,0 +1,98 @@
+import AuthClient
+import Foundation
+import Messages
+import ServiceKit
+import Testing
+
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
+@testable import AuthWorker
+@testable import TestSupport
+
+/// The gateway library against a real worker: logins with the session sealed per request and
+/// opened, introspection, a retry with the same request id answered once, a timeout when nobody
+/// answers, and the access-token verifier fetching the worker's JWK Set over HTTP.
+@Suite(.requiresServices, .serialized, .timeLimit(.minutes(3))) struct AuthClientTests {
+    @Test func loginIntrospectAndVerifyThroughTheWorker() async throws {
+        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        let (keyPath, key) = try TestKeys.temporaryKeyFile(.es256)
+        defer { try? FileManager.default.removeItem(atPath: keyPath) }
+        config.accessTokenFormat = .jwt
+        config.signingKeyPaths = [keyPath]
+        config.tokenIssuer = "https://auth.example.com"
+        config.sessions.requireReplyKey = true
+        config.resultsKey = Array(repeating: 7, count: 32)  // kept answers can be given again
+        let worker = try await RunningWorker(config)
+        var clientConfiguration = AuthClient.Configuration(brokers: [try #require(IntegrationEnvironment.kafkaBrokers)])
+        clientConfiguration.requestsTopic = topics.requests
+        clientConfiguration.resultsTopic = topics.results
+        clientConfiguration.source = "/gateway/tests"
+        let client = try await AuthClient.connect(clientConfiguration, logger: IntegrationEnvironment.quietLogger)
+
+        // A guest login: the worker requires a reply key, the client makes one and opens the session.
+        var guest = LoginRequestData(method: "guest")
+        guest.device = .init(name: "Pixel 9", platform: "android")
+        let signedIn = try await client.login(guest)
+        #expect(signedIn.isOK && signedIn.newUser == true)
+        let session = try #require(signedIn.session, "the sealed session is opened")
+        #expect(session.abilities == ["guest"])
+
+        // The same request id again is answered with the same user, never a second one.
+        let id = UUID().uuidString.lowercased()
+        let first = try await client.login(guest, requestID: id)
+        let again = try await client.login(guest, requestID: id)
+        #expect(again.user?.id == first.user?.id, "\(String(describing: again.error))")
+
+        // Many at once, each matched to its own answer.
+        let request = guest
+        let users = try await withThrowingTaskGroup(of: String?.self) { group in
+            for _ in 0..<20 { group.addTask { try await client.login(request).user?.id } }
+            return try await group.reduce(into: Set<String>()) { if let id = $1 { $0.insert(id) } }
+        }
+        #expect(users.count == 20)
+
+        // Introspection, live and ended.
+        let live = try await client.introspect(session.accessToken)
+        #expect(live.active && live.sub == signedIn.user?.id)
+        var logout = LoginRequestData(method: "logout")
+        logout.accessToken = session.accessToken
+        #expect(try await client.login(logout).isOK)
+        #expect(try await client.introspect(session.accessToken) == .inactive)
+
+        // The verifier fetches the worker's key set from its HTTP port.
+        let port = try #require(worker.application.health?.port)
+        let verifier = AccessTokenVerifier(
+            keysURL: try #require(URL(string: "http://127.0.0.1:\(port)/.well-known/jwks.json")),
+            issuer: "https://auth.example.com", audience: "api")
+        let fresh = try #require(try await client.login(guest).session?.accessToken)
+        let claims = try await verifier.verify(fresh)
+        #expect(claims.isGuest && claims.can("guest") && !claims.can("admin"))
+        #expect(try await HTTP.get("http://127.0.0.1:\(port)/.well-known/jwks.json").body.contains(key.keyID))
+        await #expect(throws: AccessTokenVerifier.Refusal.self) { try await verifier.verify(fresh + "x") }
+        let otherAudience = AccessTokenVerifier(
+            keysURL: try #require(URL(string: "http://127.0.0.1:\(port)/.well-known/jwks.json")),
+            issuer: "https://auth.example.com", audience: "another-api")
+        await #expect(throws: AccessTokenVerifier.Refusal.self) { try await otherAudience.verify(fresh) }
+
+        await client.close()
+        try await worker.stop()
+    }
+
+    @Test func aLoginNobodyAnswersTimesOut() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var configuration = AuthClient.Configuration(brokers: [try #require(IntegrationEnvironment.kafkaBrokers)])
+        configuration.requestsTopic = topics.requests
+        configuration.resultsTopic = topics.results
+        let client = try await AuthClient.connect(configuration, logger: IntegrationEnvironment.quietLogger)
+        let started = ContinuousClock.now
+        await #expect(throws: AuthClient.Failure.self) {
+            try await client.login(LoginRequestData(method: "guest"), timeout: .milliseconds(500))
+        }
+        #expect(ContinuousClock.now - started < .seconds(5))
+        await client.close()
+        await #expect(throws: AuthClient.Failure.closed) { try await client.login(LoginRequestData(method: "guest")) }
+    }
+}

@@ -1,0 +1,243 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import JOSEFixtures
+import Kafka
+import Messages
+import Testing
+
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
+@testable import AuthWorker
+@testable import TestSupport
+
+/// Every message type of the contract, produced for real (requests as a gateway sends them,
+/// results and events as the worker publishes them, an Apple notification as a gateway forwards
+/// it), checked against `contract/schemas` by an independent JSON Schema validator, and the
+/// AsyncAPI document checked too (`scripts/check-contract.py`).
+@Suite(.requiresServices, .requiresIndependentJOSE, .serialized, .timeLimit(.minutes(3)))
+struct ContractConformanceTests {
+    static let root = ProjectPaths.root
+
+    @Test func everyMessageTypeMatchesItsSchema() async throws {
+        let server = try KeyServer()
+        defer { server.stop() }
+        server.serve("/apple/keys", .init(body: TestSigner.keySet([Signers.rsa2048])))
+        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        config.appleAudiences = ["com.example.app"]
+        config.appleKeysURL = server.url("/apple/keys").absoluteString
+        config.accounts.argon2 = fastArgon2
+        config.accounts.guestRateLimit = .init(count: 1, window: 3600)
+        let mail = try X25519.generateKeyPair()
+        config.emailCodes.mailKey = mail.publicKey
+        config.resultsKey = try SecureRandom.bytes(32)
+        let worker = try await RunningWorker(config)
+        let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        let events = try TopicReader(topic: topics.events)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("contract-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var written = 0
+        func keep(_ schema: String, _ role: String, _ bytes: [UInt8]) throws {
+            written += 1
+            try Data(bytes).write(to: directory.appendingPathComponent("\(schema)--\(role)-\(written).json"))
+        }
+        /// Sends `data` as a gateway does, keeps the request and its result, returns the result.
+        func send(_ data: LoginRequestData) async throws -> LoginResultData {
+            let id = UUID().uuidString.lowercased()
+            let request = CloudEvent(
+                id: id, source: "/gateway/contract-test", type: "auth.login.request", time: Date(),
+                traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", data: data)
+            let bytes = try MessageCoding.encode(request)
+            try keep("login-request", "request", bytes)
+            try await gateway.publishRaw(key: Array(id.utf8), value: bytes)
+            let answer = try #require(try await gateway.awaitResult(requestID: id, timeout: .seconds(30)))
+            try keep("login-result", "worker", answer)
+            return try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: answer).data
+        }
+        let now = Int(Date().timeIntervalSince1970)
+        func appleToken(_ subject: String) -> String {
+            Signers.rsa2048.token(
+                [
+                    "iss": "https://appleid.apple.com", "aud": "com.example.app", "sub": subject, "iat": now - 5,
+                    "exp": now + 600, "email": "\(subject)@privaterelay.appleid.com", "email_verified": "true",
+                    "is_private_email": "true", "nonce": Hex.encode(SHA256.hash("n-1")),
+                ], algorithm: .rs256)
+        }
+
+        // Guests: a plain session, a sealed one, and one over the client's limit (retry_after).
+        var guest = LoginRequestData(method: "guest")
+        guest.clientID = "install-1"
+        guest.device = .init(name: "Pixel 9", platform: "android")
+        let plain = try await send(guest)
+        #expect(plain.session != nil)
+        var sealed = LoginRequestData(method: "guest")
+        sealed.replyKey = Base64URL.encode(try X25519.generateKeyPair().publicKey)
+        #expect(try await send(sealed).sealedSession != nil)
+        let limited = try await send(guest)
+        #expect(limited.error?.retryAfterSeconds != nil)
+        // A registration, a failed password login, and a guest upgraded by registering.
+        var register = LoginRequestData(method: "register")
+        register.email = "ada@example.com"
+        register.password = "correct horse battery"
+        register.name = "Ada"
+        let ada = try await send(register)
+        var wrong = LoginRequestData(method: "password")
+        wrong.email = "ada@example.com"
+        wrong.password = "wrong horse battery"
+        #expect(try await send(wrong).error?.code == .invalidCredentials)
+        var upgrade = LoginRequestData(method: "register")
+        upgrade.email = "grace@example.com"
+        upgrade.password = "correct horse battery"
+        upgrade.linkTo = plain.session?.accessToken
+        let grace = try await send(upgrade)
+        #expect(grace.user?.isGuest == false)
+        // Apple linked to Ada's account (identity linked), a refresh, a malformed request, a logout.
+        var apple = LoginRequestData(method: "apple")
+        apple.identityToken = appleToken("001.ada")
+        apple.nonce = "n-1"
+        apple.profile = .init(givenName: "Ada", familyName: "Lovelace")
+        apple.linkTo = ada.session?.accessToken
+        let linked = try await send(apple)
+        #expect(linked.user?.id == ada.user?.id)
+        var refresh = LoginRequestData(method: "refresh")
+        refresh.refreshToken = linked.session?.refreshToken
+        #expect(try await send(refresh).status == "ok")
+        var malformed = LoginRequestData(method: "oidc")
+        malformed.provider = "nowhere"
+        #expect(try await send(malformed).status == "error")
+        var introspect = LoginRequestData(method: "introspect")
+        introspect.accessToken = ada.session?.accessToken
+        #expect(try await send(introspect).introspection?.active == true)
+        introspect.accessToken = "not a token"
+        #expect(try await send(introspect).introspection?.active == false)
+        var logout = LoginRequestData(method: "logout")
+        logout.accessToken = ada.session?.accessToken
+        #expect(try await send(logout).status == "ok")
+        // E-mail codes, taken from the events as the mail service does: Ada verifies her address
+        // with the code sent at registration; Grace asks again; Ada resets her password with the
+        // link, then changes it.
+        func codeSecret(_ type: String, email: String) async throws -> EmailCodeSecret {
+            func matches(_ message: KafkaMessage) -> Bool {
+                message.json["type"] as? String == type
+                    && (message.json["data"] as? [String: Any])?["email"] as? String == email
+            }
+            let seen = try await events.waitUntil { $0.contains(where: matches) }
+            let event = try MessageCoding.decode(
+                CloudEvent<EmailCodeRequestedData>.self, from: try #require(seen.last(where: matches)).value)
+            let opened = try JWE.openECDHES(event.data.sealedSecret, privateKey: mail.privateKey)
+            return try MessageCoding.decode(EmailCodeSecret.self, from: opened.plaintext)
+        }
+        var verify = LoginRequestData(method: "verify_email")
+        verify.email = "ada@example.com"
+        verify.code = try await codeSecret("auth.email.verification_requested", email: "ada@example.com").code
+        #expect(try await send(verify).user?.emailVerified == true)
+        #expect(try await send(verify).error?.code == .invalidCode, "a code works once")
+        var resend = LoginRequestData(method: "send_verification")
+        resend.accessToken = grace.session?.accessToken
+        #expect(try await send(resend).status == "ok")
+        var resetRequest = LoginRequestData(method: "password_reset_request")
+        resetRequest.email = "ada@example.com"
+        #expect(try await send(resetRequest).user == nil)
+        var reset = LoginRequestData(method: "password_reset")
+        reset.linkToken = try await codeSecret("auth.password.reset_requested", email: "ada@example.com").linkToken
+        reset.newPassword = "a brand new secret"
+        let afterReset = try await send(reset)
+        #expect(afterReset.session != nil)
+        var change = LoginRequestData(method: "change_password")
+        change.accessToken = afterReset.session?.accessToken
+        change.password = "a brand new secret"
+        change.newPassword = "another new secret"
+        #expect(try await send(change).status == "ok")
+        // A second factor: enrolled (once sealed to a reply key), verified with pyotp's code from
+        // the URI, then a password sign-in stops at mfa_required and mfa_challenge finishes it.
+        var enroll = LoginRequestData(method: "mfa_enroll")
+        enroll.accessToken = afterReset.session?.accessToken
+        enroll.replyKey = Base64URL.encode(try X25519.generateKeyPair().publicKey)
+        #expect(try await send(enroll).sealedMFA != nil)
+        enroll.replyKey = nil
+        let uri = try #require(try await send(enroll).mfa?.otpauthURI)
+        func appCode(at date: Date) async throws -> String {
+            try await Subprocess.run([
+                "python3", "-c", "import pyotp, sys; print(pyotp.parse_uri(sys.argv[1]).at(int(sys.argv[2])))", uri,
+                String(Int(date.timeIntervalSince1970)),
+            ]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        var mfaVerify = LoginRequestData(method: "mfa_verify")
+        mfaVerify.accessToken = afterReset.session?.accessToken
+        mfaVerify.code = try await appCode(at: Date())
+        let recoveryCodes = try #require(try await send(mfaVerify).mfa?.recoveryCodes)
+        #expect(recoveryCodes.count == 10)
+        var signIn = LoginRequestData(method: "password")
+        signIn.email = "ada@example.com"
+        signIn.password = "another new secret"
+        let stopped = try await send(signIn)
+        #expect(stopped.error?.code == .mfaRequired)
+        var challenge = LoginRequestData(method: "mfa_challenge")
+        challenge.mfaToken = stopped.error?.mfaToken
+        challenge.code = try await appCode(at: Date() + 30)
+        #expect(try await send(challenge).session != nil)
+        var remove = LoginRequestData(method: "mfa_remove")
+        remove.accessToken = afterReset.session?.accessToken
+        // The app's codes up to the challenge's are spent: a recovery code removes the factor.
+        remove.recoveryCode = recoveryCodes.first
+        #expect(try await send(remove).status == "ok")
+        // Signing in with a code from an e-mail.
+        var codeRequest = LoginRequestData(method: "email_code_request")
+        codeRequest.email = "ada@example.com"
+        #expect(try await send(codeRequest).status == "ok")
+        var emailCode = LoginRequestData(method: "email_code")
+        emailCode.email = "ada@example.com"
+        emailCode.code = try await codeSecret("auth.email.sign_in_requested", email: "ada@example.com").code
+        #expect(try await send(emailCode).session != nil)
+        // Apple deletes the account: the user and its sessions go.
+        let token = Signers.rsa2048.token(
+            [
+                "iss": "https://appleid.apple.com", "aud": "com.example.app", "iat": now - 1, "exp": now + 600,
+                "events": #"{"type":"account-delete","sub":"001.ada","event_time":\#(now)000}"#,
+            ], algorithm: .rs256)
+        let notification = try MessageCoding.encode(
+            CloudEvent(
+                id: UUID().uuidString, source: "/gateway/apple", type: "auth.provider.notification", time: Date(),
+                data: ["payload": token]))
+        try keep("provider-notification", "request", notification)
+        try await gateway.publishRaw(topic: topics.notifications, key: nil, value: notification)
+
+        let types = [
+            "auth.user.created", "auth.user.upgraded", "auth.identity.linked", "auth.session.revoked",
+            "auth.user.deleted", "auth.email.verification_requested", "auth.password.reset_requested",
+            "auth.user.email_verified", "auth.password.changed", "auth.mfa.enabled", "auth.mfa.disabled",
+            "auth.email.sign_in_requested",
+        ]
+        let seen = try await events.waitUntil { messages in
+            Set(messages.compactMap { $0.json["type"] as? String }).isSuperset(of: types)
+        }
+        let files = [
+            "auth.user.created": "user-created", "auth.user.upgraded": "user-upgraded",
+            "auth.identity.linked": "identity-linked", "auth.session.revoked": "session-revoked",
+            "auth.user.deleted": "user-deleted", "auth.email.verification_requested": "verification-requested",
+            "auth.password.reset_requested": "password-reset-requested", "auth.user.email_verified": "email-verified",
+            "auth.password.changed": "password-changed", "auth.mfa.enabled": "mfa-enabled",
+            "auth.mfa.disabled": "mfa-disabled", "auth.email.sign_in_requested": "sign-in-requested",
+        ]
+        for message in seen {
+            let type = message.json["type"] as? String ?? "?"
+            try keep(
+                try #require(files[type], "an event type the contract does not list: \(type)"), "worker", message.value)
+        }
+        await events.close()
+        gateway.close()
+        try await worker.stop()
+
+        let checked = try await Subprocess.run([
+            "python3", Self.root.appendingPathComponent("scripts/check-contract.py").path, "--messages", directory.path,
+        ])
+        let report = checked.output
+        #expect(checked.status == 0, "\(report)")
+        #expect(report.contains("real messages match them"), "\(report)")
+        print(report.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+}

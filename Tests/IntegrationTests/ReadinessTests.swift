@@ -1,0 +1,121 @@
+import Foundation
+import Kafka
+import PGStore
+import ServiceKit
+import Testing
+
+@testable import AuthCLI
+@testable import AuthDomain
+@testable import AuthStore
+@testable import AuthWorker
+@testable import TestSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `/readyz` tells the truth without waiting for it: a frozen PostgreSQL (a server that accepts
+/// connections and never answers) and a missing topic make the worker not ready, and the probe
+/// answers at once all the while.
+@Suite(.requiresServices, .timeLimit(.minutes(2))) struct ReadinessTests {
+    /// A TCP port that accepts connections and never answers: what a SIGSTOPped PostgreSQL is.
+    final class BlackHole: @unchecked Sendable {
+        let fd: Int32
+        let port: UInt16
+
+        init() throws {
+            let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = 0
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let ok = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(socketFD, $0, length) == 0 && listen(socketFD, 64) == 0
+                        && getsockname(socketFD, $0, &length) == 0
+                }
+            }
+            guard ok else {
+                close(socketFD)
+                throw CannotListen()
+            }
+            fd = socketFD
+            port = UInt16(bigEndian: address.sin_port)
+        }
+
+        struct CannotListen: Error {}
+
+        deinit { close(fd) }
+    }
+
+    func producer() throws -> KafkaProducer {
+        guard let brokers = IntegrationEnvironment.kafkaBrokers else { throw IntegrationEnvironment.Skip() }
+        return try KafkaProducer(
+            configuration: KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: [brokers])),
+            logger: IntegrationEnvironment.quietLogger)
+    }
+
+    /// Polls `answer` until `done` holds for it (or `timeout`), returning the slowest call and
+    /// the last answer.
+    func watch(
+        _ readiness: Readiness, timeout: Duration = .seconds(30),
+        until done: (_ status: Int, _ body: String) -> Bool
+    ) async throws -> (slowest: Duration, last: String) {
+        var slowest = Duration.zero
+        var last = ""
+        let end = ContinuousClock.now + timeout
+        while ContinuousClock.now < end {
+            let started = ContinuousClock.now
+            let (status, body) = readiness.answer()
+            slowest = max(slowest, ContinuousClock.now - started)
+            last = body
+            if done(status, body) { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        return (slowest, last)
+    }
+
+    @Test func aFrozenDatabaseIsNotReadyAndTheProbeNeverWaits() async throws {
+        let hole = try BlackHole()
+        let producer = try producer()
+        defer { producer.close() }
+        let readiness = Readiness(
+            database: PGDedicatedConnection(
+                conninfo: "postgres://postgres@127.0.0.1:\(hole.port)/auth", name: "pg-test"),
+            producer: producer, topics: [], interval: .milliseconds(200), staleAfter: .seconds(2))
+        let task = Task { try await readiness.run() }
+        // libpq's connect timeout (5 s) ends the check; until then the probe says it has no answer.
+        let (slowest, last) = try await watch(readiness) { _, body in
+            body.contains("PostgreSQL") || body.contains("not come back")
+        }
+        #expect(slowest < .milliseconds(100), "\(slowest)")
+        #expect(readiness.answer().status == 503)
+        #expect(last.contains("PostgreSQL") || last.contains("not come back"), "\(last)")
+        readiness.triggerGracefulShutdown()
+        task.cancel()
+    }
+
+    @Test func aMissingTopicIsNotReadyAndAllTopicsAre() async throws {
+        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        let producer = try producer()
+        defer { producer.close() }
+        let missing = Readiness(
+            database: PGDedicatedConnection(conninfo: databaseURL, name: "pg-test"), producer: producer,
+            topics: topics.all + ["no-such-topic-\(UUID())"], interval: .milliseconds(200))
+        let present = Readiness(
+            database: PGDedicatedConnection(conninfo: databaseURL, name: "pg-test"), producer: producer,
+            topics: topics.all,
+            interval: .milliseconds(200))
+        let tasks = [Task { try await missing.run() }, Task { try await present.run() }]
+        _ = try await watch(missing) { _, body in body.contains("topics missing") }
+        _ = try await watch(present) { status, _ in status == 200 }
+        #expect(missing.answer().status == 503)
+        #expect(missing.answer().body.contains("topics missing"))
+        #expect(present.answer().status == 200, "\(present.answer().body)")
+        missing.triggerGracefulShutdown()
+        present.triggerGracefulShutdown()
+        for task in tasks { task.cancel() }
+    }
+}

@@ -1,0 +1,93 @@
+import AuthCrypto
+import Testing
+
+@testable import TestSupport
+
+@Suite struct Base64URLTests {
+    @Test(arguments: [
+        ([UInt8](), ""), ([0x66], "Zg"), ([0x66, 0x6f], "Zm8"), ([0x66, 0x6f, 0x6f], "Zm9v"),
+        ([0xfb, 0xff, 0xfe], "-__-"), ([0x00, 0x10, 0x83, 0x10, 0x51, 0x87], "ABCDEFGH"),
+    ])
+    func roundTrips(bytes: [UInt8], text: String) {
+        #expect(Base64URL.encode(bytes) == text)
+        #expect(Base64URL.decode(text) == bytes)
+    }
+
+    @Test(arguments: ["Zg==", "Zm9v=", "Zm+v", "Zm/v", "Z", "Zm9v Zg", "Zh", "Zm9"])
+    func rejectsNonCanonicalInput(text: String) {
+        // Padding, the standard alphabet, impossible lengths, spaces and non-zero trailing bits
+        // ("Zh" and "Zm9" are "f" and "fo" with stray bits: the canonical forms are "Zg" and "Zm8").
+        #expect(Base64URL.decode(text) == nil)
+    }
+}
+
+@Suite struct DigestTests {
+    @Test func sha256KnownAnswers() {
+        #expect(Hex.encode(SHA256.hash("abc")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(Hex.encode(SHA256.hash("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+    }
+
+    /// RFC 4231 test cases 1, 2 and 6 (a key longer than the block is hashed first), and a key of
+    /// exactly one block.
+    @Test func hmacSHA256KnownAnswers() {
+        func mac(_ key: [UInt8], _ message: String) -> String {
+            Hex.encode(HMACSHA256.mac(key: key, message: Array(message.utf8)))
+        }
+        #expect(
+            mac([UInt8](repeating: 0x0b, count: 20), "Hi There")
+                == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
+        #expect(
+            mac(Array("Jefe".utf8), "what do ya want for nothing?")
+                == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        #expect(
+            mac([UInt8](repeating: 0xaa, count: 131), "Test Using Larger Than Block-Size Key - Hash Key First")
+                == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+        #expect(
+            mac([UInt8](repeating: 0x01, count: 64), "")
+                == "11581ebc1f05ecefdee13d63845c1a43b219a7bc8e0e90d3396baeb2a55677d7")
+    }
+
+    @Test func constantTimeComparison() {
+        #expect(ConstantTime.equals([1, 2, 3] as [UInt8], [1, 2, 3] as [UInt8]))
+        #expect(!ConstantTime.equals([1, 2, 3] as [UInt8], [1, 2, 4] as [UInt8]))
+        #expect(!ConstantTime.equals([1, 2, 3] as [UInt8], [1, 2] as [UInt8]))
+        #expect(ConstantTime.equals([UInt8](), [UInt8]()))
+    }
+
+    @Test func randomBytesDiffer() throws {
+        let first = try SecureRandom.bytes(32)
+        let second = try SecureRandom.bytes(32)
+        #expect(first.count == 32)
+        #expect(first != second)
+    }
+}
+
+@Suite struct SigningKeyTests {
+    @Test(arguments: [SigningKey.Algorithm.edDSA, .es256])
+    func generatedKeysRoundTripThroughPEM(algorithm: SigningKey.Algorithm) throws {
+        let key = try SigningKey.generate(algorithm)
+        let reloaded = try SigningKey(pem: try key.privateKeyPEM())
+        #expect(reloaded.keyID == key.keyID)
+        #expect(reloaded.algorithm == algorithm)
+        #expect(key.publicJWK["kid"] == key.keyID)
+        #expect(key.publicJWK["d"] == nil, "the public JWK must not carry the private key")
+        let signature = try key.sign(Array("message".utf8))
+        #expect(signature.count == 64)
+    }
+
+    @Test func rejectsGarbageAndUnsupportedKeys() {
+        #expect(throws: SigningKey.Failure.self) { try SigningKey(pem: "not a key") }
+    }
+
+    @Test func rfc7638ThumbprintOfAKnownEd25519Key() throws {
+        // RFC 8037 Appendix A.1 private key; A.3 gives its thumbprint.
+        let pem = """
+            -----BEGIN PRIVATE KEY-----
+            MC4CAQAwBQYDK2VwBCIEIJ1hsZ3v/VpguoRK9JLsLMREScVpezJpGXA7rAMcrn9g
+            -----END PRIVATE KEY-----
+            """
+        let key = try SigningKey(pem: pem)
+        #expect(key.publicJWK["x"] == "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo")
+        #expect(key.keyID == "kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k")
+    }
+}

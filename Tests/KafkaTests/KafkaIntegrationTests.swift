@@ -1,0 +1,228 @@
+import Foundation
+import Kafka
+import Testing
+
+@testable import TestSupport
+
+@Suite(.requiresServices, .timeLimit(.minutes(2))) struct KafkaIntegrationTests {
+    func producer() throws -> KafkaProducer {
+        try KafkaProducer(
+            configuration: KafkaProducerConfiguration(
+                kafka: KafkaConfiguration(bootstrapServers: [try #require(IntegrationEnvironment.kafkaBrokers)])),
+            logger: IntegrationEnvironment.quietLogger)
+    }
+
+    func consumer(topic: String, group: String) throws -> KafkaConsumer {
+        var config = KafkaConsumerConfiguration(
+            kafka: KafkaConfiguration(bootstrapServers: [try #require(IntegrationEnvironment.kafkaBrokers)]),
+            groupID: group)
+        config.sessionTimeout = .seconds(6)
+        return try KafkaConsumer(configuration: config, topics: [topic], logger: IntegrationEnvironment.quietLogger)
+    }
+
+    func poll(_ consumer: KafkaConsumer, until count: Int, timeout: Duration = .seconds(30)) async throws
+        -> [KafkaMessage]
+    {
+        var messages: [KafkaMessage] = []
+        let deadline = ContinuousClock.now + timeout
+        while messages.count < count, ContinuousClock.now < deadline {
+            messages += try await consumer.poll(maxMessages: 100, timeout: .milliseconds(200))
+        }
+        return messages
+    }
+
+    @Test func producedRecordsArriveWithKeysHeadersAndOrder() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 2)
+        let producer = try producer()
+        let records = (0..<20).map { index in
+            ProducerRecord(
+                topic: topics.requests, key: Array("key-\(index % 3)".utf8), value: Array("value-\(index)".utf8),
+                headers: [KafkaHeader(key: "h", string: "\(index)"), KafkaHeader(key: "empty", value: nil)])
+        }
+        let reports = try await producer.send(records)
+        #expect(reports.count == 20)
+        #expect(reports.allSatisfy { $0.topic == topics.requests && $0.offset >= 0 })
+
+        let consumer = try consumer(topic: topics.requests, group: IntegrationEnvironment.uniqueName("g"))
+        let messages = try await poll(consumer, until: 20)
+        #expect(messages.count == 20)
+        let first = try #require(messages.first { $0.value == Array("value-0".utf8) })
+        #expect(first.keyString == "key-0")
+        #expect(first.headers.string("h") == "0")
+        #expect(first.headers.contains(KafkaHeader(key: "empty", value: nil)))
+        // Per key, values arrive in the order they were produced.
+        for key in ["key-0", "key-1", "key-2"] {
+            let values = messages.filter { $0.keyString == key }.map {
+                Int(String(decoding: $0.value.dropFirst(6), as: UTF8.self)) ?? -1
+            }
+            #expect(values == values.sorted())
+        }
+        await consumer.close()
+        producer.close()
+    }
+
+    @Test func aGroupResumesAfterTheLastStoredOffset() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 2)
+        let group = IntegrationEnvironment.uniqueName("g")
+        let producer = try producer()
+        try await producer.send((0..<10).map { ProducerRecord(topic: topics.requests, key: nil, value: [UInt8($0)]) })
+
+        // The first member stores offsets for only what it "processed": the first 10.
+        let first = try consumer(topic: topics.requests, group: group)
+        let firstBatch = try await poll(first, until: 10)
+        #expect(firstBatch.count == 10)
+        await first.storeOffsets(firstBatch)
+        await first.close()  // commits what was stored
+
+        try await producer.send((10..<15).map { ProducerRecord(topic: topics.requests, key: nil, value: [UInt8($0)]) })
+        let second = try consumer(topic: topics.requests, group: group)
+        let secondBatch = try await poll(second, until: 5)
+        let extra = try await second.poll(maxMessages: 100, timeout: .seconds(1))
+        #expect(Set((secondBatch + extra).map { $0.value[0] }) == Set(10..<15))
+        await second.close()
+        producer.close()
+    }
+
+    @Test func unstoredMessagesAreRedelivered() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 1)
+        let group = IntegrationEnvironment.uniqueName("g")
+        let producer = try producer()
+        try await producer.send((0..<5).map { ProducerRecord(topic: topics.requests, key: nil, value: [UInt8($0)]) })
+        let first = try consumer(topic: topics.requests, group: group)
+        let seen = try await poll(first, until: 5)
+        await first.storeOffsets(Array(seen.prefix(2)))
+        await first.close()
+
+        let second = try consumer(topic: topics.requests, group: group)
+        let replayed = try await poll(second, until: 3)
+        #expect(replayed.map { $0.value[0] } == [2, 3, 4])
+        await second.close()
+        producer.close()
+    }
+
+    /// Messages carry the assignment they were read under: a rebalance ends it (the revocation
+    /// reports the number it ended at) and the partition's next assignment reads under a higher
+    /// one, so the pipeline can tell a message of a new assignment from one of an old.
+    @Test func aRebalanceNumbersTheAssignmentsMessagesAreReadUnder() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 2)
+        let group = IntegrationEnvironment.uniqueName("g")
+        let producer = try producer()
+        func send(_ range: Range<Int>) async throws {
+            try await producer.send(
+                range.map {
+                    ProducerRecord(topic: topics.requests, partition: Int32($0 % 2), key: nil, value: [UInt8($0)])
+                })
+        }
+        try await send(0..<4)
+        let first = try consumer(topic: topics.requests, group: group)
+        let before = try await poll(first, until: 4)
+        #expect(Set(before.map(\.partition)) == [0, 1])
+        let initial = Dictionary(before.map { ($0.partition, $0.assignment) }) { $1 }
+        #expect(initial.values.allSatisfy { $0 >= 1 })
+
+        // A second member joins: the eager rebalance revokes both partitions from the first.
+        let second = try consumer(topic: topics.requests, group: group)
+        var revoked: [TopicPartition: Int] = [:]
+        let deadline = ContinuousClock.now + .seconds(30)
+        while revoked.count < 2, ContinuousClock.now < deadline {
+            _ = try await second.poll(maxMessages: 100, timeout: .milliseconds(100))
+            _ = try await first.poll(maxMessages: 100, timeout: .milliseconds(100))
+            revoked.merge(first.takeRevokedPartitions()) { max($0, $1) }
+        }
+        #expect(revoked.count == 2, "both partitions revoked from the first member")
+        for (partition, ended) in revoked {
+            #expect(ended > (initial[partition.partition] ?? .max), "the revocation ends the assignment read under")
+        }
+        // Whatever the first member reads now is of a later assignment than the one that ended.
+        try await send(4..<12)
+        var after: [KafkaMessage] = []
+        let until = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < until, after.isEmpty {
+            _ = try await second.poll(maxMessages: 100, timeout: .milliseconds(100))
+            after += try await first.poll(maxMessages: 100, timeout: .milliseconds(100))
+        }
+        #expect(!after.isEmpty, "the first member keeps one partition")
+        for message in after {
+            #expect(message.assignment > (revoked[message.topicPartition] ?? .max))
+        }
+        await first.close()
+        await second.close()
+        producer.close()
+    }
+
+    /// The pipeline polls with a long timeout and is woken when background work finishes: a wake
+    /// must end a waiting poll early, and one sent while nobody polls must end the next poll.
+    @Test func wakeEndsAWaitingPoll() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 1)
+        let consumer = try consumer(topic: topics.requests, group: IntegrationEnvironment.uniqueName("g"))
+        // Joining the group happens in the background: let it settle so polls only wait.
+        _ = try await consumer.poll(maxMessages: 1, timeout: .seconds(4))
+
+        let waker = Task {
+            try await Task.sleep(for: .milliseconds(300))
+            consumer.wake()
+        }
+        var started = ContinuousClock.now
+        _ = try await consumer.poll(maxMessages: 1, timeout: .seconds(20))
+        // Well before the 20 s timeout. Loose: the waker's 300 ms timer runs on the cooperative
+        // pool, which the parallel suite keeps busy for tens of seconds at its start (10.6 s once).
+        #expect(ContinuousClock.now - started < .seconds(18))
+        try await waker.value
+
+        consumer.wake()
+        started = ContinuousClock.now
+        _ = try await consumer.poll(maxMessages: 1, timeout: .seconds(20))
+        #expect(ContinuousClock.now - started < .seconds(10))
+
+        await consumer.close()
+        consumer.wake()  // After close: nothing to wake, and nothing breaks.
+    }
+
+    @Test func badConfigurationIsATypedError() {
+        var kafka = KafkaConfiguration(bootstrapServers: ["127.0.0.1:1"])
+        kafka.properties = ["no.such.property": "1"]
+        #expect(throws: KafkaError.self) {
+            try KafkaProducer(
+                configuration: KafkaProducerConfiguration(kafka: kafka), logger: IntegrationEnvironment.quietLogger)
+        }
+        #expect(throws: KafkaError.self) {
+            try KafkaProducer(
+                configuration: KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: [])),
+                logger: IntegrationEnvironment.quietLogger)
+        }
+    }
+
+    /// A metadata request (a readiness probe) under way when the producer closes finishes before
+    /// the client is destroyed: `close` waits for it (here about 1.7 s of its 2 s timeout against
+    /// a broker that is not there), and a probe after it answers `closed` without touching the
+    /// client. (librdkafka's own destroy waited too; the producer now drains its one metadata
+    /// thread first, instead of relying on that for threads it started per probe.)
+    @Test func closeWaitsForAMetadataRequestUnderWay() async throws {
+        let config = KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: ["127.0.0.1:1"]))
+        let producer = try KafkaProducer(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        let probe = Task { _ = try? await producer.describeTopics(["auth.login.requests"], timeout: .seconds(2)) }
+        try await Task.sleep(for: .milliseconds(300))
+        let started = ContinuousClock.now
+        await producer.shutdown(timeout: .milliseconds(100))
+        let took = ContinuousClock.now - started
+        await probe.value
+        #expect(took > .seconds(1), "close returned after \(took), with the probe still inside librdkafka")
+        await #expect(throws: KafkaError.self) {
+            _ = try await producer.describeTopics(["auth.login.requests"], timeout: .seconds(1))
+        }
+    }
+
+    @Test func deliveryToAnUnreachableBrokerFailsRetriably() async throws {
+        var config = KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: ["127.0.0.1:1"]))
+        config.deliveryTimeout = .seconds(1)
+        let producer = try KafkaProducer(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        do {
+            try await producer.send(ProducerRecord(topic: "nowhere", key: nil, value: [1]))
+            Issue.record("expected a delivery failure")
+        } catch let error as KafkaError {
+            #expect(error.code == .delivery)
+            #expect(error.isRetriable)
+        }
+        producer.close(timeout: .seconds(1))
+    }
+}

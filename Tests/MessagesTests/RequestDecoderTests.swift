@@ -1,0 +1,210 @@
+import Foundation
+import Messages
+import Testing
+
+@testable import TestSupport
+
+@Suite struct RequestDecoderTests {
+    let decoder = RequestDecoder()
+
+    func request(_ data: String, id: String = "req-1", extra: String = "") -> [UInt8] {
+        Array(
+            """
+            {"specversion":"1.0","id":"\(id)","source":"/gateway/test","type":"auth.login.request",
+             "time":"2026-11-29T12:00:00Z","datacontenttype":"application/json"\(extra),"data":\(data)}
+            """.utf8)
+    }
+
+    @Test func acceptsAGuestRequest() throws {
+        guard
+            case .valid(let request) = decoder.decode(
+                request(#"{"method":"guest","device":{"name":"iPhone 15","platform":"ios"}}"#))
+        else {
+            Issue.record("expected a valid request")
+            return
+        }
+        #expect(request.id == "req-1")
+        #expect(request.method == .guest)
+        #expect(request.data.device?.name == "iPhone 15")
+        #expect(request.time == Date(timeIntervalSince1970: 1_795_953_600))
+    }
+
+    @Test func keepsAValidTraceparentAndDropsAnInvalidOne() {
+        let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        guard
+            case .valid(let kept) = decoder.decode(
+                request(#"{"method":"guest"}"#, extra: #","traceparent":"\#(valid)""#)),
+            case .valid(let dropped) = decoder.decode(request(#"{"method":"guest"}"#, extra: #","traceparent":"nope""#))
+        else {
+            Issue.record("expected valid requests")
+            return
+        }
+        #expect(kept.traceparent == valid)
+        #expect(dropped.traceparent == nil)
+    }
+
+    @Test(arguments: ["not json", "[1,2]", "\"text\"", "{\"specversion\":\"1.0\"}", "{\"id\":42}", "{\"id\":\"\"}", ""])
+    func unanswerableValuesGoToTheDeadLetterTopic(value: String) {
+        guard case .unanswerable = decoder.decode(Array(value.utf8)) else {
+            Issue.record("expected unanswerable for \(value)")
+            return
+        }
+    }
+
+    @Test(arguments: [
+        (#"{}"#, "", "data.method"),
+        (#"{"method":7}"#, "", "data.method"),
+        (#"{"method":"apple"}"#, "", "data.identity_token"),
+        (#"{"method":"oidc","identity_token":"x.y.z"}"#, "", "data.provider"),
+        (#"{"method":"password","email":"a@b.c"}"#, "", "data.password"),
+        (#"{"method":"refresh"}"#, "", "data.refresh_token"),
+        (#"{"method":"logout","access_token":"t","scope":"everything"}"#, "", "data.scope"),
+        (#"{"method":"guest","device":"phone"}"#, "", "data.device"),
+        (#"{"method":"guest","profile":{"given_name":3}}"#, "", "data.profile.given_name"),
+        (#"{"method":"send_verification"}"#, "", "data.access_token"),
+        (#"{"method":"verify_email","code":"123456"}"#, "", "data.email"),
+        (#"{"method":"verify_email","email":"a@b.c","code":"12345"}"#, "", "data.code"),
+        (#"{"method":"verify_email","email":"a@b.c","code":"12345x"}"#, "", "data.code"),
+        (#"{"method":"verify_email","email":"a@b.c","code":"１２３４５６"}"#, "", "data.code"),
+        (#"{"method":"verify_email","code":"123456","link_token":"lt_x"}"#, "", "data.code"),
+        (#"{"method":"password_reset_request"}"#, "", "data.email"),
+        (#"{"method":"password_reset","link_token":"lt_x"}"#, "", "data.new_password"),
+        (#"{"method":"change_password","access_token":"t","password":"old password"}"#, "", "data.new_password"),
+        (#"{"method":"change_password","access_token":"t","new_password":"new password"}"#, "", "data.password"),
+        (#"{"method":"mfa_enroll"}"#, "", "data.access_token"),
+        (#"{"method":"mfa_verify","access_token":"t"}"#, "", "data.code"),
+        (#"{"method":"mfa_verify","access_token":"t","recovery_code":"abcd-efgh-ijkl"}"#, "", "data.code"),
+        (#"{"method":"mfa_challenge","code":"123456"}"#, "", "data.mfa_token"),
+        (#"{"method":"mfa_challenge","mfa_token":"mt_x","code":"12345"}"#, "", "data.code"),
+        (#"{"method":"mfa_challenge","mfa_token":"mt_x","code":"123456","recovery_code":"x"}"#, "", "data.code"),
+        (#"{"method":"mfa_remove","access_token":"t"}"#, "", "data.code"),
+    ])
+    func invalidRequestsNameTheField(data: String, extra: String, field: String) {
+        let value = request(data, extra: extra)
+        guard case .invalid(let id, _, let error) = decoder.decode(value) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(id == "req-1")
+        #expect(error.field == field)
+        #expect(error.code == .malformedRequest)
+    }
+
+    /// libpq ends text parameters at a NUL: `P\0A` would collide with `P`, and a field cut short
+    /// would be stored as something the sender did not send. The field is named.
+    @Test(arguments: [
+        (#"{"method":"password","email":"victim@example.com\u0000x","password":"pw-long-enough"}"#, "data.email"),
+        (#"{"method":"guest","device":{"name":"phone\u0000","platform":"ios"}}"#, "data.device.name"),
+        (#"{"method":"refresh","refresh_token":"rt_\u0000"}"#, "data.refresh_token"),
+    ])
+    func fieldsWithANULAreMalformed(data: String, field: String) {
+        guard case .invalid(let id, _, let error) = decoder.decode(request(data)) else {
+            Issue.record("expected invalid for \(data)")
+            return
+        }
+        #expect(id == "req-1")
+        #expect(error.code == .malformedRequest)
+        #expect(error.field == field)
+    }
+
+    /// An id with a NUL cannot key a result (it would collide with its prefix): dead-lettered.
+    @Test func anIdWithANULIsUnanswerable() {
+        guard case .unanswerable = decoder.decode(request(#"{"method":"guest"}"#, id: #"P\u0000A"#)) else {
+            Issue.record("expected unanswerable")
+            return
+        }
+    }
+
+    /// JSON the reader will not take (too deep, a member named twice) is answered when an id can
+    /// still be read at the top level, instead of being dead-lettered with the gateway waiting.
+    @Test(arguments: [
+        String(repeating: #"{"a":"#, count: 200) + "1" + String(repeating: "}", count: 200),
+        #"{"method":"guest","method":"password"}"#,
+    ])
+    func unacceptableJSONWithAnIdIsAnswered(data: String) {
+        guard case .invalid(let id, _, let error) = decoder.decode(request(data)) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(id == "req-1")
+        #expect(error.code == .malformedRequest)
+        #expect(error.field == "value")
+    }
+
+    @Test func wrongSpecVersionIsMalformed() {
+        let value = Array(
+            #"{"specversion":"0.3","id":"x","source":"/g","type":"auth.login.request","data":{"method":"guest"}}"#.utf8)
+        guard case .invalid(_, _, let error) = decoder.decode(value) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(error.field == "specversion")
+    }
+
+    @Test func wrongEventTypeIsMalformed() {
+        let value = Array(
+            #"{"specversion":"1.0","id":"x","source":"/g","type":"something.else","data":{"method":"guest"}}"#.utf8)
+        guard case .invalid(_, _, let error) = decoder.decode(value) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(error.field == "type")
+    }
+
+    @Test func unknownMethodIsUnsupported() {
+        guard case .invalid(_, _, let error) = decoder.decode(request(#"{"method":"telepathy"}"#)) else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(error.code == .unsupportedMethod)
+        #expect(error.field == "data.method")
+    }
+
+    @Test func oversizedValuesAreRefused() {
+        let padding = String(repeating: "a", count: 70_000)
+        guard case .invalid(_, _, let error) = decoder.decode(request(#"{"method":"guest","name":"\#(padding)"}"#))
+        else {
+            Issue.record("expected invalid")
+            return
+        }
+        #expect(error.field == "value")
+    }
+
+    @Test func requestDescriptionsNeverShowSecrets() {
+        var data = LoginRequestData(method: "password")
+        data.password = "hunter2-secret"
+        data.identityToken = "eyJsecret"
+        data.refreshToken = "rt_secret"
+        for text in [String(describing: data), String(reflecting: data), "\(data)"] {
+            #expect(!text.contains("hunter2"))
+            #expect(!text.contains("eyJsecret"))
+            #expect(!text.contains("rt_secret"))
+        }
+        var session = SessionPayload(
+            accessToken: "at_secret", expiresAt: "", refreshToken: "rt_secret", refreshExpiresAt: nil, abilities: [])
+        session.abilities = ["*"]
+        #expect(!String(describing: session).contains("secret"))
+    }
+
+    @Test func everyContractErrorCodeIsDefinedOnce() {
+        #expect(Set(ErrorCode.all).count == 21)
+        #expect(ErrorCode.all.map(\.rawValue).contains("provider_unavailable"))
+    }
+
+    @Test func resultsEncodeWithTheContractsFieldNames() throws {
+        let result = LoginResultData.failure(
+            requestID: "r", error: ErrorPayload(code: .malformedRequest, message: "m", field: "data.method"))
+        let json = String(decoding: try MessageCoding.encode(result), as: UTF8.self)
+        #expect(
+            json
+                == #"{"error":{"code":"malformed_request","field":"data.method","message":"m","retriable":false},"request_id":"r","status":"error"}"#
+        )
+    }
+
+    @Test func timestampsAreRFC3339InUTC() {
+        #expect(Timestamp.format(Date(timeIntervalSince1970: 1_795_953_600)) == "2026-11-29T12:00:00Z")
+        #expect(Timestamp.parse("2026-11-29T12:00:00Z") == Date(timeIntervalSince1970: 1_795_953_600))
+        #expect(Timestamp.parse("2026-11-29T12:00:00.5Z") == Date(timeIntervalSince1970: 1_795_953_600.5))
+        #expect(Timestamp.parse("yesterday") == nil)
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+import PGStore
+import Testing
+
+@testable import TestSupport
+
+@Suite struct PGQueryTests {
+    @Test func interpolatedValuesBecomeBoundParameters() {
+        let email = "x'; DROP TABLE users; --"
+        let query: PGQuery = "SELECT id FROM users WHERE email = \(email) AND is_guest = \(false) LIMIT \(5)"
+        #expect(query.sql == "SELECT id FROM users WHERE email = $1 AND is_guest = $2 LIMIT $3")
+        #expect(query.parameters == [email, "f", "5"])
+        #expect(!query.description.contains("DROP"), "descriptions never show values")
+    }
+
+    @Test func optionalsBindNull() {
+        let missing: String? = nil
+        let query: PGQuery =
+            "UPDATE users SET name = \(missing) WHERE id = \(UUID(uuidString: "01a22751-bb1f-74b7-b623-f9d339ce44f3")!)"
+        #expect(query.parameters == [nil, "01a22751-bb1f-74b7-b623-f9d339ce44f3"])
+    }
+
+    @Test func rawFragmentsAreExplicit() {
+        let query: PGQuery = "SELECT * FROM \(unsafeRaw: "users") WHERE id = \(1)"
+        #expect(query.sql == "SELECT * FROM users WHERE id = $1")
+        #expect(query.parameters.count == 1)
+    }
+}
+
+@Suite struct PGCodingTests {
+    @Test func datesRoundTripThroughTheServersISOFormat() {
+        let date = Date(timeIntervalSince1970: 1_795_953_600.123456)
+        #expect(date.pgText == "2026-11-29T12:00:00.123456Z")
+        let parsed = Date(pgText: "2026-11-29 12:00:00.123456+00")
+        #expect(abs((parsed?.timeIntervalSince1970 ?? 0) - 1_795_953_600.123456) < 0.000001)
+        #expect(Date(pgText: "2026-11-29 14:00:00+02")?.timeIntervalSince1970 == 1_795_953_600)
+        #expect(Date(pgText: "2026-11-29 06:30:00-05:30")?.timeIntervalSince1970 == 1_795_953_600)
+        #expect(Date(pgText: "1969-12-31 23:59:59+00")?.timeIntervalSince1970 == -1)
+        #expect(Date(pgText: "garbage") == nil)
+    }
+
+    @Test func byteaUsesHexFormat() {
+        #expect(PGBytes([0x00, 0xab, 0xff]).pgText == "\\x00abff")
+        #expect(PGBytes(pgText: "\\x00ABff")?.bytes == [0x00, 0xab, 0xff])
+        #expect(PGBytes(pgText: "\\x0") == nil)
+        #expect(PGBytes(pgText: "00ab") == nil)
+    }
+
+    @Test func textArraysQuoteEveryElement() {
+        let values = ["*", "a,b", "say \"hi\"", "back\\slash", ""]
+        #expect(values.pgText == #"{"*","a,b","say \"hi\"","back\\slash",""}"#)
+        #expect([String](pgText: #"{"*","a,b","say \"hi\"","back\\slash",""}"#) == values)
+        #expect([String](pgText: "{guest,member}") == ["guest", "member"])
+        #expect([String](pgText: "{}") == [])
+        #expect([String](pgText: "guest") == nil)
+    }
+
+    @Test func retriableErrorsAreClassifiedBySQLState() {
+        #expect(PGError(.connection, detail: "").isRetriable)
+        #expect(PGError(.query, sqlState: "40001", detail: "").isRetriable)
+        #expect(PGError(.query, sqlState: "57P01", detail: "").isRetriable)
+        #expect(!PGError(.query, sqlState: "23505", detail: "").isRetriable)
+        #expect(PGError(.query, sqlState: "23505", detail: "").isUniqueViolation)
+        let error = PGError(.query, sqlState: "23505", detail: "Key (email)=(a@b.c) already exists")
+        #expect(!error.description.contains("a@b.c"), "server messages may hold data: only in debugDescription")
+        #expect(error.debugDescription.contains("a@b.c"))
+    }
+}

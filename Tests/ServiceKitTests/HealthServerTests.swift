@@ -1,0 +1,101 @@
+import Foundation
+import ServiceKit
+import Testing
+
+@testable import TestSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The health endpoint as an orchestrator meets it: probes answered at once, whatever other
+/// clients do (connect and send nothing, send half a line, flood it).
+@Suite(.timeLimit(.minutes(1))) struct HealthServerTests {
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    static func connect(_ port: UInt16) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard fd >= 0, connected == 0 else { throw Failure("cannot connect to \(port)") }
+        return fd
+    }
+
+    /// One GET; the status code and how long the whole exchange took.
+    static func get(_ path: String, port: UInt16) throws -> (status: Int, took: Duration) {
+        let started = ContinuousClock.now
+        let fd = try connect(port)
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8)
+        _ = request.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = read(fd, &buffer, buffer.count)
+            if count <= 0 { break }
+            response += buffer[0..<count]
+        }
+        let line = String(decoding: response.prefix { $0 != 0x0D }, as: UTF8.self)
+        let status = Int(line.split(separator: " ").dropFirst().first ?? "") ?? -1
+        return (status, ContinuousClock.now - started)
+    }
+
+    func start(_ routes: [String: HealthServer.Check]) async throws -> (HealthServer, Task<Void, any Error>) {
+        let server = HealthServer(
+            host: "127.0.0.1", port: 0, routes: routes,
+            logger: Logger(label: "test", level: .warning, handler: InMemoryLogHandler()))
+        let task = Task { try await server.run() }
+        for _ in 0..<200 where server.port == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        return (server, task)
+    }
+
+    /// Twenty clients connect and say nothing; every probe is still answered within 100 ms (one
+    /// idle connection used to hold every later probe for its 2 s read timeout).
+    @Test func idleConnectionsHoldUpNoProbe() async throws {
+        let (server, task) = try await start(["/livez": { (200, "ok\n") }, "/readyz": { (503, "no\n") }])
+        let idle = try (0..<20).map { _ in try Self.connect(server.port) }
+        // A client that sends half a request line and stops.
+        let half = try Self.connect(server.port)
+        _ = Array("GET /li".utf8).withUnsafeBytes { write(half, $0.baseAddress, $0.count) }
+        var slowest = Duration.zero
+        for index in 0..<11 {
+            let (status, took) = try Self.get(index.isMultiple(of: 2) ? "/livez" : "/readyz", port: server.port)
+            #expect(status == (index.isMultiple(of: 2) ? 200 : 503))
+            slowest = max(slowest, took)
+        }
+        #expect(slowest < .milliseconds(100), "slowest probe: \(slowest)")
+        #expect(try Self.get("/nothing", port: server.port).status == 404)
+        // The idle ones are closed once their time is up: a read sees the end.
+        try await Task.sleep(for: .milliseconds(400))
+        var byte: UInt8 = 0
+        #expect(read(idle[0], &byte, 1) == 0, "an idle connection is closed after the request timeout")
+        for fd in idle + [half] { close(fd) }
+        server.triggerGracefulShutdown()
+        try await task.value
+    }
+
+    /// More connections than it keeps are closed at once, and probes still get through after.
+    @Test func aFloodOfConnectionsIsShedNotQueued() async throws {
+        let (server, task) = try await start(["/livez": { (200, "ok\n") }])
+        let flood = try (0..<100).map { _ in try Self.connect(server.port) }
+        try await Task.sleep(for: .milliseconds(300))
+        let (status, took) = try Self.get("/livez", port: server.port)
+        #expect(status == 200)
+        #expect(took < .milliseconds(100), "\(took)")
+        for fd in flood { close(fd) }
+        server.triggerGracefulShutdown()
+        try await task.value
+    }
+}

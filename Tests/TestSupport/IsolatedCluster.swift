@@ -1,0 +1,205 @@
+import Foundation
+import PGStore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A PostgreSQL server and a broker (behind its compatibility proxy) of one test's own, on free
+/// loopback ports, so the test can stop and start them without disturbing other suites.
+final class IsolatedCluster: @unchecked Sendable {
+    // @unchecked: the pids are only changed by the one test driving the cluster.
+    static let projectRoot = ProjectPaths.root
+    static let pgBin = "/usr/lib/postgresql/15/bin"
+    static var tansu: String { projectRoot.appendingPathComponent(".local/tansu/tansu").path }
+    static var proxyScript: String { projectRoot.appendingPathComponent("scripts/kafka-compat-proxy.py").path }
+
+    /// Root with a `postgres` user, the PostgreSQL binaries and the broker: what `scripts/dev-env install` sets up.
+    static var isPossible: Bool {
+        getuid() == 0 && FileManager.default.isExecutableFile(atPath: "\(pgBin)/pg_ctl")
+            && FileManager.default.isExecutableFile(atPath: tansu) && getpwnam("postgres") != nil
+    }
+
+    let directory: String
+    let pgPort: Int
+    let brokerPort: Int
+    let proxyPort: Int
+    private var broker: Process?
+    private var proxy: Process?
+
+    var databaseServer: String { "postgres://postgres@127.0.0.1:\(pgPort)" }
+    var brokers: String { "127.0.0.1:\(proxyPort)" }
+
+    init() throws {
+        directory = "/tmp/auth-fault-\(UUID().uuidString.prefix(8))"
+        pgPort = try Self.freePort()
+        brokerPort = try Self.freePort()
+        proxyPort = try Self.freePort()
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try Self.run("/bin/chown", ["postgres:postgres", directory])
+        try Self.run(
+            "/usr/sbin/runuser",
+            [
+                "-u", "postgres", "--", "\(Self.pgBin)/initdb", "-D", "\(directory)/pg", "-U", "postgres",
+                "--auth=trust", "-E",
+                "UTF8", "--locale=C.UTF-8",
+            ])
+        try startPostgres()
+        try startBroker()
+        try startProxy()
+    }
+
+    private var postgres: Process?
+
+    /// The server runs in the foreground as our child (no pg_ctl daemon: Foundation's Process
+    /// would never see a daemonizing pg_ctl exit), so stopping it is a signal and a wait.
+    func startPostgres() throws {
+        postgres = try Self.spawn(
+            "/usr/sbin/runuser",
+            [
+                "-u", "postgres", "--", "\(Self.pgBin)/postgres", "-D", "\(directory)/pg", "-p", String(pgPort), "-k",
+                directory, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+            ])
+        try Self.waitForPort(pgPort)
+        // Accepting TCP is not yet accepting logins: wait until a connection works.
+        for _ in 0..<100 {
+            if (try? PGConnection(conninfo: "\(databaseServer)/postgres")) != nil { return }
+            usleep(100_000)
+        }
+    }
+
+    /// An immediate shutdown (SIGQUIT to the postmaster): connections are cut as in a crash or failover.
+    func stopPostgres() throws {
+        if let text = try? String(contentsOfFile: "\(directory)/pg/postmaster.pid", encoding: .utf8),
+            let pid = Int32(text.split(separator: "\n").first ?? "")
+        {
+            kill(pid, SIGQUIT)
+        }
+        postgres?.waitUntilExit()
+        postgres = nil
+    }
+
+    func startBroker() throws {
+        broker = try Self.spawn(
+            Self.tansu,
+            [
+                "broker", "--listener-url", "tcp://127.0.0.1:\(brokerPort)", "--advertised-listener-url",
+                "tcp://127.0.0.1:\(proxyPort)", "--storage-engine", "memory://tansu/",
+            ])
+        try Self.waitForPort(brokerPort)
+    }
+
+    /// Cuts every client off the broker (its data stays): the broker is unreachable until `startProxy`.
+    /// Freezes the broker process (SIGSTOP): connections stay open and nothing answers, as
+    /// with a broker stuck in a long GC pause or on a frozen VM.
+    func freezeBroker() {
+        if let broker, broker.isRunning { kill(broker.processIdentifier, SIGSTOP) }
+    }
+
+    /// Resumes a frozen broker (SIGCONT).
+    func thawBroker() {
+        if let broker, broker.isRunning { kill(broker.processIdentifier, SIGCONT) }
+    }
+
+    func stopProxy() {
+        // SIGKILL: every connection drops at once, as when a broker's host goes away.
+        if let proxy, proxy.isRunning { kill(proxy.processIdentifier, SIGKILL) }
+        proxy?.waitUntilExit()
+        proxy = nil
+    }
+
+    func startProxy() throws {
+        proxy = try Self.spawn(
+            "/usr/bin/env", ["python3", Self.proxyScript, "127.0.0.1:\(proxyPort)", "127.0.0.1:\(brokerPort)"])
+        try Self.waitForPort(proxyPort)
+    }
+
+    func createTopics(_ names: [String], partitions: Int) throws {
+        for name in names {
+            try Self.run(
+                Self.tansu,
+                [
+                    "topic", "create", "--broker", "tcp://127.0.0.1:\(brokerPort)", "--partitions", String(partitions),
+                    name,
+                ])
+        }
+    }
+
+    func shutdown() {
+        stopProxy()
+        if let broker, broker.isRunning { kill(broker.processIdentifier, SIGKILL) }
+        broker?.waitUntilExit()
+        try? stopPostgres()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    // MARK: - Processes and ports
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    @discardableResult
+    static func run(_ path: String, _ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw Failure(
+                description: "\(path) \(arguments.first ?? "") failed: \(String(decoding: data, as: UTF8.self))")
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func spawn(_ path: String, _ arguments: [String]) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        guard bound else { throw Failure(description: "no free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    static func waitForPort(_ port: Int) throws {
+        for _ in 0..<100 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = UInt16(port).bigEndian
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            close(fd)
+            if connected == 0 { return }
+            usleep(100_000)
+        }
+        throw Failure(description: "port \(port) did not open")
+    }
+}

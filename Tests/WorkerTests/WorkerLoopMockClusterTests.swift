@@ -1,0 +1,228 @@
+import AuthCrypto
+import Foundation
+import Kafka
+import Messages
+import PGStore
+import Passwords
+import ServiceKit
+import Testing
+
+@testable import AuthDomain
+@testable import AuthWorker
+@testable import TestSupport
+
+/// The worker loop (poll, lanes, write, publish, store offsets, rebalance) against librdkafka's
+/// in-process mock cluster: no broker, PostgreSQL for real. What the broker itself adds (its
+/// quirks, a cut connection) is `PipelineInvariantTests`' and `FaultInjectionTests`' part.
+@Suite(.requiresDatabase, .serialized, .timeLimit(.minutes(3))) struct WorkerLoopMockClusterTests {
+    /// A mock cluster with the worker's topics, a database, and a configuration for both.
+    struct Setup {
+        let cluster: MockKafkaCluster
+        let config: WorkerConfiguration
+        let databaseURL: String
+
+        init(partitions: Int32 = 2, _ configure: (inout WorkerConfiguration) -> Void = { _ in }) throws {
+            cluster = try MockKafkaCluster()
+            databaseURL = try IntegrationEnvironment.makeDatabase()
+            let suffix = IntegrationEnvironment.uniqueName("m")
+            var topics = WorkerConfiguration.Topics()
+            topics.requests = "requests.\(suffix)"
+            topics.results = "results.\(suffix)"
+            topics.events = "events.\(suffix)"
+            topics.notifications = "notifications.\(suffix)"
+            topics.deadLetters = "dlq.\(suffix)"
+            for topic in [topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters] {
+                try cluster.createTopic(topic, partitions: partitions)
+            }
+            var config = WorkerConfiguration(kafkaBrokers: [cluster.bootstrapServers], databaseURL: databaseURL)
+            config.topics = topics
+            config.kafkaGroup = IntegrationEnvironment.uniqueName("group")
+            config.accessTokenFormat = .opaque
+            // Answers are kept (sealed with this key) so a redelivery is answered again.
+            config.resultsKey = try SecureRandom.bytes(32)
+            config.accounts.argon2 = fastArgon2
+            config.processing.kafkaSessionTimeout = .seconds(6)
+            config.shutdownTimeout = .seconds(20)
+            config.healthPort = 0
+            configure(&config)
+            self.config = config
+        }
+
+        func producer() throws -> KafkaProducer {
+            try KafkaProducer(configuration: config.producerConfiguration, logger: IntegrationEnvironment.quietLogger)
+        }
+
+        func resultsReader() throws -> TopicReader {
+            try TopicReader(topic: config.topics.results, brokers: cluster.bootstrapServers)
+        }
+
+        func count(_ table: String) throws -> Int {
+            let connection = try PGConnection(conninfo: databaseURL)
+            return try connection.execute(unsafeSQL: "SELECT count(*) AS n FROM \(table)").first?.decode(
+                "n", as: Int.self) ?? -1
+        }
+
+        func record(id: String, key: String, data: String) -> ProducerRecord {
+            ProducerRecord(
+                topic: config.topics.requests, key: Array(key.utf8),
+                value: TestRequests.request(id: id, data: data))
+        }
+    }
+
+    /// The results read so far, by request id: every copy's status and event id.
+    static func answers(_ messages: [KafkaMessage]) throws -> [String: [(status: String, eventID: String)]] {
+        var answers: [String: [(status: String, eventID: String)]] = [:]
+        for message in messages {
+            let event = try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: message.value)
+            answers[event.data.requestId, default: []].append(
+                (event.data.status + (event.data.error.map { ":\($0.code)" } ?? ""), event.id))
+        }
+        return answers
+    }
+
+    /// Registrations followed by sign-ins on the same key, among guests on many keys, all in one
+    /// producer batch: each sign-in sees its key's registration (per-key order), and every request
+    /// is answered exactly once.
+    @Test func keysKeepTheirOrderAndEveryRequestIsAnsweredOnce() async throws {
+        let setup = try Setup()
+        let worker = try await RunningWorker(setup.config)
+        let producer = try setup.producer()
+        let reader = try setup.resultsReader()
+        var records: [ProducerRecord] = []
+        var signIns: [String] = []
+        var all: [String] = []
+        for account in 0..<12 {
+            let key = "account-\(account)"
+            let email = "ordered-\(account)@example.com"
+            let register = "register-\(account)-\(UUID())"
+            let signIn = "sign-in-\(account)-\(UUID())"
+            records.append(
+                setup.record(
+                    id: register, key: key,
+                    data: #"{"method":"register","email":"\#(email)","password":"correct horse"}"#))
+            for guest in 0..<5 {
+                let id = "guest-\(account)-\(guest)-\(UUID())"
+                records.append(setup.record(id: id, key: "device-\(account)-\(guest)", data: #"{"method":"guest"}"#))
+                all.append(id)
+            }
+            records.append(
+                setup.record(id: signIn, key: key, data: TestRequests.passwordData(email, "correct horse")))
+            signIns.append(signIn)
+            all += [register, signIn]
+        }
+        try await producer.send(records)
+        try await reader.waitUntil(timeout: .seconds(90)) { messages in
+            Set(messages.map(\.keyString)).isSuperset(of: all)
+        }
+        let answers = try Self.answers(try await reader.drain(for: .seconds(2)))
+        for id in all {
+            let copies = answers[id] ?? []
+            #expect(copies.count == 1, "\(id) was answered \(copies.count) times")
+            #expect(copies.first?.status == "ok", "\(id): \(copies.map(\.status))")
+        }
+        #expect(signIns.allSatisfy { answers[$0]?.first?.status == "ok" })
+        #expect(try setup.count("users") == 12 + 60)
+        producer.close()
+        await reader.close()
+        try await worker.stop()
+    }
+
+    /// A worker stopped after its work stores the offsets of what it finished: the next worker of
+    /// the group starts after them, and nothing is read, done or answered twice.
+    @Test func aNewWorkerResumesAfterTheOffsetsOfFinishedWork() async throws {
+        let setup = try Setup()
+        let producer = try setup.producer()
+        let reader = try setup.resultsReader()
+        let first = (0..<50).map { "first-\($0)-\(UUID())" }
+        let second = (0..<50).map { "second-\($0)-\(UUID())" }
+
+        let one = try await RunningWorker(setup.config)
+        try await producer.send(first.map { setup.record(id: $0, key: $0, data: #"{"method":"guest"}"#) })
+        try await reader.waitUntil(timeout: .seconds(60)) { Set($0.map(\.keyString)).isSuperset(of: first) }
+        try await one.stop()
+
+        try await producer.send(second.map { setup.record(id: $0, key: $0, data: #"{"method":"guest"}"#) })
+        let two = try await RunningWorker(setup.config)
+        try await reader.waitUntil(timeout: .seconds(60)) { Set($0.map(\.keyString)).isSuperset(of: second) }
+        let answers = try Self.answers(try await reader.drain(for: .seconds(2)))
+        for id in first + second {
+            #expect(answers[id]?.count == 1, "\(id) was answered \(answers[id]?.count ?? 0) times")
+        }
+        #expect(try setup.count("users") == 100)
+        #expect(try setup.count("processed_requests") == 100)
+        producer.close()
+        await reader.close()
+        try await two.stop()
+    }
+
+    /// Two workers share four partitions while requests flow: a second worker joins (one
+    /// rebalance), the first leaves (another). Every request is acted on once (one user each); a
+    /// request answered twice across a hand-over gets the same kept answer, never a second one.
+    @Test func rebalancesLoseNothingAndActOnce() async throws {
+        let setup = try Setup(partitions: 4)
+        let producer = try setup.producer()
+        let reader = try setup.resultsReader()
+        let ids = (0..<300).map { "handover-\($0)-\(UUID())" }
+        func send(_ range: Range<Int>) async throws {
+            try await producer.send(ids[range].map { setup.record(id: $0, key: $0, data: #"{"method":"guest"}"#) })
+        }
+
+        let one = try await RunningWorker(setup.config)
+        try await send(0..<100)
+        let two = try await RunningWorker(setup.config)
+        try await send(100..<200)
+        try await reader.waitUntil(timeout: .seconds(60)) { Set($0.map(\.keyString)).isSuperset(of: ids[0..<200]) }
+        try await one.stop()
+        try await send(200..<300)
+        try await reader.waitUntil(timeout: .seconds(60)) { Set($0.map(\.keyString)).isSuperset(of: ids) }
+        let answers = try Self.answers(try await reader.drain(for: .seconds(2)))
+        for id in ids {
+            let copies = answers[id] ?? []
+            #expect(!copies.isEmpty, "\(id) was never answered")
+            #expect(Set(copies.map(\.eventID)).count == 1, "\(id) got different answers: \(copies)")
+            #expect(copies.allSatisfy { $0.status == "ok" })
+        }
+        #expect(try setup.count("users") == ids.count)
+        producer.close()
+        await reader.close()
+        try await two.stop()
+    }
+
+    /// Forty password sign-ins on one key form one lane, done one after another; a guest on
+    /// another key, sent after them in the same batch, is answered long before that lane empties.
+    @Test func aSlowLaneDoesNotHoldTheOthers() async throws {
+        // About 30-60 ms per Argon2 verification here: the lane holds a second or more of work.
+        let setup = try Setup {
+            $0.accounts.argon2 = Argon2Parameters(memoryKiB: 19_456, iterations: 2, parallelism: 1)
+            $0.accounts.throttle.threshold = 10_000
+        }
+        let worker = try await RunningWorker(setup.config)
+        let producer = try setup.producer()
+        let reader = try setup.resultsReader()
+        let register = "register-\(UUID())"
+        try await producer.send(
+            setup.record(
+                id: register, key: "slow-key",
+                data: #"{"method":"register","email":"lane@example.com","password":"correct horse"}"#))
+        try await reader.waitUntil(timeout: .seconds(60)) { $0.contains { $0.keyString == register } }
+
+        let slow = (0..<40).map { "slow-\($0)-\(UUID())" }
+        let guest = "guest-\(UUID())"
+        try await producer.send(
+            slow.map {
+                setup.record(
+                    id: $0, key: "slow-key",
+                    data: TestRequests.passwordData("lane@example.com", "correct horse"))
+            } + [setup.record(id: guest, key: "fast-key", data: #"{"method":"guest"}"#)])
+        let seen = try await reader.waitUntil(timeout: .seconds(60)) { $0.contains { $0.keyString == guest } }
+        let slowDone = Set(seen.map(\.keyString)).intersection(slow).count
+        #expect(seen.contains { $0.keyString == guest }, "the guest was never answered")
+        #expect(slowDone < slow.count, "the guest waited for the whole password lane (\(slowDone) done first)")
+        try await reader.waitUntil(timeout: .seconds(90)) { Set($0.map(\.keyString)).isSuperset(of: slow) }
+        let answers = try Self.answers(await reader.messages)
+        #expect(slow.allSatisfy { answers[$0]?.first?.status == "ok" })
+        producer.close()
+        await reader.close()
+        try await worker.stop()
+    }
+}
