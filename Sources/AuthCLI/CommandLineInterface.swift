@@ -583,9 +583,14 @@ public struct CommandLineInterface: Sendable {
             var producerConfiguration = configuration.producerConfiguration
             producerConfiguration.deliveryTimeout = .seconds(10)
             let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
-            defer { producer.close(timeout: .seconds(5)) }
             let relay = OutboxRelay(store: store, producer: producer, clock: SystemClock(), logger: logger, grace: -60)
-            while try await relay.publishPending() > 0 {}
+            do {
+                while try await relay.publishPending() > 0 {}
+            } catch {
+                await producer.shutdown(timeout: .seconds(5))
+                throw error
+            }
+            await producer.shutdown(timeout: .seconds(5))
         } catch {
             errorOutput("auth-worker: events stay in the outbox for the worker to publish (\(error))")
         }

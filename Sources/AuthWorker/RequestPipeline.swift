@@ -726,7 +726,7 @@ public final class RequestPipeline: Service {
                 switch outcome {
                 case .success:
                     if let event = entry.event { acknowledged.append(event) }
-                case .failure(let error) where error.isRetriable:
+                case .failure(let error) where ErrorPolicy.classify(error) == .transient:
                     again.append(entry)
                 case .failure(let error)
                 where entry.record.topic == configuration.topics.deadLetters && !entry.record.value.isEmpty:

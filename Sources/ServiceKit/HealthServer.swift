@@ -54,6 +54,7 @@ public final class HealthServer: Service, @unchecked Sendable {
         logger.info("Health endpoint listening", metadata: ["http.port": String(port), "http.host": host])
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let thread = Thread { [self] in
+                ThreadExecutor.nameCurrentThread("health-server")
                 serve(fd)
                 close(fd)
                 continuation.resume()

@@ -24,7 +24,7 @@ public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Send
     public init(name: String, niceness: Int32 = 0) {
         let thread = Thread { [self] in
             // Named from inside: on Linux the name given before start does not always stick.
-            Thread.current.name = name
+            Self.nameCurrentThread(name)
             if niceness != 0 {
                 // `who` 0 is the calling thread on Linux; raising the value needs no privilege.
                 let which = __priority_which_t(PRIO_PROCESS.rawValue)
@@ -34,6 +34,21 @@ public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Send
         }
         thread.name = name
         thread.start()
+    }
+
+    /// Names the calling thread for `top -H` and debuggers. Foundation's setter does not always
+    /// reach the kernel on Linux (a thread started from a dispatch worker kept that worker's
+    /// name, `oot.default-qos`), so the name is also written where the kernel keeps it (its
+    /// first 15 bytes: the kernel's limit).
+    public static func nameCurrentThread(_ name: String) {
+        Thread.current.name = name
+        #if os(Linux)
+            let fd = open("/proc/thread-self/comm", O_WRONLY)
+            guard fd >= 0 else { return }
+            defer { close(fd) }
+            let bytes = Array(name.utf8.prefix(15))
+            _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        #endif
     }
 
     /// Lets the thread exit once the jobs already queued have run.

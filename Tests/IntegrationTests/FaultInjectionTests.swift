@@ -319,6 +319,6 @@ import Testing
         await results.close()
         await events.close()
         await deadLetters.close()
-        producer.close()
+        await producer.shutdown()
     }
 }

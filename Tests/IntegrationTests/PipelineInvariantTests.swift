@@ -66,7 +66,7 @@ import Testing
         }
 
         func stop() async throws {
-            producer.close()
+            await producer.shutdown()
             gateway.close()
             try await worker.stop()
         }

@@ -58,7 +58,7 @@ import Testing
             #expect(values == values.sorted())
         }
         await consumer.close()
-        producer.close()
+        await producer.shutdown()
     }
 
     @Test func aGroupResumesAfterTheLastStoredOffset() async throws {
@@ -80,7 +80,7 @@ import Testing
         let extra = try await second.poll(maxMessages: 100, timeout: .seconds(1))
         #expect(Set((secondBatch + extra).map { $0.value[0] }) == Set(10..<15))
         await second.close()
-        producer.close()
+        await producer.shutdown()
     }
 
     @Test func unstoredMessagesAreRedelivered() async throws {
@@ -97,7 +97,7 @@ import Testing
         let replayed = try await poll(second, until: 3)
         #expect(replayed.map { $0.value[0] } == [2, 3, 4])
         await second.close()
-        producer.close()
+        await producer.shutdown()
     }
 
     /// Messages carry the assignment they were read under: a rebalance ends it (the revocation
@@ -147,7 +147,7 @@ import Testing
         }
         await first.close()
         await second.close()
-        producer.close()
+        await producer.shutdown()
     }
 
     /// The pipeline polls with a long timeout and is woken when background work finishes: a wake

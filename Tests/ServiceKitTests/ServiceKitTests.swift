@@ -19,23 +19,35 @@ import Testing
         init(name: String) { executor = ThreadExecutor(name: name) }
 
         /// Blocks its thread, as a C call would, and says which thread it ran on.
-        func work(_ index: Int) -> String {
+        func work(_ index: Int) -> ThreadSeen {
             running += 1
             mostAtOnce = max(mostAtOnce, running)
             usleep(2_000)
             order.append(index)
             running -= 1
-            return currentThreadName()
+            return ThreadSeen(id: UInt(pthread_self()), name: currentThreadName())
         }
+    }
+
+    struct ThreadSeen: Hashable, Sendable {
+        var id: UInt
+        var name: String
     }
 
     @Test func anActorOnItRunsOnItsNamedThreadOneJobAtATime() async throws {
         let actor = OnOwnThread(name: "executor-test")
-        let names = await withTaskGroup(of: String.self) { group in
-            for index in 0..<20 { group.addTask { await actor.work(index) } }
-            return await group.reduce(into: Set<String>()) { $0.insert($1) }
+        // The executor's own thread, as a plain closure on it sees it.
+        let own = await withCheckedContinuation { (continuation: CheckedContinuation<ThreadSeen, Never>) in
+            actor.executor.submit {
+                continuation.resume(returning: ThreadSeen(id: UInt(pthread_self()), name: currentThreadName()))
+            }
         }
-        #expect(names == ["executor-test"])
+        let seen = await withTaskGroup(of: ThreadSeen.self) { group in
+            for index in 0..<20 { group.addTask { await actor.work(index) } }
+            return await group.reduce(into: Set<ThreadSeen>()) { $0.insert($1) }
+        }
+        #expect(seen == [own], "the actor's methods ran on \(seen), its executor's thread is \(own)")
+        #expect(own.name == "executor-test", "the kernel has the thread as \(own.name)")
         #expect(await actor.mostAtOnce == 1)
         #expect(await actor.order.count == 20)
         actor.executor.shutdown()

@@ -122,7 +122,7 @@ import Testing
         }
         #expect(signIns.allSatisfy { answers[$0]?.first?.status == "ok" })
         #expect(try setup.count("users") == 12 + 60)
-        producer.close()
+        await producer.shutdown()
         await reader.close()
         try await worker.stop()
     }
@@ -150,7 +150,7 @@ import Testing
         }
         #expect(try setup.count("users") == 100)
         #expect(try setup.count("processed_requests") == 100)
-        producer.close()
+        await producer.shutdown()
         await reader.close()
         try await two.stop()
     }
@@ -183,7 +183,7 @@ import Testing
             #expect(copies.allSatisfy { $0.status == "ok" })
         }
         #expect(try setup.count("users") == ids.count)
-        producer.close()
+        await producer.shutdown()
         await reader.close()
         try await two.stop()
     }
@@ -221,7 +221,7 @@ import Testing
         try await reader.waitUntil(timeout: .seconds(90)) { Set($0.map(\.keyString)).isSuperset(of: slow) }
         let answers = try Self.answers(await reader.messages)
         #expect(slow.allSatisfy { answers[$0]?.first?.status == "ok" })
-        producer.close()
+        await producer.shutdown()
         await reader.close()
         try await worker.stop()
     }
