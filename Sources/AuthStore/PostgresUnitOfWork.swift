@@ -676,7 +676,7 @@ private struct Writes {
 /// The queries that fetch and lock a batch's rows in one round trip, and how their rows fill the
 /// cache. Locks are taken in one order (identities, sessions and tokens, users, rate limits), so
 /// two replicas' batches do not deadlock on each other.
-private struct PrefetchQueries {
+struct PrefetchQueries {
     static let userColumns = """
         SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_private_email, u.is_guest, u.created_at,
                ARRAY(SELECT provider FROM identities WHERE user_id = u.id ORDER BY created_at, provider) AS providers,
@@ -749,21 +749,28 @@ private struct PrefetchQueries {
         }
         let users = Self.unique(prefetch.users)
         if !users.isEmpty || !identities.isEmpty || !refresh.isEmpty || !sessions.isEmpty || !accessTokens.isEmpty {
-            // The users of every identity, token and session read above, and the users named.
+            // The users of every identity, token and session read above, and the users named: one
+            // list of ids, each looked up by key. (An OR of IN-subqueries here read every user
+            // through a filter: no index serves an OR across subqueries.)
             add(
                 .users,
                 """
                 \(unsafeRaw: Self.userColumns)
-                WHERE u.id = ANY(\(PGArray(users))::uuid[])
-                   OR u.id IN (SELECT i.user_id FROM identities i
-                               JOIN unnest(\(PGArray(identities.map(\.provider)))::text[],
-                                           \(PGArray(identities.map(\.subject)))::text[]) AS k(provider, subject)
-                                 ON i.provider = k.provider AND i.subject = k.subject)
-                   OR u.id IN (SELECT s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id
-                               WHERE r.token_hash = ANY(\(PGArray(refresh))::bytea[]))
-                   OR u.id IN (SELECT user_id FROM sessions WHERE id = ANY(\(PGArray(sessions))::uuid[]))
-                   OR u.id IN (SELECT s.user_id FROM access_tokens a JOIN sessions s ON s.id = a.session_id
-                               WHERE a.token_hash = ANY(\(PGArray(accessTokens))::bytea[]))
+                WHERE u.id IN (
+                    SELECT unnest(\(PGArray(users))::uuid[])
+                    UNION ALL
+                    SELECT i.user_id FROM identities i
+                    JOIN unnest(\(PGArray(identities.map(\.provider)))::text[],
+                                \(PGArray(identities.map(\.subject)))::text[]) AS k(provider, subject)
+                      ON i.provider = k.provider AND i.subject = k.subject
+                    UNION ALL
+                    SELECT s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id
+                    WHERE r.token_hash = ANY(\(PGArray(refresh))::bytea[])
+                    UNION ALL
+                    SELECT user_id FROM sessions WHERE id = ANY(\(PGArray(sessions))::uuid[])
+                    UNION ALL
+                    SELECT s.user_id FROM access_tokens a JOIN sessions s ON s.id = a.session_id
+                    WHERE a.token_hash = ANY(\(PGArray(accessTokens))::bytea[]))
                 ORDER BY u.id FOR UPDATE OF u
                 """)
         }
@@ -794,7 +801,7 @@ private struct PrefetchQueries {
 
     /// Fills the cache from the results of `queries`, in order. What was asked for and not found
     /// is cached as absent.
-    func fill(_ cache: inout Cache, from results: [PGRows]) throws {
+    fileprivate func fill(_ cache: inout Cache, from results: [PGRows]) throws {
         for (slot, rows) in zip(slots, results) {
             switch slot {
             case .identities:

@@ -202,6 +202,50 @@ import Testing
         #expect(attempts.compactMap { $0?.lockedUntil }.allSatisfy { $0 == now + 60 })
     }
 
+    /// The batch's prefetch finds its users through indexes, however many users there are: the
+    /// users of a batch of provider sign-ins were once read by a sequential scan of `users` (an
+    /// OR of IN-subqueries no index serves), 114 ms a batch at 10,000 users and growing with
+    /// the table.
+    @Test func thePrefetchReadsUsersThroughIndexes() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeMigratedDatabase())
+        try connection.execute(
+            unsafeSQL: """
+                INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)
+                SELECT gen_random_uuid(), 'h' || g, false, false, false, now(), now() FROM generate_series(1, 20000) g;
+                INSERT INTO identities (provider, subject, user_id, email_verified, is_private_email, created_at,
+                                        last_login_at)
+                SELECT 'apple', 's' || row_number() OVER (), id, false, false, now(), now() FROM users;
+                ANALYZE
+                """)
+        var prefetch = Prefetch()
+        prefetch.identities = (1...100).map { IdentityKey(provider: "apple", subject: "s\($0)") }
+        prefetch.users = [UUID()]
+        prefetch.sessions = [UUID()]
+        let queries = PrefetchQueries(prefetch).queries
+        let users = try #require(queries.first { $0.sql.contains("FROM users u") })
+        // The plan of the statement with these very parameters (a custom plan, as the server
+        // makes for the first executions of each connection's statements).
+        try connection.execute(unsafeSQL: "PREPARE prefetch_users AS " + users.sql)
+        let literals = users.parameters.map { value in
+            value.map { "'" + $0.replacingOccurrences(of: "'", with: "''") + "'" } ?? "NULL"
+        }
+        let plan = try connection.execute(
+            unsafeSQL: "EXPLAIN EXECUTE prefetch_users(" + literals.joined(separator: ", ") + ")"
+        ).map { try $0.decode("QUERY PLAN", as: String.self) }.joined(separator: "\n")
+        // Every scan of `users` looks rows up by key (an index condition), none reads the table
+        // or its whole index through a filter.
+        let lines = plan.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+        let scans = lines.indices.filter { lines[$0].contains(" on users u") }
+        #expect(!scans.isEmpty, "\(plan)")
+        for index in scans {
+            let next = index + 1 < lines.count ? lines[index + 1] : ""
+            #expect(next.hasPrefix("Index Cond:") && !lines[index].hasPrefix("Seq Scan"), "\(plan)")
+        }
+        let found = try connection.execute(
+            unsafeSQL: "EXECUTE prefetch_users(" + literals.joined(separator: ", ") + ")")
+        #expect(found.count == 100)
+    }
+
     struct Failure: Error, CustomStringConvertible {
         var description: String
         init(_ description: String) { self.description = description }
