@@ -642,6 +642,14 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     services = Services(args)
+    # Each phase works in a database of its own, kept after the run for a look; the previous
+    # run's are dropped here, so runs do not pile up on the disk.
+    services.psql("postgres", "SELECT 1")
+    leftovers = services.value(
+        "postgres", "SELECT string_agg(datname, ' ') FROM pg_database "
+        "WHERE datname ~ '^auth_bench_(guest|apple|latency|batch|pgbench)[0-9a-f]{6}$'").split()
+    for name in leftovers:
+        services.psql("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     key_server = KeyServer()
     results = {"limits": {}}
     if args.guest_only or args.apple_only:
