@@ -642,9 +642,8 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     services = Services(args)
-    # Each phase works in a database of its own, kept after the run for a look; the previous
-    # run's are dropped here, so runs do not pile up on the disk.
-    services.psql("postgres", "SELECT 1")
+    # Each phase drops its database when it ends; those an interrupted run left behind are
+    # dropped here, so they do not pile up on the disk.
     leftovers = services.value(
         "postgres", "SELECT string_agg(datname, ' ') FROM pg_database "
         "WHERE datname ~ '^auth_bench_(guest|apple|latency|batch|pgbench)[0-9a-f]{6}$'").split()
