@@ -185,6 +185,9 @@ public final class RequestPipeline: Service {
             }
             if !donePublishing.isEmpty {
                 await consumer.storeOffsets(state.watermark.advance())
+                // A finished job may leave a parked one first in its lane: start it now, not after
+                // the next poll's wait.
+                startParked(&state)
             }
             for shard in 0..<writers {
                 guard let stage = writing[shard], stage.isDone else { continue }
