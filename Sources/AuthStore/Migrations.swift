@@ -5,8 +5,72 @@ import PGStore
 public enum Migrations {
     public static let all: [PGMigration] = [
         initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
-        oneTimeCodes, secondFactors,
+        oneTimeCodes, secondFactors, reservationsThatLock,
     ]
+
+    /// The two reservation functions insert their row or lock the one there in a single step.
+    /// They inserted (or found) it, then read it with `FOR UPDATE` in a second statement; a row
+    /// deleted in between (a successful sign-in resets its account's throttle, the purge drops
+    /// ended windows) was read as nothing: NULL failures, a NULL window end, and the request that
+    /// asked was answered `internal_error`. `INSERT … ON CONFLICT DO UPDATE` always ends with one
+    /// row, inserted or locked, whatever the other sessions do meanwhile.
+    static let reservationsThatLock = PGMigration(
+        version: 9, name: "reservations that lock",
+        sql: """
+            CREATE OR REPLACE FUNCTION auth_reserve_password_attempt(
+                p_key text, p_at timestamptz, p_window interval, p_threshold integer, p_base interval,
+                p_max interval)
+            RETURNS TABLE (allowed boolean, failures integer, locked_until timestamptz)
+            LANGUAGE plpgsql AS $$
+            DECLARE
+                current login_throttle%ROWTYPE;
+                counted integer;
+                lock_end timestamptz;
+            BEGIN
+                INSERT INTO login_throttle AS t (account_key, failures, last_failure_at)
+                VALUES (p_key, 0, p_at)
+                ON CONFLICT (account_key) DO UPDATE SET failures = t.failures
+                RETURNING t.* INTO current;
+                IF current.locked_until IS NOT NULL AND current.locked_until > p_at THEN
+                    RETURN QUERY SELECT false, current.failures, current.locked_until;
+                    RETURN;
+                END IF;
+                counted := CASE WHEN current.last_failure_at < p_at - p_window THEN 1 ELSE current.failures + 1 END;
+                lock_end := CASE WHEN counted >= p_threshold
+                                 THEN p_at + LEAST(p_base * power(2, LEAST(counted - p_threshold, 30)), p_max) END;
+                UPDATE login_throttle SET failures = counted, last_failure_at = p_at, locked_until = lock_end
+                WHERE account_key = p_key;
+                RETURN QUERY SELECT true, counted, lock_end;
+            END
+            $$;
+
+            CREATE OR REPLACE FUNCTION auth_reserve_rate_limit(
+                p_bucket text, p_at timestamptz, p_window interval, p_limit integer, p_wanted integer)
+            RETURNS TABLE (granted integer, window_end timestamptz)
+            LANGUAGE plpgsql AS $$
+            DECLARE
+                current rate_limits%ROWTYPE;
+                used integer;
+                started timestamptz;
+                given integer;
+            BEGIN
+                INSERT INTO rate_limits AS r (bucket, window_start, count)
+                VALUES (p_bucket, p_at, 0)
+                ON CONFLICT (bucket) DO UPDATE SET count = r.count
+                RETURNING r.* INTO current;
+                IF current.window_start <= p_at - p_window THEN
+                    used := 0;
+                    started := p_at;
+                ELSE
+                    used := current.count;
+                    started := current.window_start;
+                END IF;
+                given := GREATEST(0, LEAST(p_wanted, p_limit - used));
+                UPDATE rate_limits SET count = used + given, window_start = started WHERE bucket = p_bucket;
+                RETURN QUERY SELECT given, started + p_window;
+            END
+            $$;
+            """)
 
     /// TOTP second factors: the secret sealed (AES-256-GCM under a key derived from the results
     /// key, bound to the user), the last step used (a code is never accepted twice), and the

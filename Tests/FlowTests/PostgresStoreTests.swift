@@ -1,6 +1,7 @@
 import AuthCrypto
 import Foundation
 import PGStore
+import Synchronization
 import Testing
 
 @testable import AuthCLI
@@ -200,6 +201,70 @@ import Testing
         #expect(allowed.count == 5, "only the threshold's worth may be verified")
         #expect(attempts.compactMap { $0 }.count == 40)
         #expect(attempts.compactMap { $0?.lockedUntil }.allSatisfy { $0 == now + 60 })
+    }
+
+    /// A reservation racing a delete of its row (a successful sign-in resets its account's
+    /// throttle; the purge drops ended rate-limit windows) still counts and answers. Both
+    /// functions once read nothing when the row went between their insert and their locking
+    /// read, answered NULLs, and the request that asked was answered `internal_error` (one
+    /// password login in 150 in a test run on a faster machine).
+    @Test func reservationsRacingADeleteOfTheirRowStillCount() async throws {
+        let url = try IntegrationEnvironment.makeMigratedDatabase()
+        let store = PostgresStore(pool: PGPool(conninfo: url, size: 2), attemptConnections: 2)
+        var throttle = ThrottlePolicy()
+        throttle.threshold = 1_000_000
+        let policy = throttle
+        let limit = WorkerConfiguration.RateLimit(count: 1_000_000, window: 3600)
+        let now = now
+        let failures = try await Self.racingDeletes(
+            url: url,
+            deletes: [
+                "DELETE FROM login_throttle WHERE account_key = 'password:race@example.com'",
+                "DELETE FROM rate_limits WHERE bucket = 'register-all'",
+            ]
+        ) {
+            let attempt = try await store.reservePasswordAttempt(
+                key: "password:race@example.com", email: "race@example.com", at: now, policy: policy)
+            let grants = try await store.reserveRateLimits(
+                [RateLimitReservation(bucket: "register-all", limit: limit, wanted: 1)], at: now)
+            guard attempt.allowed, attempt.failures >= 1 else { return "attempt: \(attempt)" }
+            guard grants.map(\.granted) == [1] else { return "grants: \(grants)" }
+            return nil
+        }
+        #expect(failures.count == 0, "of 3,000 reservations, these failed: \(failures.prefix(3))")
+    }
+
+    /// Runs `reserve` 1,500 times on each of two tasks while two other connections run `deletes`
+    /// as fast as they can; returns what `reserve` said went wrong, and what it threw.
+    static func racingDeletes(
+        url: String, deletes: [String], _ reserve: @escaping @Sendable () async throws -> String?
+    ) async throws -> [String] {
+        let stop = Atomic<Bool>(false)
+        for _ in 0..<2 {
+            Thread {
+                guard let connection = try? PGConnection(conninfo: url) else { return }
+                while !stop.load(ordering: .relaxed) {
+                    for delete in deletes { _ = try? connection.execute(unsafeSQL: delete) }
+                }
+            }.start()
+        }
+        defer { stop.store(true, ordering: .relaxed) }
+        return await withTaskGroup(of: [String].self) { group in
+            for _ in 0..<2 {
+                group.addTask {
+                    var failures: [String] = []
+                    for _ in 0..<1_500 {
+                        do {
+                            if let failure = try await reserve() { failures.append(failure) }
+                        } catch {
+                            failures.append("\(error)")
+                        }
+                    }
+                    return failures
+                }
+            }
+            return await group.reduce(into: []) { $0 += $1 }
+        }
     }
 
     /// The batch's prefetch finds its users through indexes, however many users there are: the

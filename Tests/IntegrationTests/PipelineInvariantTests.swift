@@ -426,7 +426,9 @@ import Testing
         #expect(median < .milliseconds(250), "guest logins waited \(latencies) behind password logins")
         #expect(slowest < .seconds(5), "a guest login waited \(slowest) behind password logins")
         for request in passwords {
-            #expect(try await harness.result(request.id, timeout: .seconds(60)).data.status == "ok")
+            let data = try await harness.result(request.id, timeout: .seconds(60)).data
+            #expect(
+                data.status == "ok", "\(request.id): \(data.error?.code.rawValue ?? "") \(data.error?.message ?? "")")
         }
         try await harness.stop()
     }
