@@ -1032,11 +1032,40 @@ final class Job {
 }
 
 /// Where a job is ordered: its partition and key (or, without a key, its own offset).
+///
+/// The loop hashes a lane several times a pass (the lane table, the changed set, the writer it
+/// goes to), so its hash is computed once, with the key's bytes hashed as one buffer (an array
+/// of bytes hashes them one by one).
 struct LaneKey: Hashable {
     let topic: String
     let partition: Int32
     let key: [UInt8]
     let offset: Int64
+    /// The hash of the four fields, with this process's seed.
+    let digest: Int
+
+    init(topic: String, partition: Int32, key: [UInt8], offset: Int64) {
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        self.offset = offset
+        var hasher = Hasher()
+        hasher.combine(topic)
+        hasher.combine(partition)
+        key.withUnsafeBytes { hasher.combine(bytes: $0) }
+        hasher.combine(offset)
+        digest = hasher.finalize()
+    }
+
+    static func == (lhs: LaneKey, rhs: LaneKey) -> Bool {
+        lhs.digest == rhs.digest && lhs.partition == rhs.partition && lhs.offset == rhs.offset && lhs.key == rhs.key
+            && lhs.topic == rhs.topic
+    }
+
+    func hash(into hasher: inout Hasher) { hasher.combine(digest) }
+
+    /// Which of `shards` writers the lane's jobs go to (always the same one for a lane).
+    func shard(of shards: Int) -> Int { Int(UInt(bitPattern: digest) % UInt(max(shards, 1))) }
 }
 
 /// A request to prepare in the background, with what the pipeline decided about it.
@@ -1221,7 +1250,7 @@ struct LoopState {
     mutating func readyJobs(shard: Int, of shards: Int, limit: Int = .max) -> [Job] {
         var ready: [Job] = []
         var looked: [LaneKey] = []
-        for lane in changedLanes where shards == 1 || Int(UInt(bitPattern: lane.hashValue) % UInt(shards)) == shard {
+        for lane in changedLanes where shards == 1 || lane.shard(of: shards) == shard {
             looked.append(lane)
             for seq in lanes[lane] ?? [] {
                 guard let job = jobs[seq] else { break }

@@ -105,6 +105,17 @@ import Testing
 
     /// When every short handle for a name is taken, the random part grows instead of the sign-in
     /// failing: all 65,536 `mario_rossi_xxxx` are taken here, so the handle has six hex digits.
+    /// Profile names lose the white space around them, the Unicode kinds too; the fast path for
+    /// names with visible ASCII ends changes nothing.
+    @Test(arguments: [
+        ("Ann", "Ann"), ("  Ann Lee \n", "Ann Lee"), ("\u{3000}Ann\u{00A0}", "Ann"), ("Zoë", "Zoë"),
+        ("\tÉlodie", "Élodie"), ("", ""), (" \n ", ""), ("a", "a"),
+    ])
+    func profileNamesAreTrimmed(name: String, trimmed: String) {
+        #expect(name.trimmedOfWhitespace == trimmed)
+        #expect(name.trimmedOfWhitespace == name.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
     @Test func handlesGrowWhenTheShortOnesAreAllTaken() async throws {
         let service = try await service()
         _ = try await service.query(

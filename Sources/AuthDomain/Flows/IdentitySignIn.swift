@@ -43,7 +43,7 @@ extension LoginFlows {
     /// Apple's first-authorization name, as the app received it.
     static func profileName(_ profile: LoginRequestData.Profile?) -> String? {
         let parts = [profile?.givenName, profile?.familyName].compactMap {
-            $0?.trimmingCharacters(in: .whitespacesAndNewlines)
+            $0?.trimmedOfWhitespace
         }.filter { !$0.isEmpty }
         return parts.isEmpty ? nil : parts.joined(separator: " ")
     }
@@ -81,7 +81,7 @@ extension LoginFlows {
         // Counted before the hash is made: a flood of registrations costs no Argon2 time.
         try await reserveRegistration(request, at: now)
         let hash = try await passwords.hash(password)
-        let name = data.name?.trimmingCharacters(in: .whitespacesAndNewlines).nilIfEmpty
+        let name = data.name?.trimmedOfWhitespace.nilIfEmpty
         // The address is unverified: nobody has proven they receive mail there.
         let identity = NewIdentity(
             provider: "password", subject: email, email: email, emailVerified: false, isPrivateEmail: false,
@@ -375,5 +375,17 @@ extension StoredUser {
             filled.isPrivateEmail = identity.isPrivateEmail
         }
         return filled
+    }
+}
+
+extension String {
+    /// `trimmingCharacters(in: .whitespacesAndNewlines)`, skipping Foundation (which bridges
+    /// through `NSString`, a few microseconds) when both ends are visible ASCII and there is
+    /// nothing to trim, as with nearly every name.
+    var trimmedOfWhitespace: String {
+        if let first = utf8.first, let last = utf8.last, (0x21...0x7E).contains(first), (0x21...0x7E).contains(last) {
+            return self
+        }
+        return trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }
