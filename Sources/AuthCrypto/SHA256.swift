@@ -38,17 +38,27 @@ public enum ConstantTime {
 
 /// Lower-case hexadecimal encoding.
 public enum Hex {
-    private static let digits = Array("0123456789abcdef".utf8)
-
     /// `bytes` as lower-case hex.
     public static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.underestimatedCount * 2)
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
+        encode(Array(bytes))
+    }
+
+    /// `bytes` as lower-case hex, written straight into the string (the generic form, called
+    /// from other modules, ran unspecialized: an iterator call per byte).
+    public static func encode(_ bytes: [UInt8]) -> String {
+        String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+            var index = 0
+            for byte in bytes {
+                out[index] = digit(byte >> 4)
+                out[index + 1] = digit(byte & 0x0F)
+                index += 2
+            }
+            return index
         }
-        return String(decoding: out, as: UTF8.self)
+    }
+
+    @inline(__always) private static func digit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? 0x30 + nibble : 0x57 + nibble
     }
 }
 

@@ -303,7 +303,7 @@ public final class RequestPipeline: Service {
     /// in the background, while the loop goes on polling.
     private func beginLookup(_ state: inout LoopState) -> Lookup? {
         let starting = state.toStart.compactMap { seq -> Job? in
-            guard let job = state.jobs[seq], case .lookup = job.phase else { return nil }
+            guard let job = state.jobs[seq], job.kind == .lookup else { return nil }
             return job
         }
         state.toStart = []
@@ -1013,7 +1013,12 @@ final class Job {
     var request: LoginRequest?
     /// The keyed digest of the request's content (or of the raw value).
     var digest: [UInt8] = []
-    var phase: Phase = .lookup
+    var phase: Phase = .lookup {
+        didSet { kind = phase.kind }
+    }
+    /// The case of `phase` without its payload: what the loop's scans test, several times a
+    /// pass, without copying the payload (a prepared write, its strings and arrays) each time.
+    private(set) var kind: Phase.Kind = .lookup
     /// Set when a write conflict sent the job back to look its id up (once at most).
     var lookedUpAgain = false
 
@@ -1092,6 +1097,24 @@ enum Phase {
     case ready(Step)
     /// In a batch being written or published.
     case batched
+
+    /// The cases without their payloads.
+    enum Kind {
+        case waitingForID, waitingForLane, lookup, lookingUp, preparing, abandoned, ready, batched
+    }
+
+    var kind: Kind {
+        switch self {
+        case .waitingForID: .waitingForID
+        case .waitingForLane: .waitingForLane
+        case .lookup: .lookup
+        case .lookingUp: .lookingUp
+        case .preparing: .preparing
+        case .abandoned: .abandoned
+        case .ready: .ready
+        case .batched: .batched
+        }
+    }
 }
 
 /// What a ready job still needs.
@@ -1211,7 +1234,7 @@ struct LoopState {
     /// Notes that a job's phase changed: its lane is looked at again, and a job to look up is queued.
     mutating func changed(_ job: Job) {
         changedLanes.insert(job.lane)
-        if case .lookup = job.phase { toStart.append(job.seq) }
+        if job.kind == .lookup { toStart.append(job.seq) }
     }
 
     /// True when `job` may go ahead with `id`: no other job in flight holds it. Otherwise the job
@@ -1254,8 +1277,8 @@ struct LoopState {
             looked.append(lane)
             for seq in lanes[lane] ?? [] {
                 guard let job = jobs[seq] else { break }
-                if case .batched = job.phase { continue }
-                guard case .ready = job.phase else { break }
+                if job.kind == .batched { continue }
+                guard job.kind == .ready else { break }
                 ready.append(job)
             }
         }
@@ -1292,7 +1315,7 @@ struct LoopState {
     /// order, so those can never be batched). A drain ends there instead of waiting for ever.
     var canProgress: Bool {
         for job in jobs.values {
-            switch job.phase {
+            switch job.kind {
             case .lookup, .lookingUp, .preparing, .batched: return true
             case .ready, .waitingForID, .waitingForLane, .abandoned: continue
             }
@@ -1300,7 +1323,7 @@ struct LoopState {
         for seqs in lanes.values {
             lane: for seq in seqs {
                 guard let job = jobs[seq] else { break lane }
-                switch job.phase {
+                switch job.kind {
                 case .batched: continue lane
                 // A parked job at the head of its lane is started on the next turn.
                 case .ready, .waitingForLane: return true

@@ -93,8 +93,8 @@ extension UUID: PGEncodable, PGDecodable {
         withUnsafeBytes(of: uuid) { bytes in
             for (index, byte) in bytes.enumerated() {
                 if index == 4 || index == 6 || index == 8 || index == 10 { buffer.append(UInt8(ascii: "-")) }
-                buffer.append(PGBytes.digits[Int(byte >> 4)])
-                buffer.append(PGBytes.digits[Int(byte & 0x0F)])
+                buffer.append(Hexadecimal.digit(byte >> 4))
+                buffer.append(Hexadecimal.digit(byte & 0x0F))
             }
         }
     }
@@ -102,13 +102,16 @@ extension UUID: PGEncodable, PGDecodable {
     public init?(pgText: String) { self.init(uuidString: pgText) }
 }
 
+/// Lower-case hex digits without a table lookup.
+enum Hexadecimal {
+    @inline(__always) static func digit(_ nibble: UInt8) -> UInt8 { nibble < 10 ? 0x30 + nibble : 0x57 + nibble }
+}
+
 /// `bytea`, sent and read in hex format (`\x0a1b…`).
 public struct PGBytes: PGPlainText, PGDecodable, Equatable, Hashable {
     public var bytes: [UInt8]
 
     public init(_ bytes: [UInt8]) { self.bytes = bytes }
-
-    static let digits = Array("0123456789abcdef".utf8)
 
     public var pgText: String {
         var out: [UInt8] = []
@@ -122,13 +125,23 @@ public struct PGBytes: PGPlainText, PGDecodable, Equatable, Hashable {
         appendPGText(to: &buffer)
     }
 
+    /// Appends `\\x` and the hex digits, writing them in place. The buffer grows geometrically: an
+    /// array literal appends thousands of these to one buffer, and reserving exactly what each
+    /// needs (as this once did) copied the whole literal again for every element.
     public func appendPGText(to buffer: inout [UInt8]) {
-        buffer.reserveCapacity(buffer.count + 2 + bytes.count * 2)
-        buffer.append(UInt8(ascii: "\\"))
-        buffer.append(UInt8(ascii: "x"))
-        for byte in bytes {
-            buffer.append(Self.digits[Int(byte >> 4)])
-            buffer.append(Self.digits[Int(byte & 0x0F)])
+        let start = buffer.count
+        let needed = start + 2 + bytes.count * 2
+        if buffer.capacity < needed { buffer.reserveCapacity(Swift.max(needed, buffer.capacity * 2)) }
+        buffer.append(contentsOf: repeatElement(0, count: needed - start))
+        buffer.withUnsafeMutableBufferPointer { out in
+            out[start] = UInt8(ascii: "\\")
+            out[start + 1] = UInt8(ascii: "x")
+            var index = start + 2
+            for byte in bytes {
+                out[index] = Hexadecimal.digit(byte >> 4)
+                out[index + 1] = Hexadecimal.digit(byte & 0x0F)
+                index += 2
+            }
         }
     }
 
