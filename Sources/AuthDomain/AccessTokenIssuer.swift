@@ -47,7 +47,7 @@ public struct OpaqueTokenIssuer: AccessTokenIssuer {
     }
 
     public func issue(_ claims: AccessTokenClaims) throws -> String {
-        "\(claims.tokenID.uuidString.lowercased())|\(try identifiers.secret(characters: 40))"
+        "\(claims.tokenID.lowercasedString)|\(try identifiers.secret(characters: 40))"
     }
 
     public var isSelfContained: Bool { false }

@@ -11,6 +11,17 @@ import Testing
 @Suite struct IdentifiersTests {
     let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
 
+    /// The wire form of a UUID, written without `uuidString`, is exactly its lower-cased form.
+    @Test func uuidsAreWrittenInTheirCanonicalLowerCaseForm() {
+        var samples = (0..<1_000).map { _ in UUID() }
+        samples.append(UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)))
+        samples.append(UUID(uuid: (255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255)))
+        for uuid in samples { #expect(uuid.lowercasedString == uuid.uuidString.lowercased()) }
+        #expect(
+            UUID(uuidString: "0190A5B2-7C3D-7E4F-8A1B-2C3D4E5F6A7B")?.lowercasedString
+                == "0190a5b2-7c3d-7e4f-8a1b-2c3d4e5f6a7b")
+    }
+
     @Test func uuidsAreVersion7WithTheClocksMilliseconds() throws {
         let ids = Identifiers(clock: clock)
         let id = try ids.uuid()

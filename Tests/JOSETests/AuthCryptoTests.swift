@@ -60,6 +60,22 @@ import Testing
         #expect(first.count == 32)
         #expect(first != second)
     }
+
+    /// Small requests come from a buffer of 4 KiB: across many refills, from several threads at
+    /// once, every answer has its length and no two 16-byte answers are the same (as no two
+    /// draws of 128 random bits are); large requests bypass the buffer.
+    @Test func bufferedRandomBytesNeverRepeat() async throws {
+        for count in [0, 1, 255, 256, 257, 4096, 5000] { #expect(try SecureRandom.bytes(count).count == count) }
+        let draws = try await withThrowingTaskGroup(of: [[UInt8]].self) { group in
+            for _ in 0..<4 {
+                group.addTask { try (0..<2_000).map { _ in try SecureRandom.bytes(16) } }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(draws.count == 8_000)
+        #expect(Set(draws).count == 8_000, "a buffered random value was handed out twice")
+        #expect(!draws.contains([UInt8](repeating: 0, count: 16)))
+    }
 }
 
 @Suite struct SigningKeyTests {

@@ -302,8 +302,29 @@ extension StoredUser {
 }
 
 extension UUID {
-    /// The canonical lower-case form used on the wire.
-    public var lowercasedString: String { uuidString.lowercased() }
+    /// The canonical lower-case form used on the wire, written directly (`uuidString` formats
+    /// through `sprintf`, then `lowercased()` copies it; a login makes a dozen of these).
+    public var lowercasedString: String {
+        withUnsafeBytes(of: uuid) { bytes in
+            String(unsafeUninitializedCapacity: 36) { out in
+                var index = 0
+                for (position, byte) in bytes.enumerated() {
+                    if position == 4 || position == 6 || position == 8 || position == 10 {
+                        out[index] = UInt8(ascii: "-")
+                        index += 1
+                    }
+                    out[index] = Self.hexDigit(byte >> 4)
+                    out[index + 1] = Self.hexDigit(byte & 0x0F)
+                    index += 2
+                }
+                return index
+            }
+        }
+    }
+
+    @inline(__always) private static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? 0x30 + nibble : 0x57 + nibble
+    }
 }
 
 extension String {
