@@ -638,6 +638,8 @@ def main():
                         help="only the guest throughput phase (to compare two builds quickly)")
     parser.add_argument("--apple-only", action="store_true",
                         help="only the Apple throughput phase (to compare two builds quickly)")
+    parser.add_argument("--latency-at", type=float, metavar="RATE",
+                        help="only the paced latency phase at RATE guest logins/s (to compare two builds quickly)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -651,6 +653,10 @@ def main():
         services.psql("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     key_server = KeyServer()
     results = {"limits": {}}
+    if args.latency_at:
+        entry = run_latency(services, key_server, args.latency_at, args.curve_seconds)
+        print(json.dumps({k: v for k, v in entry.items() if k != "latencies_ms"}))
+        return
     if args.guest_only or args.apple_only:
         kind = "guest" if args.guest_only else "apple"
         entry = run_throughput(services, key_server, kind, args.requests if args.guest_only else args.apple_requests)
