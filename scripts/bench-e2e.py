@@ -82,6 +82,15 @@ class Services:
         return int(self.value("postgres", "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"))
 
     @staticmethod
+    def machine_cpu_seconds():
+        """(busy, all) CPU seconds of the whole machine so far, every core, from /proc/stat."""
+        with open("/proc/stat") as stat:
+            fields = [int(field) for field in stat.readline().split()[1:]]
+        # user nice system idle iowait irq softirq steal ...: idle and iowait are not busy.
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (sum(fields) - fields[3] - fields[4]) / ticks, sum(fields) / ticks
+
+    @staticmethod
     def postgres_cpu_seconds():
         """User and system CPU time of every PostgreSQL process now running, from /proc."""
         ticks = os.sysconf("SC_CLK_TCK")
@@ -205,10 +214,7 @@ class Worker:
 
     def cpu_seconds(self):
         """User and system CPU time the worker has used so far, from /proc."""
-        with open(f"/proc/{self.process.pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        # utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the command name.
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.process.pid)
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
@@ -374,12 +380,23 @@ class EchoResponder:
         self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--echo", services.brokers,
                                          topics["requests"], topics["results"]])
 
+    def cpu_seconds(self):
+        return process_cpu_seconds(self.process.pid)
+
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+
+def process_cpu_seconds(pid):
+    """User and system CPU time process `pid` has used so far, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    # utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the command name.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def echo(brokers, requests, results):
@@ -431,6 +448,11 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     log(f"latency: {rate:,.0f} guest logins/s for {seconds} s, answered by the {responder}")
     keys = []
     interval = 1 / rate
+    # Where the machine's CPU goes while the requests are paced: the worker (or echo), PostgreSQL,
+    # this load generator, and the rest (the broker and its proxy, the system).
+    machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
+    pg_before = services.postgres_cpu_seconds()
+    responder_before = worker.cpu_seconds()
     start = time.perf_counter()
     total = int(rate * seconds)
     for index in range(total):
@@ -446,6 +468,15 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     out.flush(30)
     achieved = total / (time.perf_counter() - start)
     answered = reader.wait_for(keys, timeout=60)
+    machine_after = services.machine_cpu_seconds()
+    cores = (machine_after[1] - machine_before[1]) / max(time.perf_counter() - start, 1e-9)
+    wall = time.perf_counter() - start
+    cpu = {
+        "machine_busy_cores": (machine_after[0] - machine_before[0]) / wall, "cores": round(cores),
+        "responder_cores": (worker.cpu_seconds() - responder_before) / wall,
+        "postgres_cores": (services.postgres_cpu_seconds() - pg_before) / wall,
+        "load_generator_cores": (time.process_time() - own_before) / wall,
+    }
     worker.stop()
     reader.close()
     if database:
@@ -456,8 +487,11 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     result = {"responder": responder, "offered_rate": rate, "achieved_rate": achieved, "count": len(latencies),
               "p50_ms": percentile(latencies, 0.50), "p90_ms": percentile(latencies, 0.90),
               "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
-              "mean_ms": statistics.mean(latencies), "duplicates": reader.duplicates, "latencies_ms": latencies}
-    log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms")
+              "mean_ms": statistics.mean(latencies), "duplicates": reader.duplicates, "cpu": cpu,
+              "latencies_ms": latencies}
+    log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms; CPU busy "
+        f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores ({responder} {cpu['responder_cores']:.2f}, "
+        f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f})")
     return result
 
 
@@ -593,6 +627,13 @@ def report(results):
         f"{latency['p50_ms']} / {latency['p99_ms']} ms | broker echo at the same rate: "
         f"{floor['p50_ms']} / {floor['p99_ms']} ms | {latency['p99_ms'] / max(floor['p99_ms'], 1):.1f}× (p99) |",
     ]
+    for entry, who in ((latency, "worker"), (floor, "echo")):
+        cpu = entry["cpu"]
+        rest = cpu["machine_busy_cores"] - cpu["responder_cores"] - cpu["postgres_cores"] - cpu["load_generator_cores"]
+        lines.append(f"| CPU busy at {entry['achieved_rate']:,.0f}/s answered by the {who} | "
+                     f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores | {who} {cpu['responder_cores']:.2f}, "
+                     f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f}, "
+                     f"broker and the rest {max(rest, 0):.2f} | |")
     for entry in sorted((e for e in results["latency_curve"] if e["responder"] == "worker"),
                         key=lambda e: e["offered_rate"]):
         echo = next((e for e in results["latency_curve"]
