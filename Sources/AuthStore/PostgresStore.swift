@@ -208,7 +208,7 @@ public final class PostgresStore: Sendable {
             try connection.pipeline([
                 """
                 SELECT allowed, failures, locked_until FROM auth_reserve_password_attempt(
-                    \(key), \(date), make_interval(secs => \(policy.window)), \(policy.threshold),
+                    \(key), \(date), make_interval(secs => \(policy.window)), \(Self.integer(policy.threshold)),
                     make_interval(secs => \(policy.baseDelay)), make_interval(secs => \(policy.maximumDelay)))
                 """,
                 """
@@ -227,6 +227,10 @@ public final class PostgresStore: Sendable {
             allowed: try reservation.decode("allowed"), failures: try reservation.decode("failures"),
             lockedUntil: try reservation.decode("locked_until", as: Date?.self), credential: credential)
     }
+
+    /// `value` as a PostgreSQL `integer` parameter: a threshold past its range (a configured
+    /// "never", `Int.max`) is the largest it holds, not an out-of-range error on every attempt.
+    static func integer(_ value: Int) -> Int { min(max(value, Int(Int32.min)), Int(Int32.max)) }
 
     /// The address of the password identity of the user an access token signs in as (by its
     /// session, or an opaque token's SHA-256): what `change_password` throttles and verifies.
@@ -295,7 +299,7 @@ public final class PostgresStore: Sendable {
                     """
                     SELECT granted, window_end FROM auth_reserve_rate_limit(
                         \(reservation.bucket), \(date), make_interval(secs => \(reservation.limit.window)),
-                        \(reservation.limit.count), \(reservation.wanted))
+                        \(Self.integer(reservation.limit.count)), \(Self.integer(reservation.wanted)))
                     """
                 ).first
                 guard let row else { throw PGError(.decoding, detail: "a rate limit was not reserved") }

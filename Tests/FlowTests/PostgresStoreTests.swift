@@ -203,6 +203,24 @@ import Testing
         #expect(attempts.compactMap { $0?.lockedUntil }.allSatisfy { $0 == now + 60 })
     }
 
+    /// Limits past PostgreSQL's `integer` (a threshold or a rate of `Int.max`, "never") are
+    /// counted against the largest it holds: they once failed every attempt with SQLSTATE 22003
+    /// (`scripts/bench passwords` sets the threshold to `Int.max`).
+    @Test func limitsPastTheIntegerRangeStillCount() async throws {
+        let (store, _) = try await store()
+        var throttle = ThrottlePolicy()
+        throttle.threshold = .max
+        let attempt = try await store.reservePasswordAttempt(
+            key: "password:max@example.com", email: "max@example.com", at: now, policy: throttle)
+        #expect(attempt.allowed && attempt.failures == 1 && attempt.lockedUntil == nil)
+        let grants = try await store.reserveRateLimits(
+            [
+                RateLimitReservation(
+                    bucket: "register-all", limit: WorkerConfiguration.RateLimit(count: .max, window: 60), wanted: 1)
+            ], at: now)
+        #expect(grants.map(\.granted) == [1])
+    }
+
     /// A reservation racing a delete of its row (a successful sign-in resets its account's
     /// throttle; the purge drops ended rate-limit windows) still counts and answers. Both
     /// functions once read nothing when the row went between their insert and their locking
