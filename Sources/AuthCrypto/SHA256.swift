@@ -57,7 +57,8 @@ public enum Hex {
         }
     }
 
-    @inline(__always) private static func digit(_ nibble: UInt8) -> UInt8 {
+    /// The lower-case hex digit of `nibble` (0–15).
+    @inlinable @inline(__always) public static func digit(_ nibble: UInt8) -> UInt8 {
         nibble < 10 ? 0x30 + nibble : 0x57 + nibble
     }
 }

@@ -313,17 +313,13 @@ extension UUID {
                         out[index] = UInt8(ascii: "-")
                         index += 1
                     }
-                    out[index] = Self.hexDigit(byte >> 4)
-                    out[index + 1] = Self.hexDigit(byte & 0x0F)
+                    out[index] = Hex.digit(byte >> 4)
+                    out[index + 1] = Hex.digit(byte & 0x0F)
                     index += 2
                 }
                 return index
             }
         }
-    }
-
-    @inline(__always) private static func hexDigit(_ nibble: UInt8) -> UInt8 {
-        nibble < 10 ? 0x30 + nibble : 0x57 + nibble
     }
 }
 
