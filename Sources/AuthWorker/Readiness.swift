@@ -9,12 +9,17 @@ import Synchronization
 /// Whether the worker can do its job, checked every `interval` in the background so `/readyz`
 /// answers at once from the last result: PostgreSQL answers a query, a broker answers, and every
 /// topic the worker uses exists. A check that has not come back for `staleAfter` (PostgreSQL
-/// frozen, the broker unreachable) counts as not ready, and says so.
+/// frozen, the broker unreachable) counts as not ready, and says so: the first check too, timed
+/// from when it started, so a worker starting against a frozen server does not say "starting"
+/// for as long as the client libraries take to give up.
 public final class Readiness: Service, Sendable {
     private struct State {
         var ready = false
         var reason = "starting: the first readiness check has not finished\n"
         var checkedAt: ContinuousClock.Instant?
+        /// When the check under way began (before the first, when the readiness was created); nil
+        /// between checks.
+        var checkStartedAt: ContinuousClock.Instant? = .now
     }
 
     private let database: PGDedicatedConnection
@@ -44,22 +49,27 @@ public final class Readiness: Service, Sendable {
     /// The `/readyz` answer: 200 when the last check passed and is recent, else 503 and why.
     public func answer() -> (status: Int, body: String) {
         let current = state.withLock { $0 }
-        guard let checkedAt = current.checkedAt else { return (503, current.reason) }
-        let age = ContinuousClock.now - checkedAt
-        guard age <= staleAfter else {
-            return (
-                503,
-                "the readiness check has not come back for \(age.components.seconds) s (PostgreSQL or the broker is not answering)\n"
-            )
+        let now = ContinuousClock.now
+        // A check under way for longer than `staleAfter` is an answer of its own.
+        if let begun = current.checkStartedAt, now - begun > staleAfter {
+            return (503, Self.notComingBack(for: now - begun))
         }
+        guard let checkedAt = current.checkedAt else { return (503, current.reason) }
+        let age = now - checkedAt
+        guard age <= staleAfter else { return (503, Self.notComingBack(for: age)) }
         return current.ready ? (200, "ready\n") : (503, current.reason)
+    }
+
+    private static func notComingBack(for age: Duration) -> String {
+        "the readiness check has not come back for \(age.components.seconds) s (PostgreSQL or the broker is not answering)\n"
     }
 
     public func run() async throws {
         while !stopped.load(ordering: .acquiring), !Task.isCancelled {
+            state.withLock { $0.checkStartedAt = .now }
             let (ready, reason) = await check()
             let previous = state.withLock { current in
-                defer { current = State(ready: ready, reason: reason, checkedAt: .now) }
+                defer { current = State(ready: ready, reason: reason, checkedAt: .now, checkStartedAt: nil) }
                 return current
             }
             // Changes are logged, so "why was it not ready at 3 a.m." has an answer in the log.
