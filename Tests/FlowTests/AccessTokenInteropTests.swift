@@ -26,7 +26,7 @@ import Testing
             expiresAt: now + 900)
     }
 
-    @Test func pyJWTVerifiesTokensWithThePublishedKeysAcrossARotation() throws {
+    @Test func pyJWTVerifiesTokensWithThePublishedKeysAcrossARotation() async throws {
         let old = try TestKeys.temporaryKeyFile(.edDSA)
         let new = try TestKeys.temporaryKeyFile(.es256)
         var before = WorkerConfiguration()
@@ -43,12 +43,12 @@ import Testing
         let newClaims = claims(now)
         let newToken = try currentIssuer.issue(newClaims)
 
-        let oldResult = try IndependentJOSE.run(Self.verifier, input: jwks + "\n" + oldToken)
+        let oldResult = try await IndependentJOSE.run(Self.verifier, input: jwks + "\n" + oldToken)
         #expect(
             oldResult
                 == "\(old.key.keyID) \(oldClaims.userID.lowercasedString) \(oldClaims.sessionID.lowercasedString) False"
         )
-        let newResult = try IndependentJOSE.run(Self.verifier, input: jwks + "\n" + newToken)
+        let newResult = try await IndependentJOSE.run(Self.verifier, input: jwks + "\n" + newToken)
         #expect(newResult.hasPrefix(new.key.keyID + " "), "new tokens are signed by the newest key")
 
         // And our own verifier (used for link_to and logout) accepts both too.
@@ -58,7 +58,7 @@ import Testing
         #expect(throws: JOSEError.self) { try currentIssuer.verify(newToken, now: now + 901) }
     }
 
-    @Test func aTamperedTokenIsRefusedByPyJWT() throws {
+    @Test func aTamperedTokenIsRefusedByPyJWT() async throws {
         let key = try TestKeys.temporaryKeyFile(.edDSA)
         var configuration = WorkerConfiguration()
         configuration.signingKeyPaths = [key.path]
@@ -66,8 +66,8 @@ import Testing
         let token = try issuer.issue(claims(Date()))
         var parts = token.split(separator: ".").map(String.init)
         parts[1] = Base64URL.encode(Array(#"{"sub":"admin","aud":"api","iss":"auth-worker","exp":9999999999}"#.utf8))
-        #expect(throws: IndependentJOSE.Failure.self) {
-            try IndependentJOSE.run(
+        await #expect(throws: IndependentJOSE.Failure.self) {
+            try await IndependentJOSE.run(
                 Self.verifier, input: try JWTAccessTokenIssuer.jwks(issuer.keys) + "\n" + parts.joined(separator: "."))
         }
     }

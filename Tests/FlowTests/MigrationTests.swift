@@ -8,7 +8,7 @@ import Testing
 /// The application's migrations, applied to a real PostgreSQL.
 @Suite(.requiresDatabase) struct MigrationTests {
     @Test func migrationsApplyOnceAndRecordTheirVersion() throws {
-        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
         #expect(try PGMigrator.currentVersion(connection) == nil)
         #expect(try PGMigrator.migrate(connection, migrations: Migrations.all) == Migrations.all.map(\.version))
         #expect(try PGMigrator.migrate(connection, migrations: Migrations.all) == [])

@@ -16,7 +16,7 @@ import Testing
     let now = Date(timeIntervalSince1970: 1_795_953_600)
 
     func store() async throws -> (PostgresStore, PGConnection) {
-        let url = try IntegrationEnvironment.makeMigratedDatabase()
+        let url = try await IntegrationEnvironment.makeMigratedDatabase()
         return (PostgresStore(pool: PGPool(conninfo: url, size: 2)), try PGConnection(conninfo: url))
     }
 
@@ -227,7 +227,7 @@ import Testing
     /// read, answered NULLs, and the request that asked was answered `internal_error` (one
     /// password login in 150 in a test run on a faster machine).
     @Test func reservationsRacingADeleteOfTheirRowStillCount() async throws {
-        let url = try IntegrationEnvironment.makeMigratedDatabase()
+        let url = try await IntegrationEnvironment.makeMigratedDatabase()
         let store = PostgresStore(pool: PGPool(conninfo: url, size: 2), attemptConnections: 2)
         var throttle = ThrottlePolicy()
         throttle.threshold = 1_000_000
@@ -289,8 +289,8 @@ import Testing
     /// users of a batch of provider sign-ins were once read by a sequential scan of `users` (an
     /// OR of IN-subqueries no index serves), 114 ms a batch at 10,000 users and growing with
     /// the table.
-    @Test func thePrefetchReadsUsersThroughIndexes() throws {
-        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeMigratedDatabase())
+    @Test func thePrefetchReadsUsersThroughIndexes() async throws {
+        let connection = try PGConnection(conninfo: try await IntegrationEnvironment.makeMigratedDatabase())
         try connection.execute(
             unsafeSQL: """
                 INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)

@@ -84,7 +84,7 @@ import Testing
         #expect(epk["kty"] == .string("OKP") && epk["crv"] == .string("X25519"))
     }
 
-    @Test(.requiresIndependentJOSE) func jwcryptoOpensOurJWEAndRefusesTampering() throws {
+    @Test(.requiresIndependentJOSE) func jwcryptoOpensOurJWEAndRefusesTampering() async throws {
         let recipient = try X25519.generateKeyPair()
         let plaintext = #"{"access_token":"at","token_type":"Bearer"}"#
         let jwe = try JWE.sealECDHES(Array(plaintext.utf8), to: recipient.publicKey)
@@ -102,7 +102,7 @@ import Testing
             """
         let input = [Base64URL.encode(recipient.privateKey), Base64URL.encode(recipient.publicKey), jwe].joined(
             separator: " ")
-        #expect(try IndependentJOSE.run(script, input: input) == plaintext)
+        #expect(try await IndependentJOSE.run(script, input: input) == plaintext)
         var parts = jwe.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         var ciphertext = try #require(Base64URL.decode(parts[3]))
         ciphertext[0] ^= 1
@@ -111,7 +111,7 @@ import Testing
             Base64URL.encode(recipient.privateKey), Base64URL.encode(recipient.publicKey), parts.joined(separator: "."),
         ]
         .joined(separator: " ")
-        #expect(try IndependentJOSE.run(script, input: tampered).hasPrefix("REFUSED"))
+        #expect(try await IndependentJOSE.run(script, input: tampered).hasPrefix("REFUSED"))
     }
 }
 
@@ -228,7 +228,7 @@ import Testing
     }
 
     /// What a gateway does with jwcrypto: seal to the JWK the worker publishes.
-    @Test(.requiresIndependentJOSE) func jwcryptoSealsWhatTheWorkerOpens() throws {
+    @Test(.requiresIndependentJOSE) func jwcryptoSealsWhatTheWorkerOpens() async throws {
         let jwk = current.publicJWK
         let script = """
             import sys, json
@@ -241,7 +241,7 @@ import Testing
             print(token.serialize(compact=True))
             """
         let input = String(decoding: try JSONSerialization.data(withJSONObject: jwk), as: UTF8.self)
-        let sealed = try IndependentJOSE.run(script, input: input)
+        let sealed = try await IndependentJOSE.run(script, input: input)
         #expect(try keys.open(sealed) == "sealed by a gateway")
     }
 }

@@ -240,6 +240,6 @@ import Testing
             Base64URL.encode(recipient.privateKey), Base64URL.encode(recipient.publicKey),
             try #require(outcome.result.sealedSession),
         ].joined(separator: " ")
-        #expect(try IndependentJOSE.run(script, input: input) == "Bearer guest rt_")
+        #expect(try await IndependentJOSE.run(script, input: input) == "Bearer guest rt_")
     }
 }

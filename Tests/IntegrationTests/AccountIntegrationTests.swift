@@ -41,7 +41,7 @@ import Testing
     }
 
     @Test func theSameEmailRegisteredConcurrentlyHasExactlyOneWinner() async throws {
-        let databaseURL = try IntegrationEnvironment.makeMigratedDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeMigratedDatabase()
         let (first, _) = try await replica(databaseURL)
         let (second, _) = try await replica(databaseURL)
         for round in 0..<5 {
@@ -73,7 +73,7 @@ import Testing
     }
 
     @Test func throttlingHoldsAcrossReplicas() async throws {
-        let databaseURL = try IntegrationEnvironment.makeMigratedDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeMigratedDatabase()
         let (first, _) = try await replica(databaseURL)
         let (second, _) = try await replica(databaseURL)
         _ = try await first.handle(request(.register, email: "t@example.com", password: "correct horse"))
@@ -95,7 +95,7 @@ import Testing
     }
 
     @Test(.requiresSharedTestData) func legacyHashesVerifyAndAreReplaced() async throws {
-        let databaseURL = try IntegrationEnvironment.makeMigratedDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeMigratedDatabase()
         let connection = try PGConnection(conninfo: databaseURL)
         let vectors = try #require(try SharedTestData.json("passwords/bcrypt_vectors.json") as? [[String: Any]])
         let laravel = try #require(
@@ -127,7 +127,7 @@ import Testing
     }
 
     @Test func upgradesKeepTheGuestAndConflictsChangeNothing() async throws {
-        let databaseURL = try IntegrationEnvironment.makeMigratedDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeMigratedDatabase()
         let (service, _) = try await replica(databaseURL)
         let guestRequest = LoginRequest(
             id: UUID().uuidString, source: "/test", time: nil, traceparent: nil, method: .guest,

@@ -15,7 +15,7 @@ import Testing
 /// answers, and the access-token verifier fetching the worker's JWK Set over HTTP.
 @Suite(.requiresServices, .serialized, .timeLimit(.minutes(3))) struct AuthClientTests {
     @Test func loginIntrospectAndVerifyThroughTheWorker() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         let (keyPath, key) = try TestKeys.temporaryKeyFile(.es256)

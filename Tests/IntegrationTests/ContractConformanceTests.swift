@@ -24,7 +24,7 @@ struct ContractConformanceTests {
         let server = try KeyServer()
         defer { server.stop() }
         server.serve("/apple/keys", .init(body: TestSigner.keySet([Signers.rsa2048])))
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         config.appleAudiences = ["com.example.app"]

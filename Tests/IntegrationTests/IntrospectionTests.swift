@@ -15,7 +15,7 @@ import Testing
 @Suite(.requiresServices, .serialized, .timeLimit(.minutes(3))) struct IntrospectionTests {
     @Test(arguments: [WorkerConfiguration.AccessTokenFormat.jwt, .opaque])
     func introspectionAnswersForLiveAndEndedSessions(format: WorkerConfiguration.AccessTokenFormat) async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         config.accessTokenFormat = format

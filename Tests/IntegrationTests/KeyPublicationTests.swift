@@ -63,7 +63,7 @@ struct KeyPublicationTests {
         """
 
     @Test func pyJWTVerifiesThroughAFullRotation() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let (keyA, _) = try TestKeys.temporaryKeyFile(.es256)
         let (keyB, _) = try TestKeys.temporaryKeyFile(.es256)
@@ -102,12 +102,12 @@ struct KeyPublicationTests {
             running.2.startGracefulShutdown(reason: "rotation step")
             try await running.3.value
         }
-        func verify(_ tokens: [String], cachedFrom: String? = nil, saveTo: String? = nil) throws -> [String] {
+        func verify(_ tokens: [String], cachedFrom: String? = nil, saveTo: String? = nil) async throws -> [String] {
             var job: [String: Any] = ["issuer": issuer, "tokens": tokens]
             if let cachedFrom { job["cached"] = cachedFrom }
             if let saveTo { job["save"] = saveTo }
             let input = String(decoding: try JSONSerialization.data(withJSONObject: job), as: UTF8.self)
-            return try IndependentJOSE.run(Self.verifier, input: input).split(separator: "\n").map(String.init)
+            return try await IndependentJOSE.run(Self.verifier, input: input).split(separator: "\n").map(String.init)
         }
         func kid(_ token: String) throws -> String {
             let header = try #require(token.split(separator: ".").first.flatMap { Base64URL.decode(String($0)) })
@@ -117,7 +117,7 @@ struct KeyPublicationTests {
 
         // 1. A signs.
         let one = try await phase(current: [keyA])
-        #expect(try verify([one.0]) == ["ok"])
+        #expect(try await verify([one.0]) == ["ok"])
         let headers = try await HTTP.head("http://127.0.0.1:\(port)/.well-known/jwks.json")
         #expect(headers["Cache-Control"] == "public, max-age=300")
         #expect(headers["Content-Type"] == "application/jwk-set+json")
@@ -126,20 +126,20 @@ struct KeyPublicationTests {
         // 2. B is published next: A still signs; a verifier caches the set holding both.
         let two = try await phase(current: [keyA], next: [keyB])
         #expect(try kid(two.0) == kid(one.0), "a next key does not sign")
-        #expect(try verify([one.0, two.0], saveTo: cached) == ["ok", "ok"])
+        #expect(try await verify([one.0, two.0], saveTo: cached) == ["ok", "ok"])
         try await stop(two)
 
         // 3. B signs, A is previous: tokens of both verify, and so does B's token with the set
         //    the verifier cached before B signed anything.
         let three = try await phase(current: [keyB, keyA])
         #expect(try kid(three.0) != kid(one.0), "the former next key signs")
-        #expect(try verify([one.0, three.0]) == ["ok", "ok"])
-        #expect(try verify([three.0], cachedFrom: cached) == ["ok"], "no verifier meets an unknown key")
+        #expect(try await verify([one.0, three.0]) == ["ok", "ok"])
+        #expect(try await verify([three.0], cachedFrom: cached) == ["ok"], "no verifier meets an unknown key")
         try await stop(three)
 
         // 4. A is gone once its tokens have expired: its tokens no longer verify, B's do.
         let four = try await phase(current: [keyB])
-        let results = try verify([one.0, three.0, four.0])
+        let results = try await verify([one.0, three.0, four.0])
         #expect(results[0] == "PyJWKClientError", "A is no longer published: \(results)")
         #expect(Array(results[1...]) == ["ok", "ok"])
         try await stop(four)

@@ -27,7 +27,7 @@ import Testing
         let databaseURL: String
 
         init(_ configure: (inout WorkerConfiguration) throws -> Void = { _ in }) async throws {
-            databaseURL = try IntegrationEnvironment.makeDatabase()
+            databaseURL = try await IntegrationEnvironment.makeDatabase()
             let topics = try await IntegrationEnvironment.makeTopics()
             var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
             config.resultsKey = try SecureRandom.bytes(32)

@@ -32,6 +32,33 @@ import Testing
         return (process, output, errors)
     }
 
+    /// What a command run to its end printed, and how it ended.
+    struct Ended {
+        let status: Int32
+        let output: String
+        let errors: String
+    }
+
+    /// Runs the binary to its end on a thread of its own (never holding a cooperative thread
+    /// while it waits), reading both pipes as it goes.
+    func runToEnd(_ arguments: [String], environment: [String: String] = [:]) async throws -> Ended {
+        let (process, output, errors) = try launch(arguments, environment: environment)
+        return try await Blocking.run {
+            let errorText = Mutex(Data())
+            let errorsRead = DispatchSemaphore(value: 0)
+            Thread {
+                errorText.withLock { $0 = errors.fileHandleForReading.readDataToEndOfFile() }
+                errorsRead.signal()
+            }.start()
+            let outputData = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            errorsRead.wait()
+            return Ended(
+                status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
+                errors: String(decoding: errorText.withLock { $0 }, as: UTF8.self))
+        }
+    }
+
     /// A private key file is never readable by anyone but its owner, not even for an instant: a
     /// watcher stats every file in the folder while keys are written, and sees no other mode.
     @Test func keyFilesAreNeverReadableByOthersWhileWritten() async throws {
@@ -67,7 +94,7 @@ import Testing
     }
 
     @Test func runAnswersAGuestAndDrainsOnSIGTERM() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let (keyPath, _) = try TestKeys.temporaryKeyFile()
         defer { try? FileManager.default.removeItem(atPath: keyPath) }
@@ -149,7 +176,7 @@ import Testing
     /// Authentication to the broker failing (here SASL against a broker that does not speak the
     /// mechanism) is logged as an error, with librdkafka's reason, and the worker is not ready.
     @Test func brokerAuthenticationFailuresAreLoggedAsErrors() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let (keyPath, _) = try TestKeys.temporaryKeyFile()
         defer { try? FileManager.default.removeItem(atPath: keyPath) }
         let properties = FileManager.default.temporaryDirectory.appendingPathComponent("kafka-\(UUID()).properties")
@@ -187,7 +214,7 @@ import Testing
     /// the real binary: a guest login with a sealed session, the token verified against the
     /// worker's JWK Set over HTTP, introspected, logged out.
     @Test(.requiresIndependentJOSE) func thePythonGatewayExampleRuns() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let (keyPath, _) = try TestKeys.temporaryKeyFile(.es256)
         defer { try? FileManager.default.removeItem(atPath: keyPath) }
@@ -224,91 +251,71 @@ import Testing
         #expect(steps.first?["session_opened"] as? Bool == true)
     }
 
-    @Test func runRefusesToStartWithoutASigningKey() throws {
-        let (process, _, errors) = try launch(
+    @Test func runRefusesToStartWithoutASigningKey() async throws {
+        let ended = try await runToEnd(
             ["run"],
             environment: [
                 "AUTH_DATABASE_URL": "postgres://postgres@127.0.0.1:1/none", "AUTH_KAFKA_BROKERS": "127.0.0.1:1",
             ])
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 1)
-        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(message.contains("AUTH_SIGNING_KEYS"))
-        #expect(message.split(separator: "\n").count == 1, "one line")
+        #expect(ended.status == 1)
+        #expect(ended.errors.contains("AUTH_SIGNING_KEYS"))
+        #expect(ended.errors.split(separator: "\n").count == 1, "one line")
     }
 
-    @Test func helpAndUnknownCommands() throws {
-        let (help, helpOutput, _) = try launch(["--help"], environment: [:])
-        help.waitUntilExit()
-        #expect(help.terminationStatus == 0)
-        #expect(
-            String(decoding: helpOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("usage:"))
-        let (unknown, _, _) = try launch(["frobnicate"], environment: [:])
-        unknown.waitUntilExit()
-        #expect(unknown.terminationStatus == 2)
+    @Test func helpAndUnknownCommands() async throws {
+        let help = try await runToEnd(["--help"])
+        #expect(help.status == 0)
+        #expect(help.output.contains("usage:"))
+        let unknown = try await runToEnd(["frobnicate"])
+        #expect(unknown.status == 2)
         // Options a command does not take are refused before anything starts (`run --bogus` used
         // to start and join the live group).
         for arguments in [["run", "--bogus"], ["migrate", "--force"], ["version", "extra"]] {
-            let (refused, _, errors) = try launch(arguments, environment: [:])
-            refused.waitUntilExit()
-            #expect(refused.terminationStatus == 2, "\(arguments)")
-            #expect(
-                String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("usage")
-                    || arguments[0] != "migrate")
+            let refused = try await runToEnd(arguments)
+            #expect(refused.status == 2, "\(arguments)")
+            #expect(refused.errors.contains("usage") || arguments[0] != "migrate")
         }
-        let (version, versionOutput, _) = try launch(["version"], environment: [:])
-        version.waitUntilExit()
-        #expect(version.terminationStatus == 0)
-        let printed = String(decoding: versionOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(printed.hasPrefix("auth-worker ") && printed.contains("OpenSSL") && printed.contains("librdkafka"))
+        let version = try await runToEnd(["version"])
+        #expect(version.status == 0)
+        #expect(
+            version.output.hasPrefix("auth-worker ") && version.output.contains("OpenSSL")
+                && version.output.contains("librdkafka"))
     }
 
-    @Test func migrateAndKeysCommands() throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+    @Test func migrateAndKeysCommands() async throws {
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         // --dry-run and --status only say what would be applied (--dry-run used to migrate).
         for option in ["--dry-run", "--status"] {
-            let (dry, dryOutput, _) = try launch(["migrate", option], environment: ["AUTH_DATABASE_URL": databaseURL])
-            dry.waitUntilExit()
-            #expect(dry.terminationStatus == 0)
-            #expect(
-                String(decoding: dryOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
-                    "would apply: 1 (initial schema)"))
+            let dry = try await runToEnd(["migrate", option], environment: ["AUTH_DATABASE_URL": databaseURL])
+            #expect(dry.status == 0)
+            #expect(dry.output.contains("would apply: 1 (initial schema)"))
         }
-        let (first, firstOutput, _) = try launch(["migrate"], environment: ["AUTH_DATABASE_URL": databaseURL])
-        first.waitUntilExit()
-        #expect(first.terminationStatus == 0)
-        #expect(
-            String(decoding: firstOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
-                "applied 1"))
-        let (again, againOutput, _) = try launch(["migrate"], environment: ["AUTH_DATABASE_URL": databaseURL])
-        again.waitUntilExit()
-        #expect(
-            String(decoding: againOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
-                "up to date"))
+        let first = try await runToEnd(["migrate"], environment: ["AUTH_DATABASE_URL": databaseURL])
+        #expect(first.status == 0)
+        #expect(first.output.contains("applied 1"))
+        let again = try await runToEnd(["migrate"], environment: ["AUTH_DATABASE_URL": databaseURL])
+        #expect(again.output.contains("up to date"))
 
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("keys-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let keyPath = directory.appendingPathComponent("new.pem").path
-        let (generate, _, _) = try launch(["keys", "generate", keyPath, "--alg", "ES256"], environment: [:])
-        generate.waitUntilExit()
-        #expect(generate.terminationStatus == 0)
+        let generate = try await runToEnd(["keys", "generate", keyPath, "--alg", "ES256"])
+        #expect(generate.status == 0)
         let permissions = try FileManager.default.attributesOfItem(atPath: keyPath)[.posixPermissions] as? Int
         #expect(permissions == 0o600)
-        let (overwrite, _, _) = try launch(["keys", "generate", keyPath], environment: [:])
-        overwrite.waitUntilExit()
-        #expect(overwrite.terminationStatus == 2, "never overwrites a key")
+        let overwrite = try await runToEnd(["keys", "generate", keyPath])
+        #expect(overwrite.status == 2, "never overwrites a key")
 
-        let (jwks, jwksOutput, _) = try launch(["keys", "jwks"], environment: ["AUTH_SIGNING_KEYS": keyPath])
-        jwks.waitUntilExit()
-        let document = try JSONSerialization.jsonObject(with: jwksOutput.fileHandleForReading.readDataToEndOfFile())
+        let jwks = try await runToEnd(["keys", "jwks"], environment: ["AUTH_SIGNING_KEYS": keyPath])
+        let document = try JSONSerialization.jsonObject(with: Data(jwks.output.utf8))
         let keys = try #require((document as? [String: Any])?["keys"] as? [[String: String]])
         #expect(keys.count == 1)
         #expect(keys.first?["kty"] == "EC" && keys.first?["alg"] == "ES256" && keys.first?["d"] == nil)
     }
 
     /// The operator's debugging tool on the real tokens: verified with the clock pinned, expired now.
-    @Test(.requiresSharedTestData) func tokenVerifyOnRealTokens() throws {
+    @Test(.requiresSharedTestData) func tokenVerifyOnRealTokens() async throws {
         let samples = try RealTokens.samples("apple") + RealTokens.samples("google")
         let directory = try #require(SharedTestData.directory)
         for sample in samples where sample.claims["sub"] is String {
@@ -321,31 +328,24 @@ import Testing
             let keys = directory.appendingPathComponent("real/\(sample.jwksFile)").path
             var arguments = ["token", "verify", "--provider", provider, "--keys", keys, "--at", String(Int(iat) + 60)]
             if provider == "google", let nonce = sample.claims["nonce"] as? String { arguments += ["--nonce", nonce] }
-            let (ok, okOutput, _) = try launch(arguments + [sample.token], environment: environment)
-            ok.waitUntilExit()
-            #expect(ok.terminationStatus == 0)
-            let document = try JSONSerialization.jsonObject(with: okOutput.fileHandleForReading.readDataToEndOfFile())
+            let ok = try await runToEnd(arguments + [sample.token], environment: environment)
+            #expect(ok.status == 0)
+            let document = try JSONSerialization.jsonObject(with: Data(ok.output.utf8))
             let claims = (document as? [String: Any])?["claims"] as? [String: Any]
             #expect(claims?["sub"] as? String == sample.claims["sub"] as? String)
 
-            let (expired, _, expiredErrors) = try launch(
+            let expired = try await runToEnd(
                 ["token", "verify", "--provider", provider, "--keys", keys, sample.token], environment: environment)
-            expired.waitUntilExit()
-            #expect(expired.terminationStatus == 1)
-            let message = String(decoding: expiredErrors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            #expect(message.hasPrefix("token_expired"))
+            #expect(expired.status == 1)
+            #expect(expired.errors.hasPrefix("token_expired"))
         }
-        let (unknown, _, unknownErrors) = try launch(
-            ["token", "verify", "--provider", "myspace", "x.y.z"], environment: [:])
-        unknown.waitUntilExit()
-        #expect(unknown.terminationStatus == 1)
-        #expect(
-            String(decoding: unknownErrors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains(
-                "unknown_provider"))
+        let unknown = try await runToEnd(["token", "verify", "--provider", "myspace", "x.y.z"])
+        #expect(unknown.status == 1)
+        #expect(unknown.errors.contains("unknown_provider"))
     }
 
     @Test func operatorCommandsDeleteUsersAndPurgeGuestsWithEvents() async throws {
-        let databaseURL = try IntegrationEnvironment.makeMigratedDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeMigratedDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let connection = try PGConnection(conninfo: databaseURL)
         let service = try await FlowHarness(

@@ -24,7 +24,7 @@ import Testing
             "/google/keys",
             .init(body: TestSigner.keySet([Signers.rsa3072]), headers: ["Cache-Control": "max-age=3600"]))
 
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         config.appleAudiences = ["com.example.app"]

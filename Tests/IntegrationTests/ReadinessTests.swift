@@ -101,7 +101,7 @@ import Testing
     }
 
     @Test func aMissingTopicIsNotReadyAndAllTopicsAre() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let producer = try producer()
         defer { producer.close() }

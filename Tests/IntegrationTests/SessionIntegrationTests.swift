@@ -15,7 +15,7 @@ import Testing
 /// Refresh, logout, sealed results and Apple notifications through the broker and PostgreSQL.
 @Suite(.requiresServices, .serialized, .timeLimit(.minutes(3))) struct SessionIntegrationTests {
     @Test func refreshLogoutAndSealedResultsThroughTheWorker() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         config.sessions.refreshReuseGrace = 1
@@ -78,7 +78,7 @@ import Testing
         let server = try KeyServer()
         defer { server.stop() }
         server.serve("/apple/keys", .init(body: TestSigner.keySet([Signers.rsa2048])))
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         config.appleAudiences = ["com.example.app"]

@@ -21,7 +21,7 @@ import Testing
     }
 
     @Test func aGuestLoginIsAnsweredStoredAndAnnounced() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         let worker = try await RunningWorker(config)
@@ -98,7 +98,7 @@ import Testing
     @Test func badRequestsGetErrorResultsOrTheDeadLetterTopic() async throws {
         let topics = try await IntegrationEnvironment.makeTopics()
         let config = try IntegrationEnvironment.workerConfiguration(
-            databaseURL: try IntegrationEnvironment.makeDatabase(), topics: topics)
+            databaseURL: try await IntegrationEnvironment.makeDatabase(), topics: topics)
         let worker = try await RunningWorker(config)
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
         let deadLetters = try TopicReader(topic: topics.deadLetters)
@@ -148,7 +148,7 @@ import Testing
     @Test func oversizedPoisonIsDeadLetteredCutShortAndTheWorkerGoesOn() async throws {
         let topics = try await IntegrationEnvironment.makeTopics()
         let config = try IntegrationEnvironment.workerConfiguration(
-            databaseURL: try IntegrationEnvironment.makeDatabase(), topics: topics)
+            databaseURL: try await IntegrationEnvironment.makeDatabase(), topics: topics)
         let worker = try await RunningWorker(config)
         // The gateway's producer may send what the broker takes, up to 16 MB here.
         var gatewayConfig = config
@@ -189,7 +189,7 @@ import Testing
     @Test func aDeadLetterTooLargeForTheTopicIsRecordedWithoutItsValue() async throws {
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(
-            databaseURL: try IntegrationEnvironment.makeDatabase(), topics: topics)
+            databaseURL: try await IntegrationEnvironment.makeDatabase(), topics: topics)
         config.kafkaProperties = ["message.max.bytes": "100000"]
         config.processing.deadLetterMaxBytes = 400_000
         let worker = try await RunningWorker(config)
@@ -217,7 +217,7 @@ import Testing
     /// retries: PostgreSQL drops the worker's connections, the next request's lookup fails once and
     /// is retried, and the retry line carries that request's id.
     @Test func retriesNameTheRequestsTheyHoldUp() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         let logs = InMemoryLogHandler()
@@ -255,7 +255,7 @@ import Testing
     }
 
     @Test func aRestartedWorkerResumesFromCommittedOffsets() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
@@ -292,7 +292,7 @@ import Testing
     }
 
     @Test func aReplayedRequestIsAnsweredAgainIdenticallyAndCreatesNothing() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         config.resultsKey = try SecureRandom.bytes(32)
@@ -327,7 +327,7 @@ import Testing
     }
 
     @Test func aRequestPastItsDeadlineIsNotActedOn() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         config.requestDeadline = 60
@@ -351,7 +351,7 @@ import Testing
     }
 
     @Test func registrationPasswordLoginAndGuestUpgradeThroughTheBroker() async throws {
-        let databaseURL = try IntegrationEnvironment.makeDatabase()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         config.accounts.argon2 = fastArgon2

@@ -6,7 +6,7 @@ import Testing
 
 @Suite(.requiresDatabase, .timeLimit(.minutes(2))) struct PGStoreIntegrationTests {
     @Test func boundParametersRoundTripEveryType() throws {
-        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
         let id = UUID()
         let date = Date(timeIntervalSince1970: 1_795_953_600.25)
         let hostile = "Robert'); DROP TABLE students;-- \u{1F600}"
@@ -33,7 +33,7 @@ import Testing
     /// libpq takes text parameters as C strings: `P\0A` would reach the server as `P`. The
     /// connection refuses such a parameter before anything is sent, and says which one.
     @Test func textParametersWithANULAreRefusedNotCutShort() throws {
-        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
         try connection.execute(unsafeSQL: "CREATE TABLE ids (id text PRIMARY KEY)")
         try connection.query("INSERT INTO ids VALUES (\("P"))")
         #expect(throws: PGError.self) { try connection.query("INSERT INTO ids VALUES (\("P\u{0}A"))") }
@@ -49,7 +49,7 @@ import Testing
     /// common path, where libpq has already marked the connection bad; the fault injection, the
     /// rare one.)
     @Test func aServerThatGoesAwayIsARetriableConnectionError() throws {
-        let url = try IntegrationEnvironment.makeDatabase()
+        let url = try IntegrationEnvironment.makeDatabaseNow()
         let victim = try PGConnection(conninfo: url)
         let pid: Int = try #require(try victim.query("SELECT pg_backend_pid() AS pid").first?.decode("pid"))
         let killer = try PGConnection(conninfo: url)
@@ -66,7 +66,7 @@ import Testing
     }
 
     @Test func transactionsRollBackWhenTheBodyThrows() throws {
-        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
         try connection.execute(unsafeSQL: "CREATE TABLE t (v integer PRIMARY KEY)")
         struct Abort: Error {}
         #expect(throws: Abort.self) {
@@ -81,7 +81,7 @@ import Testing
     }
 
     @Test func serverErrorsCarryTheirSQLState() throws {
-        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
         try connection.execute(unsafeSQL: "CREATE TABLE t (v integer PRIMARY KEY)")
         try connection.query("INSERT INTO t VALUES (\(1))")
         do {
@@ -96,7 +96,7 @@ import Testing
     }
 
     @Test func pipelinesSendManyStatementsInOneRoundTrip() throws {
-        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
         try connection.execute(unsafeSQL: "CREATE TABLE t (v integer PRIMARY KEY)")
         let inserts = (1...200).map { value -> PGQuery in "INSERT INTO t VALUES (\(value))" }
         let results = try connection.pipeline(inserts + ["SELECT count(*) AS n FROM t"])
@@ -111,7 +111,7 @@ import Testing
     }
 
     @Test func aFailingMigrationNamesItselfAndLeavesNoTrace() throws {
-        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabase())
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
         let broken = PGMigration(
             version: 99, name: "broken", sql: "CREATE TABLE ok (v int); SELECT nonsense FROM nowhere")
         do {
@@ -125,7 +125,7 @@ import Testing
     }
 
     @Test func thePoolBoundsConnectionsAndServesConcurrentCallers() async throws {
-        let pool = PGPool(conninfo: try IntegrationEnvironment.makeDatabase(), size: 3)
+        let pool = PGPool(conninfo: try await IntegrationEnvironment.makeDatabase(), size: 3)
         let pids = try await withThrowingTaskGroup(of: Int.self) { group in
             for _ in 0..<30 {
                 group.addTask {

@@ -39,7 +39,11 @@ final class FlowHarness: Sendable {
         passwords: PasswordService? = nil, logger: Logger = Logger(label: "test", handler: InMemoryLogHandler()),
         databaseURL existing: String? = nil, configure: (inout WorkerConfiguration) -> Void = { _ in }
     ) async throws {
-        databaseURL = try existing ?? IntegrationEnvironment.makeDatabase()
+        if let existing {
+            databaseURL = existing
+        } else {
+            databaseURL = try await IntegrationEnvironment.makeDatabase()
+        }
         var configuration = WorkerConfiguration(databaseURL: databaseURL)
         configuration.accessTokenFormat = .opaque
         configure(&configuration)

@@ -24,8 +24,13 @@ enum IndependentJOSE {
         var description: String
     }
 
-    /// Runs a Python script with `input` on standard input; returns standard output, trimmed.
-    static func run(_ script: String, input: String) throws -> String {
+    /// Runs a Python script with `input` on standard input; returns standard output, trimmed. The
+    /// wait runs on a thread of its own, never on a cooperative thread.
+    static func run(_ script: String, input: String) async throws -> String {
+        try await Blocking.run { try runToEnd(script, input: input) }
+    }
+
+    private static func runToEnd(_ script: String, input: String) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "-c", script]

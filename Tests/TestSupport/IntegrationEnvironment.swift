@@ -29,7 +29,12 @@ enum IntegrationEnvironment {
     }
 
     /// Creates an empty database and returns its URL.
-    static func makeDatabase() throws -> String {
+    static func makeDatabase() async throws -> String {
+        try await Blocking.run { try makeDatabaseNow() }
+    }
+
+    /// `makeDatabase` for code that is not async (the wait holds the calling thread).
+    static func makeDatabaseNow() throws -> String {
         guard let server = databaseServer else { throw Skip() }
         let name = uniqueName("auth_test")
         let admin = try PGConnection(conninfo: "\(server)/postgres")
@@ -38,11 +43,13 @@ enum IntegrationEnvironment {
     }
 
     /// A migrated database.
-    static func makeMigratedDatabase() throws -> String {
-        let url = try makeDatabase()
-        let connection = try PGConnection(conninfo: url)
-        try PGMigrator.migrate(connection, migrations: Migrations.all)
-        return url
+    static func makeMigratedDatabase() async throws -> String {
+        try await Blocking.run {
+            let url = try makeDatabaseNow()
+            let connection = try PGConnection(conninfo: url)
+            try PGMigrator.migrate(connection, migrations: Migrations.all)
+            return url
+        }
     }
 
     /// Topic names unique to one test, created on the broker.

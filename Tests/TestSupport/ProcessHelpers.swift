@@ -124,9 +124,6 @@ enum MetricsExposition {
     }
 }
 
-/// Runs a program to its end on a thread of its own, so an async test waiting for it does not
-/// hold one of the few cooperative threads (on a 2-core machine two blocked tests stall every
-/// other test's timers).
 /// Runs blocking work (waiting for a process to exit, starting a server) on a thread of its
 /// own, so an async test never holds one of the machine's few cooperative threads while it waits:
 /// with two cores, two such waits stall every other test's timers.

@@ -21,9 +21,9 @@ import Testing
         let config: WorkerConfiguration
         let databaseURL: String
 
-        init(partitions: Int32 = 2, _ configure: (inout WorkerConfiguration) -> Void = { _ in }) throws {
+        init(partitions: Int32 = 2, _ configure: (inout WorkerConfiguration) -> Void = { _ in }) async throws {
             cluster = try MockKafkaCluster()
-            databaseURL = try IntegrationEnvironment.makeDatabase()
+            databaseURL = try await IntegrationEnvironment.makeDatabase()
             let suffix = IntegrationEnvironment.uniqueName("m")
             var topics = WorkerConfiguration.Topics()
             topics.requests = "requests.\(suffix)"
@@ -84,7 +84,7 @@ import Testing
     /// producer batch: each sign-in sees its key's registration (per-key order), and every request
     /// is answered exactly once.
     @Test func keysKeepTheirOrderAndEveryRequestIsAnsweredOnce() async throws {
-        let setup = try Setup()
+        let setup = try await Setup()
         let worker = try await RunningWorker(setup.config)
         let producer = try setup.producer()
         let reader = try setup.resultsReader()
@@ -130,7 +130,7 @@ import Testing
     /// A worker stopped after its work stores the offsets of what it finished: the next worker of
     /// the group starts after them, and nothing is read, done or answered twice.
     @Test func aNewWorkerResumesAfterTheOffsetsOfFinishedWork() async throws {
-        let setup = try Setup()
+        let setup = try await Setup()
         let producer = try setup.producer()
         let reader = try setup.resultsReader()
         let first = (0..<50).map { "first-\($0)-\(UUID())" }
@@ -159,7 +159,7 @@ import Testing
     /// rebalance), the first leaves (another). Every request is acted on once (one user each); a
     /// request answered twice across a hand-over gets the same kept answer, never a second one.
     @Test func rebalancesLoseNothingAndActOnce() async throws {
-        let setup = try Setup(partitions: 4)
+        let setup = try await Setup(partitions: 4)
         let producer = try setup.producer()
         let reader = try setup.resultsReader()
         let ids = (0..<300).map { "handover-\($0)-\(UUID())" }
@@ -192,7 +192,7 @@ import Testing
     /// another key, sent after them in the same batch, is answered long before that lane empties.
     @Test func aSlowLaneDoesNotHoldTheOthers() async throws {
         // About 30-60 ms per Argon2 verification here: the lane holds a second or more of work.
-        let setup = try Setup {
+        let setup = try await Setup {
             $0.accounts.argon2 = Argon2Parameters(memoryKiB: 19_456, iterations: 2, parallelism: 1)
             $0.accounts.throttle.threshold = 10_000
         }
