@@ -61,8 +61,9 @@ import Testing
         return (server, task)
     }
 
-    /// Twenty clients connect and say nothing; every probe is still answered within 100 ms (one
-    /// idle connection used to hold every later probe for its 2 s read timeout).
+    /// Twenty clients connect and say nothing; every probe is still answered at once (under 500 ms
+    /// on a loaded machine; one idle connection used to hold every later probe for its 2 s read
+    /// timeout).
     @Test func idleConnectionsHoldUpNoProbe() async throws {
         let (server, task) = try await start(["/livez": { (200, "ok\n") }, "/readyz": { (503, "no\n") }])
         let idle = try (0..<20).map { _ in try Self.connect(server.port) }
@@ -75,7 +76,7 @@ import Testing
             #expect(status == (index.isMultiple(of: 2) ? 200 : 503))
             slowest = max(slowest, took)
         }
-        #expect(slowest < .milliseconds(100), "slowest probe: \(slowest)")
+        #expect(slowest < .milliseconds(500), "slowest probe: \(slowest)")
         #expect(try Self.get("/nothing", port: server.port).status == 404)
         // The idle ones are closed once their time is up: a read sees the end.
         try await Task.sleep(for: .milliseconds(400))
@@ -93,7 +94,7 @@ import Testing
         try await Task.sleep(for: .milliseconds(300))
         let (status, took) = try Self.get("/livez", port: server.port)
         #expect(status == 200)
-        #expect(took < .milliseconds(100), "\(took)")
+        #expect(took < .milliseconds(500), "\(took)")
         for fd in flood { close(fd) }
         server.triggerGracefulShutdown()
         try await task.value
