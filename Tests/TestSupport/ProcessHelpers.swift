@@ -32,7 +32,9 @@ final class LogCollector: Sendable {
     /// The value of a JSON log field in the first line containing `marker`, waiting up to `timeout`.
     func value(of field: String, inLineWith marker: String, timeout: Duration = .seconds(20)) async -> String? {
         let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
+        // Read once more after the deadline: a sleep can end late on a busy machine.
+        while true {
+            let looked = ContinuousClock.now
             let lines = text.withLock { $0 }.split(separator: "\n")
             if let line = lines.first(where: { $0.contains(marker) }),
                 let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
@@ -40,9 +42,9 @@ final class LogCollector: Sendable {
             {
                 return value
             }
+            if looked >= deadline { return nil }
             try? await Task.sleep(for: .milliseconds(100))
         }
-        return nil
     }
 }
 
