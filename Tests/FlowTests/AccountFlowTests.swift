@@ -204,8 +204,11 @@ import Testing
             _ = try await timed.verify("wrong horse", against: nil)
             unknownTimes.append(ContinuousClock.now - started)
         }
-        let known = knownTimes.sorted()[7]
-        let unknown = unknownTimes.sorted()[7]
+        // The fastest of each: a delay only ever adds (the test resumes on a cooperative pool the
+        // parallel run can hold for seconds; the median once read a ratio above 3 so), and the
+        // fastest is the hash's own cost.
+        let known = knownTimes.min() ?? .zero
+        let unknown = unknownTimes.min() ?? .zero
         let ratio = unknown / known
         #expect(ratio > 0.33 && ratio < 3, "unknown \(unknown) vs known \(known)")
         // And end to end, both answers are the same.

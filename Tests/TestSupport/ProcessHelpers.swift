@@ -139,8 +139,14 @@ enum Blocking {
 
 extension Process {
     /// `waitUntilExit()` for async tests: the wait runs on a thread of its own.
-    func exited() async {
-        _ = try? await Blocking.run { [self] in waitUntilExit() }
+    /// - Returns: when the process was seen to end, on that thread (the test itself may resume
+    ///   later, when the cooperative pool is busy).
+    @discardableResult
+    func exited() async -> ContinuousClock.Instant {
+        (try? await Blocking.run { [self] in
+            waitUntilExit()
+            return ContinuousClock.now
+        }) ?? .now
     }
 }
 
