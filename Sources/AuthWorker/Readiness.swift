@@ -66,7 +66,11 @@ public final class Readiness: Service, Sendable {
 
     public func run() async throws {
         while !stopped.load(ordering: .acquiring), !Task.isCancelled {
-            state.withLock { $0.checkStartedAt = .now }
+            // The first check's clock started with the readiness itself (the task running this
+            // may have started late); later ones start now.
+            state.withLock { current in
+                if current.checkStartedAt == nil { current.checkStartedAt = .now }
+            }
             let (ready, reason) = await check()
             let previous = state.withLock { current in
                 defer { current = State(ready: ready, reason: reason, checkedAt: .now, checkStartedAt: nil) }
