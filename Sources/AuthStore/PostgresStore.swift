@@ -21,9 +21,11 @@ public final class PostgresStore: Sendable {
     public init(pool: PGPool, writers: Int = 1, attemptConnections: Int = 1) {
         self.pool = pool
         self.writers = (0..<max(writers, 1)).map {
-            PGDedicatedConnection(conninfo: pool.conninfo, name: "pg-writer-\($0)")
+            PGDedicatedConnection(
+                conninfo: pool.conninfo, name: "pg-writer-\($0)", preparesStatements: pool.preparesStatements)
         }
-        attempts = PGPool(conninfo: pool.conninfo, size: attemptConnections)
+        attempts = PGPool(
+            conninfo: pool.conninfo, size: attemptConnections, preparesStatements: pool.preparesStatements)
     }
 
     /// Closes every connection.

@@ -51,7 +51,8 @@ public struct WorkerApplication: Sendable {
         let writers = configuration.processing.writers
         let pool = PGPool(
             conninfo: configuration.databaseURL,
-            size: max(configuration.processing.databasePoolSize - writers - 1, 1))
+            size: max(configuration.processing.databasePoolSize - writers - 1, 1),
+            preparesStatements: configuration.processing.databasePreparedStatements)
         let store = PostgresStore(pool: pool, writers: writers)
         if configuration.migrateOnStart {
             let applied = try await store.migrate()
@@ -86,7 +87,9 @@ public struct WorkerApplication: Sendable {
                 configuration.accounts.longestRateLimitWindow, configuration.emailCodes.sendLimit.window,
                 configuration.emailCodes.resetLimit.window, configuration.mfa.attempts.window), passwords: passwords)
         let readiness = Readiness(
-            database: PGDedicatedConnection(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
+            database: PGDedicatedConnection(
+                conninfo: configuration.databaseURL, name: "pg-health",
+                preparesStatements: configuration.processing.databasePreparedStatements), producer: producer,
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,
             logger: logger.child(label: "auth.health"))
         let published = try PublishedKeys(configuration: configuration)
