@@ -42,14 +42,10 @@ public final class PGConnection {
 
     /// Connection settings that keep a frozen or vanished server from hanging a caller for ever:
     /// a connect timeout, TCP keepalives, a TCP user timeout for unacknowledged sends, and a
-    /// statement timeout. And plans made for each execution's values even for prepared
-    /// statements: a generic plan chosen while a table was small (a scan of a new database's
-    /// few rows) would be kept as the table grows, and it was (PostgreSQL's CPU per login doubled
-    /// within seconds of a benchmark's start). Anything the connection string sets itself wins.
+    /// statement timeout. Anything the connection string sets itself wins.
     public static let defaultSettings: [(String, String)] = [
         ("connect_timeout", "5"), ("keepalives", "1"), ("keepalives_idle", "10"), ("keepalives_interval", "5"),
-        ("keepalives_count", "3"), ("tcp_user_timeout", "30000"),
-        ("options", "-c statement_timeout=60000 -c plan_cache_mode=force_custom_plan"),
+        ("keepalives_count", "3"), ("tcp_user_timeout", "30000"), ("options", "-c statement_timeout=60000"),
     ]
 
     private func connect() throws {

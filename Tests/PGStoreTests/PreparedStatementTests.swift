@@ -101,26 +101,6 @@ import Testing
         #expect(after == 2)
     }
 
-    /// Every execution is planned for its own values: a generic plan chosen after five runs on a
-    /// new database's small tables (a scan) was kept while they grew, and PostgreSQL's CPU per
-    /// login doubled within seconds of a benchmark's start.
-    @Test func preparedStatementsAreNeverRunWithAGenericPlan() async throws {
-        let connection = try PGConnection(conninfo: try await IntegrationEnvironment.makeDatabase())
-        try connection.execute(unsafeSQL: "CREATE TABLE handles (handle text PRIMARY KEY)")
-        for index in 0..<10 {
-            try connection.query("SELECT handle FROM handles WHERE handle = \("h\(index)")")
-        }
-        let plans = try #require(
-            try connection.query(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE \("SELECT handle FROM handles%")"
-            ).first)
-        #expect(try plans.decode("generic_plans", as: Int.self) == 0)
-        #expect(try plans.decode("custom_plans", as: Int.self) == 10)
-        #expect(
-            try connection.query("SELECT current_setting(\("plan_cache_mode")) AS mode").first?.decode("mode")
-                == "force_custom_plan")
-    }
-
     /// Off (a pooler in transaction mode), nothing is prepared.
     @Test func offNothingIsPrepared() async throws {
         let connection = try PGConnection(
