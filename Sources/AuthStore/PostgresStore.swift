@@ -21,11 +21,9 @@ public final class PostgresStore: Sendable {
     public init(pool: PGPool, writers: Int = 1, attemptConnections: Int = 1) {
         self.pool = pool
         self.writers = (0..<max(writers, 1)).map {
-            PGDedicatedConnection(
-                conninfo: pool.conninfo, name: "pg-writer-\($0)", preparesStatements: pool.preparesStatements)
+            PGDedicatedConnection(conninfo: pool.conninfo, name: "pg-writer-\($0)")
         }
-        attempts = PGPool(
-            conninfo: pool.conninfo, size: attemptConnections, preparesStatements: pool.preparesStatements)
+        attempts = PGPool(conninfo: pool.conninfo, size: attemptConnections)
     }
 
     /// Closes every connection.

@@ -51,8 +51,7 @@ public struct WorkerApplication: Sendable {
         let writers = configuration.processing.writers
         let pool = PGPool(
             conninfo: configuration.databaseURL,
-            size: max(configuration.processing.databasePoolSize - writers - 1, 1),
-            preparesStatements: configuration.processing.databasePreparedStatements)
+            size: max(configuration.processing.databasePoolSize - writers - 1, 1))
         let store = PostgresStore(pool: pool, writers: writers)
         if configuration.migrateOnStart {
             let applied = try await store.migrate()
@@ -87,9 +86,7 @@ public struct WorkerApplication: Sendable {
                 configuration.accounts.longestRateLimitWindow, configuration.emailCodes.sendLimit.window,
                 configuration.emailCodes.resetLimit.window, configuration.mfa.attempts.window), passwords: passwords)
         let readiness = Readiness(
-            database: PGDedicatedConnection(
-                conninfo: configuration.databaseURL, name: "pg-health",
-                preparesStatements: configuration.processing.databasePreparedStatements), producer: producer,
+            database: PGDedicatedConnection(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,
             logger: logger.child(label: "auth.health"))
         let published = try PublishedKeys(configuration: configuration)

@@ -3,36 +3,16 @@ import Foundation
 
 /// One libpq connection. Not thread-safe: confine it to one thread (`PGDedicatedConnection` does).
 ///
-/// Parameters are always sent separately from the statement, in text format. A statement with
-/// parameters is prepared on the connection the first time it is run and executed by name after
-/// that, so the server parses and analyses it once per connection rather than once per use
-/// (unless `preparesStatements` is off, for a pooler in transaction mode that cannot keep them).
+/// Parameters are always sent separately from the statement (`PQexecParams`), in text format.
 public final class PGConnection {
     private var connection: OpaquePointer?
     private let conninfo: String
-    /// Whether statements with parameters are prepared and kept.
-    public let preparesStatements: Bool
-    /// The prepared statements: SQL text to name.
-    private var prepared: [String: String] = [:]
-    /// Numbers the names; a name is never used twice on a connection.
-    private var preparedCount = 0
-    /// Set when a prepared statement went stale (its result type changed under it): the
-    /// connection is then reported unhealthy, so its owner opens a fresh one.
-    private var stale = false
-
-    /// How many statements one connection keeps prepared at most; past that, new statements run
-    /// unnamed (the SQL the application sends is a fixed set of a few dozen texts).
-    public static let preparedLimit = 256
 
     /// Opens a connection.
-    /// - Parameters:
-    ///   - conninfo: a `postgres://` URL or a `key=value` string.
-    ///   - preparesStatements: prepare statements with parameters and run them by name (default);
-    ///     off, every statement is sent unnamed (for PgBouncer's transaction mode before 1.21).
+    /// - Parameter conninfo: a `postgres://` URL or a `key=value` string.
     /// - Throws: `PGError` `.connection` (retriable) when the server cannot be reached.
-    public init(conninfo: String, preparesStatements: Bool = true) throws {
+    public init(conninfo: String) throws {
         self.conninfo = conninfo
-        self.preparesStatements = preparesStatements
         try connect()
     }
 
@@ -83,12 +63,9 @@ public final class PGConnection {
 
     /// True while the connection is usable.
     public var isHealthy: Bool {
-        guard let connection, !stale else { return false }
+        guard let connection else { return false }
         return PQstatus(connection) == CONNECTION_OK
     }
-
-    /// How many statements are prepared on this connection.
-    public var preparedStatementCount: Int { prepared.count }
 
     // MARK: - Queries
 
@@ -98,32 +75,11 @@ public final class PGConnection {
     public func query(_ query: PGQuery) throws -> PGRows {
         guard let connection else { throw PGError(.connection, detail: "not connected") }
         try Self.checkParameters(query.parameters)
-        var name = prepared[query.sql]
-        if name == nil, let fresh = nameToPrepare(query) {
-            let result = PQprepare(connection, fresh, query.sql, Int32(query.parameters.count), nil)
-            defer { PQclear(result) }
-            _ = try rows(of: result, step: "prepare")
-            prepared[query.sql] = fresh
-            name = fresh
-        }
         let result = withParameters(query.parameters) { values, count in
-            if let name {
-                PQexecPrepared(connection, name, count, values, nil, nil, 0)
-            } else {
-                PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
-            }
+            PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
         }
         defer { PQclear(result) }
         return try rows(of: result, step: nil)
-    }
-
-    /// A new name for `query`, when it should be prepared: it has parameters (statements without
-    /// are transaction control and migrations, sent as they are), preparing is on, and the
-    /// connection keeps fewer than `preparedLimit`.
-    private func nameToPrepare(_ query: PGQuery) -> String? {
-        guard preparesStatements, !query.parameters.isEmpty, prepared.count < Self.preparedLimit else { return nil }
-        preparedCount += 1
-        return "s\(preparedCount)"
     }
 
     /// Runs SQL text with no parameters, possibly several statements (migrations).
@@ -175,27 +131,9 @@ public final class PGConnection {
             throw PGError(.pipeline, detail: Self.message(PQerrorMessage(connection)))
         }
         defer { PQexitPipelineMode(connection) }
-        // A statement seen for the first time is prepared in the same round trip, just before it
-        // runs; its name is kept once the server has confirmed the preparation. Statements
-        // repeated within the pipeline are prepared once.
-        var preparing: [Int: String] = [:]
-        var preparingNow: [String: String] = [:]
-        for (index, query) in queries.enumerated() {
-            var name = prepared[query.sql] ?? preparingNow[query.sql]
-            if name == nil, let fresh = nameToPrepare(query) {
-                guard PQsendPrepare(connection, fresh, query.sql, Int32(query.parameters.count), nil) == 1 else {
-                    throw brokenPipeline(connection)
-                }
-                preparing[index] = fresh
-                preparingNow[query.sql] = fresh
-                name = fresh
-            }
+        for query in queries {
             let sent = withParameters(query.parameters) { values, count in
-                if let name {
-                    PQsendQueryPrepared(connection, name, count, values, nil, nil, 0)
-                } else {
-                    PQsendQueryParams(connection, query.sql, count, nil, values, nil, nil, 0)
-                }
+                PQsendQueryParams(connection, query.sql, count, nil, values, nil, nil, 0)
             }
             guard sent == 1 else { throw brokenPipeline(connection) }
         }
@@ -203,27 +141,16 @@ public final class PGConnection {
 
         var results: [PGRows] = []
         var firstError: PGError?
-        func next(step: String) throws -> PGRows? {
+        for index in queries.indices {
             guard let result = PQgetResult(connection) else { throw brokenPipeline(connection) }
-            defer {
-                PQclear(result)
-                // Each statement's results end with a NULL.
-                while let extra = PQgetResult(connection) { PQclear(extra) }
-            }
             do {
-                return try rows(of: result, step: step)
+                results.append(try rows(of: result, step: "statement \(index)"))
             } catch let error as PGError {
                 if firstError == nil { firstError = error }
-                return nil
             }
-        }
-        for (index, query) in queries.enumerated() {
-            if let name = preparing[index], try next(step: "statement \(index) (prepare)") != nil {
-                // Prepared on the server, whatever becomes of the statements after it (a
-                // preparation is not undone by a rollback).
-                prepared[query.sql] = name
-            }
-            if let rows = try next(step: "statement \(index)") { results.append(rows) }
+            PQclear(result)
+            // Each statement's results end with a NULL.
+            while let extra = PQgetResult(connection) { PQclear(extra) }
         }
         // Then the sync.
         if let sync = PQgetResult(connection) {
@@ -251,13 +178,6 @@ public final class PGConnection {
         default:
             let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
             let message = Self.message(PQresultErrorMessage(result))
-            // A prepared statement whose tables changed shape under it (a migration by a newer
-            // replica) cannot run again on this connection: say so as a connection problem, which
-            // is retried on a fresh connection, with statements prepared anew.
-            if sqlState == "0A000", message.contains("cached plan must not change result type") {
-                stale = true
-                throw PGError(.connection, sqlState: sqlState, detail: message, step: step)
-            }
             // Every error the server reports has a SQLSTATE; one without is libpq's own (the
             // server closed the connection, a send failed): the connection's problem, retriable,
             // even when libpq has not marked the connection bad yet.

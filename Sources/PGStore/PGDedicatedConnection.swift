@@ -8,7 +8,6 @@ import ServiceKit
 public actor PGDedicatedConnection {
     private let executor: ThreadExecutor
     private let conninfo: String
-    private let preparesStatements: Bool
     private var connection: PGConnection?
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
@@ -17,10 +16,8 @@ public actor PGDedicatedConnection {
     /// - Parameters:
     ///   - conninfo: a `postgres://` URL or `key=value` string.
     ///   - name: the name of the client's thread.
-    ///   - preparesStatements: see `PGConnection.init(conninfo:preparesStatements:)`. Default: on.
-    public init(conninfo: String, name: String = "pg-client", preparesStatements: Bool = true) {
+    public init(conninfo: String, name: String = "pg-client") {
         self.conninfo = conninfo
-        self.preparesStatements = preparesStatements
         self.executor = ThreadExecutor(name: name)
     }
 
@@ -56,7 +53,7 @@ public actor PGDedicatedConnection {
     private func connected() throws -> PGConnection {
         if let connection, connection.isHealthy { return connection }
         connection = nil
-        let fresh = try PGConnection(conninfo: conninfo, preparesStatements: preparesStatements)
+        let fresh = try PGConnection(conninfo: conninfo)
         connection = fresh
         return fresh
     }

@@ -11,20 +11,14 @@ public final class PGPool: Sendable {
     private let lent = Atomic<Int>(0)
     /// What the pool connects with.
     public let conninfo: String
-    /// Whether its connections prepare their statements.
-    public let preparesStatements: Bool
 
     /// - Parameters:
     ///   - conninfo: a `postgres://` URL or `key=value` string.
     ///   - size: how many connections at most. Default: 4.
-    ///   - preparesStatements: see `PGConnection.init(conninfo:preparesStatements:)`. Default: on.
-    public init(conninfo: String, size: Int = 4, preparesStatements: Bool = true) {
+    public init(conninfo: String, size: Int = 4) {
         let count = max(size, 1)
         self.conninfo = conninfo
-        self.preparesStatements = preparesStatements
-        clients = (0..<count).map {
-            PGDedicatedConnection(conninfo: conninfo, name: "pg-\($0)", preparesStatements: preparesStatements)
-        }
+        clients = (0..<count).map { PGDedicatedConnection(conninfo: conninfo, name: "pg-\($0)") }
         slots = SlotQueue(count: count)
     }
 

@@ -95,17 +95,6 @@ import Testing
         }
     }
 
-    /// Prepared statements are on unless turned off (for a pooler in transaction mode); a value
-    /// that is not a boolean is refused by name.
-    @Test func preparedStatementsCanBeTurnedOff() throws {
-        #expect(try WorkerConfiguration.fromEnvironment([:]).processing.databasePreparedStatements)
-        let off = try WorkerConfiguration.fromEnvironment(["AUTH_DB_PREPARED_STATEMENTS": "false"])
-        #expect(!off.processing.databasePreparedStatements)
-        #expect(throws: ConfigurationError(variable: "AUTH_DB_PREPARED_STATEMENTS", reason: "")) {
-            try WorkerConfiguration.fromEnvironment(["AUTH_DB_PREPARED_STATEMENTS": "sometimes"])
-        }
-    }
-
     /// `AUTH_DB_POOL_SIZE=0` is refused naming itself (it used to name AUTH_BATCH_SIZE).
     @Test func aPoolOfNoConnectionsNamesItsVariable() throws {
         let config = try WorkerConfiguration.fromEnvironment([

@@ -259,11 +259,6 @@ public struct WorkerConfiguration: Sendable {
         /// PostgreSQL connections: `writers` write batches, one counts password attempts, the
         /// others serve lookups, the outbox relay and readiness. Env: `AUTH_DB_POOL_SIZE`. Default: 5.
         public var databasePoolSize = 5
-        /// Statements are prepared once per connection and run by name, so PostgreSQL does not
-        /// parse and plan them again at every use. Turn it off behind a pooler in transaction mode
-        /// that cannot keep prepared statements (PgBouncer before 1.21, or without
-        /// `max_prepared_statements`). Env: `AUTH_DB_PREPARED_STATEMENTS`. Default: true.
-        public var databasePreparedStatements = true
         /// Batches written at once, each on its own connection, of the keys that hash to it (so
         /// per-key order holds). Env: `AUTH_DB_WRITERS`. Default: 2.
         public var writers = 2
