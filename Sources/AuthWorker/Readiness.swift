@@ -10,8 +10,8 @@ import Synchronization
 /// answers at once from the last result: PostgreSQL answers a query, a broker answers, and every
 /// topic the worker uses exists. A check that has not come back for `staleAfter` (PostgreSQL
 /// frozen, the broker unreachable) counts as not ready, and says so: the first check too, timed
-/// from when it started, so a worker starting against a frozen server does not say "starting"
-/// for as long as the client libraries take to give up.
+/// from start-up, so a worker starting against a frozen server does not say "starting" for as
+/// long as the client libraries take to give up.
 public final class Readiness: Service, Sendable {
     private struct State {
         var ready = false
