@@ -79,6 +79,14 @@ import Testing
         return (slowest, last)
     }
 
+    /// A readiness whose PostgreSQL is `hole`: checked every 200 ms, stale after 1 s.
+    func frozenDatabaseReadiness(_ hole: BlackHole, producer: KafkaProducer) -> Readiness {
+        Readiness(
+            database: PGDedicatedConnection(
+                conninfo: "postgres://postgres@127.0.0.1:\(hole.port)/auth", name: "pg-test"),
+            producer: producer, topics: [], interval: .milliseconds(200), staleAfter: .seconds(1))
+    }
+
     @Test func aFrozenDatabaseIsNotReadyAndTheProbeNeverWaits() async throws {
         let hole = try BlackHole()
         let producer = try producer()
@@ -86,10 +94,7 @@ import Testing
         // libpq gives up on the frozen server after its connect timeout (5 s); the probe must not
         // wait for that to say so, first check or not: a check that has not come back for
         // `staleAfter` (1 s here) is reported as such.
-        let readiness = Readiness(
-            database: PGDedicatedConnection(
-                conninfo: "postgres://postgres@127.0.0.1:\(hole.port)/auth", name: "pg-test"),
-            producer: producer, topics: [], interval: .milliseconds(200), staleAfter: .seconds(1))
+        let readiness = frozenDatabaseReadiness(hole, producer: producer)
         let started = ContinuousClock.now
         let task = Task { try await readiness.run() }
         // Either answer names PostgreSQL: "has not come back (PostgreSQL or the broker is not
@@ -113,10 +118,7 @@ import Testing
         let hole = try BlackHole()
         let producer = try producer()
         defer { producer.close() }
-        let readiness = Readiness(
-            database: PGDedicatedConnection(
-                conninfo: "postgres://postgres@127.0.0.1:\(hole.port)/auth", name: "pg-test"),
-            producer: producer, topics: [], interval: .milliseconds(200), staleAfter: .seconds(1))
+        let readiness = frozenDatabaseReadiness(hole, producer: producer)
         #expect(readiness.answer().body.hasPrefix("starting"))
         try await Task.sleep(for: .milliseconds(1_200))
         #expect(readiness.answer().body.contains("not come back"), "\(readiness.answer().body)")
