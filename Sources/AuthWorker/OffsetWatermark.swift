@@ -19,6 +19,39 @@ struct OffsetWatermark {
 
         init(epoch: Int) { self.epoch = epoch }
 
+        /// Drops the finished prefix; returns the offset after it when that is not stored yet.
+        mutating func advance() -> Int64? {
+            var next: Int64?
+            while start < offsets.count, offsets[start].finished {
+                next = offsets[start].offset + 1
+                start += 1
+            }
+            if start > 1024 {
+                offsets.removeFirst(start)
+                start = 0
+            }
+            guard let next, next != stored else { return nil }
+            stored = next
+            return next
+        }
+
+        /// Offsets are increasing: found by binary search.
+        mutating func finish(_ offset: Int64) {
+            var low = start
+            var high = offsets.count - 1
+            while low <= high {
+                let middle = (low + high) / 2
+                if offsets[middle].offset == offset {
+                    offsets[middle].finished = true
+                    return
+                } else if offsets[middle].offset < offset {
+                    low = middle + 1
+                } else {
+                    high = middle - 1
+                }
+            }
+        }
+
         var unfinished: Int { offsets.count - start - offsets[start...].filter(\.finished).count }
     }
 
@@ -29,55 +62,29 @@ struct OffsetWatermark {
     /// an assignment already over is not tracked (its finish stores nothing).
     mutating func read(_ message: KafkaMessage) -> Int {
         let key = message.topicPartition
-        var state = partitions[key] ?? Partition(epoch: message.assignment)
-        if message.assignment > state.epoch {
-            state = Partition(epoch: message.assignment)
-        } else if message.assignment < state.epoch {
+        let epoch = partitions[key]?.epoch ?? message.assignment
+        if message.assignment > epoch {
+            partitions[key] = Partition(epoch: message.assignment)
+        } else if message.assignment < epoch {
             return message.assignment
         }
-        state.offsets.append((message.offset, false))
-        partitions[key] = state
-        return state.epoch
+        // Appended in place: a copy taken out of the dictionary would copy every offset held.
+        partitions[key, default: Partition(epoch: message.assignment)].offsets.append((message.offset, false))
+        return message.assignment
     }
 
     /// Marks a message finished.
     mutating func finish(_ partition: TopicPartition, offset: Int64, epoch: Int) {
-        guard var state = partitions[partition], state.epoch == epoch else { return }
-        // Offsets are increasing: find it by binary search.
-        var low = state.start
-        var high = state.offsets.count - 1
-        while low <= high {
-            let middle = (low + high) / 2
-            if state.offsets[middle].offset == offset {
-                state.offsets[middle].finished = true
-                break
-            } else if state.offsets[middle].offset < offset {
-                low = middle + 1
-            } else {
-                high = middle - 1
-            }
-        }
-        partitions[partition] = state
+        guard partitions[partition]?.epoch == epoch else { return }
+        // Marked in place: a copy taken out of the dictionary would copy every offset held.
+        partitions[partition]?.finish(offset)
     }
 
     /// The positions to store now: per partition whose finished prefix grew, the offset after it.
     mutating func advance() -> [TopicPartition: Int64] {
         var positions: [TopicPartition: Int64] = [:]
-        for (key, var state) in partitions {
-            var next: Int64?
-            while state.start < state.offsets.count, state.offsets[state.start].finished {
-                next = state.offsets[state.start].offset + 1
-                state.start += 1
-            }
-            if state.start > 1024 {
-                state.offsets.removeFirst(state.start)
-                state.start = 0
-            }
-            if let next, next != state.stored {
-                state.stored = next
-                positions[key] = next
-            }
-            partitions[key] = state
+        for key in Array(partitions.keys) {
+            if let next = partitions[key]?.advance() { positions[key] = next }
         }
         return positions
     }

@@ -133,6 +133,30 @@ import Testing
         #expect(watermark.advance().isEmpty, "nothing new")
     }
 
+    /// Thousands in flight, finished out of order, across the point where the finished prefix is
+    /// dropped: every stored offset is the first unfinished one, and the last is after them all.
+    @Test func manyOffsetsFinishedOutOfOrderStoreOnlyTheFinishedPrefix() {
+        var watermark = OffsetWatermark()
+        let partition = TopicPartition(topic: "requests", partition: 0)
+        let offsets = (0..<3000).map { Int64(500 + $0) }
+        let epochs = offsets.map { watermark.read(message(offset: $0, key: nil)) }
+        var generator = SystemRandomNumberGenerator()
+        var finished = Set<Int64>()
+        for index in offsets.indices.shuffled(using: &generator) {
+            watermark.finish(partition, offset: offsets[index], epoch: epochs[index])
+            finished.insert(offsets[index])
+            if let stored = watermark.advance()[partition] {
+                let firstUnfinished = offsets.first { !finished.contains($0) } ?? 3500
+                #expect(stored == firstUnfinished)
+            }
+        }
+        #expect(watermark.unfinished == 0)
+        #expect(watermark.advance().isEmpty, "3500 is stored already")
+        let next = watermark.read(message(offset: 3500, key: nil))
+        watermark.finish(partition, offset: 3500, epoch: next)
+        #expect(watermark.advance() == [partition: 3501])
+    }
+
     @Test func aRevokedPartitionsLateFinishesStoreNothing() {
         var watermark = OffsetWatermark()
         let partition = TopicPartition(topic: "requests", partition: 0)
