@@ -6,8 +6,9 @@ Every number comes from broker timestamps: a request's timestamp is when the gat
 a result's when the worker produced it, both on this machine's clock.
 
 Phases, each on a database and topics of its own:
-  guest       N guest logins preloaded on the topic, then the worker started: logins/s
-  apple       N Sign in with Apple logins (RS256 tokens from a local key server): logins/s
+  guest       N guest logins preloaded on the topic, then the worker started: logins/s (run
+              --repeats times; the median run is reported, with the spread)
+  apple       N Sign in with Apple logins (RS256 tokens from a local key server): logins/s (as guest)
   latency     guest logins paced at half the measured guest rate: p50, p99; then the same pacing
               answered by an echo client that does no work (the broker's floor), and a curve of
               both at a few fixed rates
@@ -16,6 +17,8 @@ Phases, each on a database and topics of its own:
               token, kept result, rate-limit count, outbox event, and deleting published events):
               the ceiling; and `openssl speed` for the signature primitives
 With --fresh-broker, each phase starts on an emptied broker (an in-memory broker slows as it fills).
+Each phase also reports the CPU the hypervisor stole from this machine while it ran: on a shared
+host that varies from run to run, and explains most of the spread between runs.
 Then a table (stdout, and results.json) and a chart (e2e.png) in the output folder.
 """
 
@@ -83,12 +86,16 @@ class Services:
 
     @staticmethod
     def machine_cpu_seconds():
-        """(busy, all) CPU seconds of the whole machine so far, every core, from /proc/stat."""
+        """(busy, all, stolen) CPU seconds of the whole machine so far, every core, from /proc/stat.
+
+        Stolen is time the hypervisor gave this machine's cores to another guest: on a shared host
+        it comes and goes, and a phase that lost a fifth of its CPU to it runs a fifth slower."""
         with open("/proc/stat") as stat:
             fields = [int(field) for field in stat.readline().split()[1:]]
         # user nice system idle iowait irq softirq steal ...: idle and iowait are not busy.
         ticks = os.sysconf("SC_CLK_TCK")
-        return (sum(fields) - fields[3] - fields[4]) / ticks, sum(fields) / ticks
+        steal = fields[7] if len(fields) > 7 else 0
+        return (sum(fields) - fields[3] - fields[4] - steal) / ticks, sum(fields) / ticks, steal / ticks
 
     @staticmethod
     def postgres_cpu_seconds():
@@ -347,8 +354,11 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
     # PostgreSQL's share, per login: CPU of its processes (backends exit with the worker's
     # connections, so it is read while they still run) and WAL written.
     wal_before, pg_cpu_before = services.wal_lsn_bytes(), services.postgres_cpu_seconds()
+    machine_before = services.machine_cpu_seconds()
     worker = Worker(services, database, topics, key_server, extra)
     answered = reader.wait_for(keys, timeout=max(120, count / 50))
+    machine_after = services.machine_cpu_seconds()
+    stolen = (machine_after[2] - machine_before[2]) / max(machine_after[1] - machine_before[1], 1e-9)
     pg_cpu = services.postgres_cpu_seconds() - pg_cpu_before
     wal = services.wal_lsn_bytes() - wal_before
     peak, current = worker.memory()
@@ -364,12 +374,26 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
     rate = throughput(reader.stamps, keys)
     cpu_us = cpu / count * 1e6
     log(f"{label or kind}: {rate:,.0f} logins/s, worker CPU {cpu_us:,.0f} µs per login, peak RSS {peak:.0f} MiB, "
-        f"{reader.duplicates} answered twice")
+        f"{reader.duplicates} answered twice, {stolen:.0%} of the machine's CPU stolen by the host")
     pg_cpu_us, wal_bytes = pg_cpu / count * 1e6, wal / count
     log(f"{label or kind}: PostgreSQL CPU {pg_cpu_us:,.0f} µs and {wal_bytes:,.0f} bytes of WAL per login")
     return {"rate": rate, "count": count, "duplicates": reader.duplicates, "peak_rss_mib": peak, "rss_mib": current,
             "worker_cpu_us_per_login": cpu_us, "postgres_cpu_us_per_login": pg_cpu_us,
-            "wal_bytes_per_login": wal_bytes}
+            "wal_bytes_per_login": wal_bytes, "stolen": stolen}
+
+
+def run_throughput_repeated(services, key_server, kind, count, repeats):
+    """The throughput phase `repeats` times: the median run stands for the phase, the others show
+    the spread (a shared host's steal and the broker's state move a single run by a third)."""
+    runs = [run_throughput(services, key_server, kind, count) for _ in range(repeats)]
+    ordered = sorted(runs, key=lambda run: run["rate"])
+    median = dict(ordered[(len(ordered) - 1) // 2])
+    median["runs"] = [{"rate": run["rate"], "stolen": run["stolen"],
+                       "worker_cpu_us_per_login": run["worker_cpu_us_per_login"]} for run in runs]
+    median["duplicates"] = sum(run["duplicates"] for run in runs)
+    rates = ", ".join(f"{run['rate']:,.0f}" for run in runs)
+    log(f"{kind}: median of {repeats} runs {median['rate']:,.0f} logins/s (runs: {rates})")
+    return median
 
 
 class EchoResponder:
@@ -476,6 +500,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         "responder_cores": (worker.cpu_seconds() - responder_before) / wall,
         "postgres_cores": (services.postgres_cpu_seconds() - pg_before) / wall,
         "load_generator_cores": (time.process_time() - own_before) / wall,
+        "stolen_cores": (machine_after[2] - machine_before[2]) / wall,
     }
     worker.stop()
     reader.close()
@@ -491,7 +516,8 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
               "latencies_ms": latencies}
     log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms; CPU busy "
         f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores ({responder} {cpu['responder_cores']:.2f}, "
-        f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f})")
+        f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f}; "
+        f"{cpu['stolen_cores']:.2f} stolen by the host)")
     return result
 
 
@@ -613,14 +639,24 @@ def report(results):
     openssl = limits["openssl"]
     latency, floor = results["latency"], limits["broker_echo"]
     duplicates = results["guest"]["duplicates"] + results["apple"]["duplicates"] + latency["duplicates"]
+    def spread(kind):
+        runs = results[kind].get("runs", [])
+        if len(runs) < 2:
+            return ""
+        rates = sorted(run["rate"] for run in runs)
+        stolen = max(run["stolen"] for run in runs)
+        return f" (median of {len(runs)}: {rates[0]:,.0f} – {rates[-1]:,.0f}; up to {stolen:.0%} stolen by the host)"
+
     lines = [
         "| measure | worker | limit on this machine, same run | ratio |",
         "|---|---|---|---|",
-        f"| guest logins/s (preloaded, {results['guest']['count']:,}) | {results['guest']['rate']:,.0f} | "
+        f"| guest logins/s (preloaded, {results['guest']['count']:,}) | {results['guest']['rate']:,.0f}"
+        f"{spread('guest')} | "
         f"{ceiling:,.0f} logins' rows/s (pgbench, 100 per transaction) | {results['guest']['rate'] / ceiling:.2f} |",
         f"| | | {openssl.get('es256_sign_per_s', 0):,.0f} ES256 signatures/s (openssl speed, one core) | "
         f"{results['guest']['rate'] / max(openssl.get('es256_sign_per_s', 1), 1):.2f} |",
-        f"| Apple RS256 logins/s (preloaded, {results['apple']['count']:,}) | {results['apple']['rate']:,.0f} | "
+        f"| Apple RS256 logins/s (preloaded, {results['apple']['count']:,}) | {results['apple']['rate']:,.0f}"
+        f"{spread('apple')} | "
         f"{openssl.get('rsa2048_verify_per_s', 0):,.0f} RSA-2048 verifies/s (openssl speed, one core) | "
         f"{results['apple']['rate'] / max(openssl.get('rsa2048_verify_per_s', 1), 1):.2f} |",
         f"| guest latency at {latency['achieved_rate']:,.0f}/s, p50 / p99 | "
@@ -633,7 +669,7 @@ def report(results):
         lines.append(f"| CPU busy at {entry['achieved_rate']:,.0f}/s answered by the {who} | "
                      f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores | {who} {cpu['responder_cores']:.2f}, "
                      f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f}, "
-                     f"broker and the rest {max(rest, 0):.2f} | |")
+                     f"broker and the rest {max(rest, 0):.2f}; stolen by the host {cpu.get('stolen_cores', 0):.2f} | |")
     for entry in sorted((e for e in results["latency_curve"] if e["responder"] == "worker"),
                         key=lambda e: e["offered_rate"]):
         echo = next((e for e in results["latency_curve"]
@@ -669,6 +705,8 @@ def main():
     parser.add_argument("--database-server", required=True, help="postgres://user@host:port")
     parser.add_argument("--fresh-broker", help="a shell command that empties the broker before each phase")
     parser.add_argument("--requests", type=int, default=20000, help="preloaded requests per throughput phase")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of the guest and Apple throughput phases; the median is reported")
     parser.add_argument("--apple-requests", type=int, default=10000)
     parser.add_argument("--latency-seconds", type=int, default=20)
     parser.add_argument("--curve-rates", default="100,300,1000", help="paced rates for the latency curve")
@@ -681,6 +719,8 @@ def main():
                         help="only the Apple throughput phase (to compare two builds quickly)")
     parser.add_argument("--latency-at", type=float, metavar="RATE",
                         help="only the paced latency phase at RATE guest logins/s (to compare two builds quickly)")
+    parser.add_argument("--responder", choices=("worker", "echo"), default="worker",
+                        help="with --latency-at: who answers (echo: the broker's own round trip)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -695,7 +735,7 @@ def main():
     key_server = KeyServer()
     results = {"limits": {}}
     if args.latency_at:
-        entry = run_latency(services, key_server, args.latency_at, args.curve_seconds)
+        entry = run_latency(services, key_server, args.latency_at, args.curve_seconds, responder=args.responder)
         print(json.dumps({k: v for k, v in entry.items() if k != "latencies_ms"}))
         return
     if args.guest_only or args.apple_only:
@@ -705,8 +745,8 @@ def main():
         return
     results["limits"]["openssl"] = run_openssl(3)
     results["limits"]["pgbench"] = run_pgbench(services, args.pgbench_seconds)
-    results["guest"] = run_throughput(services, key_server, "guest", args.requests)
-    results["apple"] = run_throughput(services, key_server, "apple", args.apple_requests)
+    results["guest"] = run_throughput_repeated(services, key_server, "guest", args.requests, args.repeats)
+    results["apple"] = run_throughput_repeated(services, key_server, "apple", args.apple_requests, args.repeats)
     half = results["guest"]["rate"] / 2
     results["latency"] = run_latency(services, key_server, half, args.latency_seconds)
     results["limits"]["broker_echo"] = run_latency(services, key_server, half, args.latency_seconds, responder="echo")
