@@ -28,12 +28,14 @@ import http.server
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 
 from confluent_kafka import Consumer, Producer
@@ -183,8 +185,9 @@ class KeyServer:
 # MARK: - The worker
 
 class Worker:
-    def __init__(self, services, database_url, topics, key_server, extra=None):
+    def __init__(self, services, database_url, topics, key_server, extra=None, health_port=None):
         self.services = services
+        self.health_port = health_port
         keys = os.path.join(services.scratch, "signing.pem")
         if not os.path.exists(keys):
             subprocess.run([services.worker, "keys", "generate", keys], check=True, stdout=subprocess.DEVNULL)
@@ -200,7 +203,8 @@ class Worker:
             "AUTH_TOPIC_EVENTS": topics["events"], "AUTH_TOPIC_NOTIFICATIONS": topics["notifications"],
             "AUTH_TOPIC_DLQ": topics["dlq"], "AUTH_SIGNING_KEYS": keys, "AUTH_RESULTS_KEY_FILE": results_key,
             "AUTH_APPLE_AUDIENCES": "com.example.bench", "AUTH_APPLE_KEYS_URL": key_server.url,
-            "AUTH_HEALTH_PORT": "off", "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
+            "AUTH_HEALTH_PORT": str(health_port) if health_port else "off",
+            "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
             # Thousands of guests a second are the point here, not an attack to stop.
             "AUTH_GUEST_GLOBAL_RATE_LIMIT": "0/60",
             **(extra or {}),
@@ -222,6 +226,21 @@ class Worker:
     def cpu_seconds(self):
         """User and system CPU time the worker has used so far, from /proc."""
         return process_cpu_seconds(self.process.pid)
+
+    def duration_buckets(self, method="guest"):
+        """The worker's own `auth_request_duration_seconds` for `method`, every outcome summed:
+        {upper bound in seconds: cumulative count}, from a scrape of /metrics."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        buckets = {}
+        for line in text.splitlines():
+            if not line.startswith("auth_request_duration_seconds_bucket{") or f'method="{method}"' not in line:
+                continue
+            labels, _, count = line.rpartition(" ")
+            bound = labels.split('le="', 1)[1].split('"', 1)[0]
+            key = float("inf") if bound == "+Inf" else float(bound)
+            buckets[key] = buckets.get(key, 0) + float(count)
+        return buckets
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
@@ -415,6 +434,31 @@ class EchoResponder:
             self.process.kill()
 
 
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def inside_worker(before, after):
+    """From two scrapes of the duration histogram: the requests observed between them, the bound
+    their p50 and p99 fall under, and the share done within 25 ms, all inside the worker (from the
+    message entering its pipeline to its offset being released, after the answer is acknowledged)."""
+    bounds = sorted(after)
+    counts = [after[bound] - before.get(bound, 0) for bound in bounds]
+    total = counts[-1] if counts else 0
+    if total <= 0:
+        return None
+
+    def under(fraction):
+        return next(bound for bound, count in zip(bounds, counts) if count >= fraction * total)
+
+    within = next((count for bound, count in zip(bounds, counts) if abs(bound - 0.025) < 1e-9), 0)
+    as_ms = lambda bound: "over 10 s" if bound == float("inf") else f"{bound * 1000:g}"
+    return {"count": int(total), "p50_at_most_ms": as_ms(under(0.5)), "p99_at_most_ms": as_ms(under(0.99)),
+            "within_25ms": within / total}
+
+
 def process_cpu_seconds(pid):
     """User and system CPU time process `pid` has used so far, from /proc."""
     with open(f"/proc/{pid}/stat") as stat:
@@ -453,7 +497,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         worker = EchoResponder(services, topics)
     else:
         database = services.database(f"auth_bench_{suffix}")
-        worker = Worker(services, database, topics, key_server, extra)
+        worker = Worker(services, database, topics, key_server, extra, health_port=free_port())
     # A request's timestamp is taken when it is handed to the client: a gateway's own batching
     # counts as latency, so it is kept to a millisecond.
     out = producer(services, linger_ms=1)
@@ -477,6 +521,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
     pg_before = services.postgres_cpu_seconds()
     responder_before = worker.cpu_seconds()
+    buckets_before = worker.duration_buckets() if responder == "worker" else None
     start = time.perf_counter()
     total = int(rate * seconds)
     for index in range(total):
@@ -502,6 +547,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         "load_generator_cores": (time.process_time() - own_before) / wall,
         "stolen_cores": (machine_after[2] - machine_before[2]) / wall,
     }
+    inside = inside_worker(buckets_before, worker.duration_buckets()) if responder == "worker" and answered else None
     worker.stop()
     reader.close()
     if database:
@@ -513,11 +559,14 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
               "p50_ms": percentile(latencies, 0.50), "p90_ms": percentile(latencies, 0.90),
               "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
               "mean_ms": statistics.mean(latencies), "duplicates": reader.duplicates, "cpu": cpu,
-              "latencies_ms": latencies}
+              "inside_worker": inside, "latencies_ms": latencies}
     log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms; CPU busy "
         f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores ({responder} {cpu['responder_cores']:.2f}, "
         f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f}; "
         f"{cpu['stolen_cores']:.2f} stolen by the host)")
+    if inside:
+        log(f"latency inside the worker: p50 ≤ {inside['p50_at_most_ms']} ms, p99 ≤ {inside['p99_at_most_ms']} ms, "
+            f"{inside['within_25ms']:.0%} within 25 ms")
     return result
 
 
@@ -663,6 +712,11 @@ def report(results):
         f"{latency['p50_ms']} / {latency['p99_ms']} ms | broker echo at the same rate: "
         f"{floor['p50_ms']} / {floor['p99_ms']} ms | {latency['p99_ms'] / max(floor['p99_ms'], 1):.1f}× (p99) |",
     ]
+    inside = latency.get("inside_worker")
+    if inside:
+        lines.append(f"| the same, inside the worker (pipeline entry to offset released; histogram bounds) | "
+                     f"p50 ≤ {inside['p50_at_most_ms']} / p99 ≤ {inside['p99_at_most_ms']} ms, "
+                     f"{inside['within_25ms']:.0%} within 25 ms | | |")
     for entry, who in ((latency, "worker"), (floor, "echo")):
         cpu = entry["cpu"]
         rest = cpu["machine_busy_cores"] - cpu["responder_cores"] - cpu["postgres_cores"] - cpu["load_generator_cores"]
