@@ -391,6 +391,11 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
         raise RuntimeError(f"{kind}: {len(failed)} requests were not answered ok; see {worker.log.name}")
     services.drop(database)
     rate = throughput(reader.stamps, keys)
+    # By quarter of the answers: a rate that falls as the run goes on is the broker filling up.
+    ordered = sorted(reader.stamps[key] for key in keys)
+    quarters = [ordered[i * len(ordered) // 4:(i + 1) * len(ordered) // 4] for i in range(4)]
+    by_quarter = [(len(q) - 1) / max((q[-1] - q[0]) / 1000, 1e-3) for q in quarters if len(q) > 1]
+    log(f"{label or kind}: logins/s by quarter of the run: {', '.join(f'{r:,.0f}' for r in by_quarter)}")
     cpu_us = cpu / count * 1e6
     log(f"{label or kind}: {rate:,.0f} logins/s, worker CPU {cpu_us:,.0f} µs per login, peak RSS {peak:.0f} MiB, "
         f"{reader.duplicates} answered twice, {stolen:.0%} of the machine's CPU stolen by the host")
