@@ -737,9 +737,12 @@ def report(results):
                         key=lambda e: e["offered_rate"]):
         echo = next((e for e in results["latency_curve"]
                      if e["responder"] == "echo" and e["offered_rate"] == entry["offered_rate"]), None)
-        limit = f"broker echo: {echo['p50_ms']} / {echo['p99_ms']} ms" if echo else ""
+        def stolen(e):
+            return f" ({e['cpu'].get('stolen_cores', 0):.2f} core stolen)"
+
+        limit = f"broker echo: {echo['p50_ms']} / {echo['p99_ms']} ms{stolen(echo)}" if echo else ""
         lines.append(f"| guest latency at {entry['offered_rate']:,.0f}/s, p50 / p99 | "
-                     f"{entry['p50_ms']} / {entry['p99_ms']} ms | {limit} | |")
+                     f"{entry['p50_ms']} / {entry['p99_ms']} ms{stolen(entry)} | {limit} | |")
     for kind, label in (("guest", "guest"), ("apple", "Apple")):
         cpu_us = results[kind].get("worker_cpu_us_per_login")
         if cpu_us:
