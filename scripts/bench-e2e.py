@@ -441,6 +441,16 @@ class EchoResponder:
             self.process.kill()
 
 
+def scrape(worker):
+    """The worker's duration buckets, or None (and a log line) when /metrics does not answer: the
+    end-to-end numbers stand without them."""
+    try:
+        return worker.duration_buckets()
+    except OSError as error:
+        log(f"latency: the worker's /metrics did not answer ({error}); its own timing is left out")
+        return None
+
+
 def free_port():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -533,7 +543,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
     pg_before = services.postgres_cpu_seconds()
     responder_before = worker.cpu_seconds()
-    buckets_before = worker.duration_buckets() if responder == "worker" else None
+    buckets_before = scrape(worker) if responder == "worker" else None
     start = time.perf_counter()
     for index in range(total):
         # Sleeps only when a millisecond or more ahead: what is due is sent at once.
@@ -556,7 +566,8 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         "load_generator_cores": (time.process_time() - own_before) / wall,
         "stolen_cores": (machine_after[2] - machine_before[2]) / wall,
     }
-    inside = inside_worker(buckets_before, worker.duration_buckets()) if responder == "worker" and answered else None
+    buckets_after = scrape(worker) if buckets_before is not None and answered else None
+    inside = inside_worker(buckets_before, buckets_after) if buckets_after is not None else None
     worker.stop()
     reader.close()
     if database:
