@@ -296,11 +296,9 @@ public final class RequestPipeline: Service {
 
     // MARK: - 2. Look up, 3. prepare
 
-    /// Looks up the request ids of the jobs ready to start, answers what needs no work, and
-    /// starts the preparation of the rest.
-    /// - Returns: the jobs whose preparation started now.
     /// Starts looking up the request ids of every job admitted since the last lookup: one query
-    /// in the background, while the loop goes on polling.
+    /// in the background, while the loop goes on polling. The global guest ceiling is reserved
+    /// for the new guests among them in the same stage.
     private func beginLookup(_ state: inout LoopState) -> Lookup? {
         let starting = state.toStart.compactMap { seq -> Job? in
             guard let job = state.jobs[seq], job.kind == .lookup else { return nil }
