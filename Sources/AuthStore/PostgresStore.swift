@@ -15,15 +15,18 @@ public final class PostgresStore: Sendable {
     private let attempts: PGPool
 
     /// - Parameters:
-    ///   - pool: connections for lookups, the relay and chores; batches get one of their own.
+    ///   - pool: connections for lookups, the relay and chores; batches get one of their own
+    ///     (preparing statements, or not, as the pool's do).
     ///   - writers: connections that write batches, each one at a time. Default: 1.
     ///   - attemptConnections: connections that count password attempts. Default: 1.
     public init(pool: PGPool, writers: Int = 1, attemptConnections: Int = 1) {
         self.pool = pool
         self.writers = (0..<max(writers, 1)).map {
-            PGDedicatedConnection(conninfo: pool.conninfo, name: "pg-writer-\($0)")
+            PGDedicatedConnection(
+                conninfo: pool.conninfo, name: "pg-writer-\($0)", preparesStatements: pool.preparesStatements)
         }
-        attempts = PGPool(conninfo: pool.conninfo, size: attemptConnections)
+        attempts = PGPool(
+            conninfo: pool.conninfo, size: attemptConnections, preparesStatements: pool.preparesStatements)
     }
 
     /// Closes every connection.

@@ -51,7 +51,8 @@ public struct WorkerApplication: Sendable {
         let writers = configuration.processing.writers
         let pool = PGPool(
             conninfo: configuration.databaseURL,
-            size: max(configuration.processing.databasePoolSize - writers - 1, 1))
+            size: max(configuration.processing.databasePoolSize - writers - 1, 1),
+            preparesStatements: configuration.processing.preparedStatements)
         let store = PostgresStore(pool: pool, writers: writers)
         if configuration.migrateOnStart {
             let applied = try await store.migrate()

@@ -3,16 +3,36 @@ import Foundation
 
 /// One libpq connection. Not thread-safe: confine it to one thread (`PGDedicatedConnection` does).
 ///
-/// Parameters are always sent separately from the statement (`PQexecParams`), in text format.
+/// Parameters are always sent separately from the statement, in text format. A statement is
+/// prepared (parsed and analysed, under a name) the first time the connection runs it, in the
+/// same round trip, and from then on only bound, planned for its values and run: the store's
+/// statements are fixed texts, so a small batch does not pay to parse ten of them every time.
 public final class PGConnection {
     private var connection: OpaquePointer?
     private let conninfo: String
+    /// Whether statements are prepared once per connection (see the type's description).
+    public let preparesStatements: Bool
+    /// How many statements are prepared at most; past it, new texts run unnamed (planned every
+    /// time). A guard against unbounded growth: the store has a few dozen statements.
+    public let preparedStatementLimit: Int
+    /// The prepared statements' names, by SQL text.
+    private var statements: [String: String] = [:]
+    /// Names are never reused on a connection: a statement prepared but not recorded (its
+    /// acknowledgement lost) cannot collide with a later one.
+    private var statementsNamed = 0
 
     /// Opens a connection.
-    /// - Parameter conninfo: a `postgres://` URL or a `key=value` string.
+    /// - Parameters:
+    ///   - conninfo: a `postgres://` URL or a `key=value` string.
+    ///   - preparesStatements: false behind a pooler that runs each transaction on whichever
+    ///     server connection is free without carrying prepared statements along (PgBouncer in
+    ///     transaction mode before 1.21, or with `max_prepared_statements = 0`). Default: true.
+    ///   - preparedStatementLimit: the most statements prepared. Default: 256.
     /// - Throws: `PGError` `.connection` (retriable) when the server cannot be reached.
-    public init(conninfo: String) throws {
+    public init(conninfo: String, preparesStatements: Bool = true, preparedStatementLimit: Int = 256) throws {
         self.conninfo = conninfo
+        self.preparesStatements = preparesStatements
+        self.preparedStatementLimit = preparedStatementLimit
         try connect()
     }
 
@@ -43,8 +63,15 @@ public final class PGConnection {
         }
         // Server notices ("relation already exists, skipping") would go to stderr; they are not errors.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
-        // Fixed session settings the text decoders rely on.
-        _ = try execute(unsafeSQL: "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET client_encoding = 'UTF8'")
+        // Fixed session settings the text decoders rely on. Prepared statements are still planned
+        // for each run's values, as unnamed ones are: a generic plan chosen while a table was
+        // small (a sequential scan for `request_id = ANY($1)`) would otherwise stay chosen as it
+        // grows. Preparing saves the parse and analysis, not the plan.
+        _ = try execute(
+            unsafeSQL: """
+                SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET client_encoding = 'UTF8';
+                SET plan_cache_mode = force_custom_plan
+                """)
     }
 
     /// A NULL-terminated array of C strings, alive for `body`.
@@ -75,11 +102,41 @@ public final class PGConnection {
     public func query(_ query: PGQuery) throws -> PGRows {
         guard let connection else { throw PGError(.connection, detail: "not connected") }
         try Self.checkParameters(query.parameters)
+        var name = statements[query.sql]
+        if name == nil, let fresh = nameForNewStatement() {
+            let prepared = PQprepare(connection, fresh, query.sql, Int32(query.parameters.count), nil)
+            defer { PQclear(prepared) }
+            _ = try checked { try rows(of: prepared, step: nil) }
+            statements[query.sql] = fresh
+            name = fresh
+        }
         let result = withParameters(query.parameters) { values, count in
-            PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
+            if let name {
+                PQexecPrepared(connection, name, count, values, nil, nil, 0)
+            } else {
+                PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
+            }
         }
         defer { PQclear(result) }
-        return try rows(of: result, step: nil)
+        return try checked { try rows(of: result, step: nil) }
+    }
+
+    /// A name for a statement not prepared yet, or nil when it is to run unnamed.
+    private func nameForNewStatement() -> String? {
+        guard preparesStatements, statementsNamed < preparedStatementLimit else { return nil }
+        statementsNamed += 1
+        return "auth_\(statementsNamed)"
+    }
+
+    /// Runs `body`; when the server says a prepared statement is gone or no longer fits the
+    /// schema, forgets every prepared statement, so the next run prepares them again.
+    private func checked<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as PGError where error.isStalePreparedStatement {
+            statements = [:]
+            throw error
+        }
     }
 
     /// Runs SQL text with no parameters, possibly several statements (migrations).
@@ -131,9 +188,28 @@ public final class PGConnection {
             throw PGError(.pipeline, detail: Self.message(PQerrorMessage(connection)))
         }
         defer { PQexitPipelineMode(connection) }
+        // A statement not prepared yet is prepared in the same round trip, just before it runs.
+        var preparing: [String: String] = [:]
+        var preparedBefore: [String?] = []
         for query in queries {
+            var name = statements[query.sql] ?? preparing[query.sql]
+            var prepares: String?
+            if name == nil, let fresh = nameForNewStatement() {
+                let count = Int32(query.parameters.count)
+                guard PQsendPrepare(connection, fresh, query.sql, count, nil) == 1 else {
+                    throw brokenPipeline(connection)
+                }
+                preparing[query.sql] = fresh
+                name = fresh
+                prepares = fresh
+            }
+            preparedBefore.append(prepares)
             let sent = withParameters(query.parameters) { values, count in
-                PQsendQueryParams(connection, query.sql, count, nil, values, nil, nil, 0)
+                if let name {
+                    PQsendQueryPrepared(connection, name, count, values, nil, nil, 0)
+                } else {
+                    PQsendQueryParams(connection, query.sql, count, nil, values, nil, nil, 0)
+                }
             }
             guard sent == 1 else { throw brokenPipeline(connection) }
         }
@@ -142,6 +218,19 @@ public final class PGConnection {
         var results: [PGRows] = []
         var firstError: PGError?
         for index in queries.indices {
+            if let name = preparedBefore[index] {
+                guard let prepared = PQgetResult(connection) else { throw brokenPipeline(connection) }
+                do {
+                    _ = try rows(of: prepared, step: "statement \(index)")
+                    // Prepared statements are not transactional: it stays prepared even when a
+                    // later statement fails and the transaction rolls back.
+                    statements[queries[index].sql] = name
+                } catch let error as PGError {
+                    if firstError == nil { firstError = error }
+                }
+                PQclear(prepared)
+                while let extra = PQgetResult(connection) { PQclear(extra) }
+            }
             guard let result = PQgetResult(connection) else { throw brokenPipeline(connection) }
             do {
                 results.append(try rows(of: result, step: "statement \(index)"))
@@ -156,7 +245,10 @@ public final class PGConnection {
         if let sync = PQgetResult(connection) {
             PQclear(sync)
         }
-        if let firstError { throw firstError }
+        if let firstError {
+            if firstError.isStalePreparedStatement { statements = [:] }
+            throw firstError
+        }
         return results
     }
 

@@ -8,6 +8,7 @@ import ServiceKit
 public actor PGDedicatedConnection {
     private let executor: ThreadExecutor
     private let conninfo: String
+    private let preparesStatements: Bool
     private var connection: PGConnection?
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
@@ -16,8 +17,10 @@ public actor PGDedicatedConnection {
     /// - Parameters:
     ///   - conninfo: a `postgres://` URL or `key=value` string.
     ///   - name: the name of the client's thread.
-    public init(conninfo: String, name: String = "pg-client") {
+    ///   - preparesStatements: whether the connection prepares its statements (see `PGConnection`).
+    public init(conninfo: String, name: String = "pg-client", preparesStatements: Bool = true) {
         self.conninfo = conninfo
+        self.preparesStatements = preparesStatements
         self.executor = ThreadExecutor(name: name)
     }
 
@@ -53,7 +56,7 @@ public actor PGDedicatedConnection {
     private func connected() throws -> PGConnection {
         if let connection, connection.isHealthy { return connection }
         connection = nil
-        let fresh = try PGConnection(conninfo: conninfo)
+        let fresh = try PGConnection(conninfo: conninfo, preparesStatements: preparesStatements)
         connection = fresh
         return fresh
     }

@@ -48,10 +48,18 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     /// True when the same work may succeed on another try: the connection broke, the server is
     /// starting or shutting down, or a serialization failure or deadlock aborted the transaction.
     public var isRetriable: Bool {
-        if code == .connection { return true }
+        if code == .connection || isStalePreparedStatement { return true }
         guard let sqlState else { return false }
         return sqlState.hasPrefix("08") || sqlState == "40001" || sqlState == "40P01" || sqlState.hasPrefix("57P")
             || sqlState == "53300"
+    }
+
+    /// True when a prepared statement the connection relied on is gone (`26000`: the server
+    /// connection changed under a pooler, or someone ran `DEALLOCATE`) or no longer fits the
+    /// schema (`0A000` "cached plan must not change result type", after a migration). The
+    /// connection then prepares its statements again, so another try succeeds.
+    public var isStalePreparedStatement: Bool {
+        sqlState == "26000" || (sqlState == "0A000" && detail.contains("cached plan must not change result type"))
     }
 
     /// True for a violated unique constraint.

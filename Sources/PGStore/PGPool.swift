@@ -11,14 +11,20 @@ public final class PGPool: Sendable {
     private let lent = Atomic<Int>(0)
     /// What the pool connects with.
     public let conninfo: String
+    /// Whether its connections prepare their statements (see `PGConnection`).
+    public let preparesStatements: Bool
 
     /// - Parameters:
     ///   - conninfo: a `postgres://` URL or `key=value` string.
     ///   - size: how many connections at most. Default: 4.
-    public init(conninfo: String, size: Int = 4) {
+    ///   - preparesStatements: whether connections prepare their statements. Default: true.
+    public init(conninfo: String, size: Int = 4, preparesStatements: Bool = true) {
         let count = max(size, 1)
         self.conninfo = conninfo
-        clients = (0..<count).map { PGDedicatedConnection(conninfo: conninfo, name: "pg-\($0)") }
+        self.preparesStatements = preparesStatements
+        clients = (0..<count).map {
+            PGDedicatedConnection(conninfo: conninfo, name: "pg-\($0)", preparesStatements: preparesStatements)
+        }
         slots = SlotQueue(count: count)
     }
 

@@ -31,6 +31,7 @@ import Testing
             "AUTH_GOOGLE_AUDIENCES": "a.apps.googleusercontent.com,b", "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
             "AUTH_SIGNING_KEYS": "/k/new.pem,/k/old.pem", "AUTH_LOG_LEVEL": "debug", "AUTH_BATCH_MAX": "64",
             "AUTH_GUEST_ABILITIES": "guest,read", "AUTH_MIGRATE_ON_START": "false",
+            "AUTH_DB_PREPARED_STATEMENTS": "false",
         ])
         #expect(config.kafkaBrokers == ["k1:9092", "k2:9092"])
         #expect(config.kafkaGroup == "g")
@@ -45,6 +46,8 @@ import Testing
         #expect(config.processing.batchMax == 64)
         #expect(config.sessions.guestAbilities == ["guest", "read"])
         #expect(!config.migrateOnStart)
+        #expect(!config.processing.preparedStatements)
+        #expect(try WorkerConfiguration.fromEnvironment([:]).processing.preparedStatements)
     }
 
     @Test(arguments: [
@@ -52,6 +55,7 @@ import Testing
         ("AUTH_MIGRATE_ON_START", "maybe"), ("AUTH_KAFKA_PROPERTIES_FILE", "/nonexistent/file"),
         ("AUTH_GUEST_GLOBAL_RATE_LIMIT", "100"), ("AUTH_REGISTER_RATE_LIMIT", "10/0"),
         ("AUTH_REGISTER_GLOBAL_RATE_LIMIT", "-1/60"), ("AUTH_REQUIRE_SEALED_CREDENTIALS", "perhaps"),
+        ("AUTH_DB_PREPARED_STATEMENTS", "sometimes"),
     ])
     func badValuesNameTheirVariable(variable: String, value: String) {
         #expect(throws: ConfigurationError.self) { try WorkerConfiguration.fromEnvironment([variable: value]) }

@@ -103,6 +103,7 @@ extension WorkerConfiguration {
         if let value = try reader.integer("AUTH_BATCH_WAIT_MS") { config.processing.batchWait = .milliseconds(value) }
         if let value = try reader.integer("AUTH_DB_POOL_SIZE") { config.processing.databasePoolSize = value }
         if let value = try reader.integer("AUTH_DB_WRITERS") { config.processing.writers = value }
+        if let value = try reader.bool("AUTH_DB_PREPARED_STATEMENTS") { config.processing.preparedStatements = value }
         if let value = try reader.integer("AUTH_DLQ_MAX_BYTES") { config.processing.deadLetterMaxBytes = value }
         if let value = try reader.integer("AUTH_MAX_RETRY_DELAY_MS") {
             config.processing.maxRetryDelay = .milliseconds(value)

@@ -262,6 +262,11 @@ public struct WorkerConfiguration: Sendable {
         /// Batches written at once, each on its own connection, of the keys that hash to it (so
         /// per-key order holds). Env: `AUTH_DB_WRITERS`. Default: 2.
         public var writers = 2
+        /// Whether PostgreSQL connections prepare each statement once and then only run it. Turn
+        /// it off behind a pooler in transaction mode that does not carry prepared statements
+        /// between server connections (PgBouncer before 1.21, or `max_prepared_statements = 0`).
+        /// Env: `AUTH_DB_PREPARED_STATEMENTS`. Default: true.
+        public var preparedStatements = true
         /// The longest value a dead letter carries; a longer one is cut, with a `dlq-truncated`
         /// header giving the original size. Keep it under the producer's `message.max.bytes`
         /// (1,000,000 by default). Env: `AUTH_DLQ_MAX_BYTES`. Default: 256 KiB.
