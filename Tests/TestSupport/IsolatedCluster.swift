@@ -115,13 +115,27 @@ final class IsolatedCluster: @unchecked Sendable {
     }
 
     func createTopics(_ names: [String], partitions: Int) throws {
+        // A broker that has just opened its port can still refuse a client (seen once in CI's
+        // fault suite), so each creation is tried a few times; a retry that finds the topic
+        // already made by the attempt before counts as done.
         for name in names {
-            try Self.run(
-                Self.tansu,
-                [
-                    "topic", "create", "--broker", "tcp://127.0.0.1:\(brokerPort)", "--partitions", String(partitions),
-                    name,
-                ])
+            var attempt = 1
+            while true {
+                do {
+                    try Self.run(
+                        Self.tansu,
+                        [
+                            "topic", "create", "--broker", "tcp://127.0.0.1:\(brokerPort)", "--partitions",
+                            String(partitions), name,
+                        ])
+                    break
+                } catch let failure as Failure {
+                    if attempt > 1, failure.description.localizedCaseInsensitiveContains("exist") { break }
+                    guard attempt < 5 else { throw failure }
+                    attempt += 1
+                    usleep(500_000)
+                }
+            }
         }
     }
 
