@@ -346,13 +346,18 @@ public struct CommandLineInterface: Sendable {
             """)
     }
 
-    /// With `apply` false (`--status`, `--dry-run`), only says what would be applied.
-    private func migrate(apply: Bool) async throws {
-        let configuration = try configuration(needs: [.database])
-        let store = PostgresStore(
+    /// The store an operator command uses: one connection, prepared statements as configured.
+    private func operatorStore(_ configuration: WorkerConfiguration) -> PostgresStore {
+        PostgresStore(
             pool: PGPool(
                 conninfo: configuration.databaseURL, size: 1,
                 preparesStatements: configuration.processing.preparedStatements))
+    }
+
+    /// With `apply` false (`--status`, `--dry-run`), only says what would be applied.
+    private func migrate(apply: Bool) async throws {
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
         guard apply else {
             let current = try await store.schemaVersion() ?? 0
             let pending = Migrations.all.filter { $0.version > current }
@@ -551,10 +556,7 @@ public struct CommandLineInterface: Sendable {
             throw UsageError(message: "usage: auth-worker users delete ID (a user id)")
         }
         let configuration = try configuration(needs: [.database])
-        let store = PostgresStore(
-            pool: PGPool(
-                conninfo: configuration.databaseURL, size: 1,
-                preparesStatements: configuration.processing.preparedStatements))
+        let store = operatorStore(configuration)
         guard
             let deletion = try await AccountDeletion.deleteUser(
                 id, reason: "operator", store: store, configuration: configuration, clock: SystemClock())
@@ -572,10 +574,7 @@ public struct CommandLineInterface: Sendable {
             throw UsageError(message: usage + " (DURATION: 30d, 12h, 90m)")
         }
         let configuration = try configuration(needs: [.database])
-        let store = PostgresStore(
-            pool: PGPool(
-                conninfo: configuration.databaseURL, size: 1,
-                preparesStatements: configuration.processing.preparedStatements))
+        let store = operatorStore(configuration)
         let cutoff = Date() - age
         let deletion = try await AccountDeletion.purgeGuests(
             createdBefore: cutoff, store: store, configuration: configuration, clock: SystemClock())
@@ -618,10 +617,7 @@ public struct CommandLineInterface: Sendable {
 
     private func showUser(_ argument: String) async throws -> Int32 {
         let configuration = try configuration(needs: [.database])
-        let store = PostgresStore(
-            pool: PGPool(
-                conninfo: configuration.databaseURL, size: 1,
-                preparesStatements: configuration.processing.preparedStatements))
+        let store = operatorStore(configuration)
         guard let report = try await store.userReport(argument) else {
             errorOutput("auth-worker: no user \(argument)")
             return 1

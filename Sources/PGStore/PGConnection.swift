@@ -270,13 +270,14 @@ public final class PGConnection {
         default:
             let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
             let message = Self.message(PQresultErrorMessage(result))
+            let function = PQresultErrorField(result, Int32(UInt8(ascii: "R"))).map { String(cString: $0) }
             // Every error the server reports has a SQLSTATE; one without is libpq's own (the
             // server closed the connection, a send failed): the connection's problem, retriable,
             // even when libpq has not marked the connection bad yet.
             let broken = connection.map { PQstatus($0) != CONNECTION_OK } ?? true
             throw PGError(
                 broken || sqlState == nil ? .connection : .query, sqlState: sqlState, detail: message,
-                step: step)
+                step: step, serverFunction: function)
         }
         let columnCount = Int(PQnfields(result))
         let rowCount = Int(PQntuples(result))

@@ -30,17 +30,21 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     public var detail: String
     /// Which step failed (`BEGIN`, `COMMIT`, a migration's name, …).
     public var step: String?
+    /// The server function that raised the error (`PG_DIAG_SOURCE_FUNCTION`). Unlike `detail`,
+    /// it is not translated to the server's `lc_messages`, so checks can rely on it.
+    public var serverFunction: String?
     public var file: String
     public var line: Int
 
     public init(
-        _ code: Code, sqlState: String? = nil, detail: String, step: String? = nil, file: String = #fileID,
-        line: Int = #line
+        _ code: Code, sqlState: String? = nil, detail: String, step: String? = nil, serverFunction: String? = nil,
+        file: String = #fileID, line: Int = #line
     ) {
         self.code = code
         self.sqlState = sqlState
         self.detail = detail
         self.step = step
+        self.serverFunction = serverFunction
         self.file = file
         self.line = line
     }
@@ -59,7 +63,10 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     /// schema (`0A000` "cached plan must not change result type", after a migration). The
     /// connection then prepares its statements again, so another try succeeds.
     public var isStalePreparedStatement: Bool {
-        sqlState == "26000" || (sqlState == "0A000" && detail.contains("cached plan must not change result type"))
+        if sqlState == "26000" { return true }
+        guard sqlState == "0A000" else { return false }
+        // The plan cache's revalidation raises it; the message is only English on some servers.
+        return serverFunction == "RevalidateCachedQuery" || detail.contains("cached plan must not change result type")
     }
 
     /// True for a violated unique constraint.

@@ -213,6 +213,7 @@ import Testing
             Issue.record("the old plan ran")
         } catch let error as PGError {
             #expect(error.sqlState == "0A000")
+            #expect(error.serverFunction == "RevalidateCachedQuery", "\(error.debugDescription)")
             #expect(error.isRetriable, "\(error.debugDescription)")
         }
         #expect(try connection.query("SELECT * FROM t WHERE v = \(1)").first?.decode("w", as: Int.self) == 2)

@@ -65,4 +65,19 @@ import Testing
         #expect(!error.description.contains("a@b.c"), "server messages may hold data: only in debugDescription")
         #expect(error.debugDescription.contains("a@b.c"))
     }
+
+    /// A changed result type is recognised by the server function that raised it, so a server
+    /// whose messages are translated still gets its statements prepared again.
+    @Test func aStalePreparedStatementIsRecognisedWhateverTheServersLanguage() {
+        let german = PGError(
+            .query, sqlState: "0A000", detail: "FEHLER:  gecachter Plan darf den Ergebnistyp nicht ändern",
+            serverFunction: "RevalidateCachedQuery")
+        #expect(german.isStalePreparedStatement)
+        #expect(german.isRetriable)
+        #expect(PGError(.query, sqlState: "26000", detail: "").isStalePreparedStatement)
+        let unsupported = PGError(
+            .query, sqlState: "0A000", detail: "FEHLER:  nicht unterstützt", serverFunction: "transformLockingClause")
+        #expect(!unsupported.isStalePreparedStatement)
+        #expect(!unsupported.isRetriable)
+    }
 }
