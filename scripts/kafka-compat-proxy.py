@@ -2,19 +2,31 @@
 """Pass-through Kafka proxy for librdkafka < 2.2 talking to brokers that send KIP-482 tagged fields.
 
 librdkafka 2.0.2 (Debian 12) skips the tagged fields at the end of an ApiVersions v3+ response one
-byte short and fails the handshake with "Read underflow". This proxy forwards every frame unchanged,
+byte short and fails the handshake with "Read underflow". This proxy forwards every byte unchanged,
 except ApiVersions responses of version 3 and above, which it re-encodes with empty tagged-field
-sections. It tracks request correlation ids to know which response answers which request.
+sections. It tracks the correlation ids of ApiVersions requests to know which response to rewrite.
+
+A client sends ApiVersions first on each connection and waits for the answer. So each connection is
+read frame by frame only until that answer has passed; after that both directions are spliced
+(`splice(2)` through a pipe): the bytes go from socket to socket inside the kernel, and the proxy
+costs a few system calls a transfer instead of Python parsing every frame. Each connection has two
+threads, one a direction, blocking in the kernel.
 
 Usage: kafka-compat-proxy.py LISTEN_HOST:PORT UPSTREAM_HOST:PORT
 """
 
-import asyncio
+import fcntl
+import os
 import signal
+import socket
 import struct
 import sys
+import threading
 
 API_VERSIONS = 18
+# Room for a large fetch response in one pair of splices (F_SETPIPE_SZ; the kernel may give less).
+PIPE_BYTES = 1 << 20
+F_SETPIPE_SZ = 1031
 
 
 def read_uvarint(buf, pos):
@@ -38,6 +50,18 @@ def skip_tagged_fields(buf, pos):
     return pos
 
 
+def encode_uvarint(value):
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
 def rewrite_api_versions(body):
     """body starts after the correlation id (ApiVersions responses always use header v0)."""
     try:
@@ -51,7 +75,7 @@ def rewrite_api_versions(body):
         if len(throttle) != 4:
             return body
         out = bytearray(body[:2])
-        out += bytes([length_plus_one]) if length_plus_one < 0x80 else encode_uvarint(length_plus_one)
+        out += encode_uvarint(length_plus_one)
         for entry in entries:
             out += entry + b"\x00"
         out += throttle + b"\x00"
@@ -60,67 +84,126 @@ def rewrite_api_versions(body):
         return body
 
 
-def encode_uvarint(value):
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+class Handshake:
+    """What the two directions of one connection share until the ApiVersions answer has passed."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.pending = {}  # correlation id -> ApiVersions request version
+        self.over = False  # the answer passed: no frame needs reading any more
 
 
-async def read_frame(reader):
-    header = await reader.readexactly(4)
-    (size,) = struct.unpack(">i", header)
-    return await reader.readexactly(size)
+def frames(buffer):
+    """Takes the complete frames off the front of `buffer`, yielding each one's body."""
+    while len(buffer) >= 4:
+        (size,) = struct.unpack_from(">i", buffer)
+        if size < 0 or len(buffer) < 4 + size:
+            return
+        body = bytes(buffer[4:4 + size])
+        del buffer[:4 + size]
+        yield body
 
 
-async def pump_requests(reader, writer, pending):
-    while True:
-        frame = await read_frame(reader)
-        if len(frame) >= 8:
-            api_key, api_version, correlation = struct.unpack(">hhi", frame[:8])
-            pending[correlation] = (api_key, api_version)
-        writer.write(struct.pack(">i", len(frame)) + frame)
-        await writer.drain()
-
-
-async def pump_responses(reader, writer, pending):
-    while True:
-        frame = await read_frame(reader)
-        if len(frame) >= 4:
-            (correlation,) = struct.unpack(">i", frame[:4])
-            api_key, api_version = pending.pop(correlation, (None, None))
-            if api_key == API_VERSIONS and api_version >= 3:
-                frame = frame[:4] + rewrite_api_versions(frame[4:])
-        writer.write(struct.pack(">i", len(frame)) + frame)
-        await writer.drain()
-
-
-async def handle(client_reader, client_writer, upstream_host, upstream_port):
+def splice_all(source, target):
+    """Moves bytes from `source` to `target` in the kernel until `source` ends."""
+    read_end, write_end = os.pipe()
     try:
-        up_reader, up_writer = await asyncio.open_connection(upstream_host, upstream_port)
-    except OSError:
-        client_writer.close()
-        return
-    pending = {}
-    tasks = [
-        asyncio.ensure_future(pump_requests(client_reader, up_writer, pending)),
-        asyncio.ensure_future(pump_responses(up_reader, client_writer, pending)),
-    ]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            fcntl.fcntl(write_end, F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass  # the default pipe size only means more splices
+        source_fd, target_fd = source.fileno(), target.fileno()
+        while True:
+            moved = os.splice(source_fd, write_end, PIPE_BYTES)
+            if moved == 0:
+                return
+            while moved:
+                moved -= os.splice(read_end, target_fd, moved)
     finally:
-        for task in tasks:
-            task.cancel()
-        for w in (client_writer, up_writer):
-            try:
-                w.close()
-            except Exception:
-                pass
+        os.close(read_end)
+        os.close(write_end)
+
+
+def pump_requests(client, upstream, handshake):
+    """Client to broker: bytes go through unchanged; ApiVersions requests are noted until the
+    handshake is over."""
+    buffer = bytearray()
+    while not handshake.over:
+        data = client.recv(65536)
+        if not data:
+            return
+        buffer += data
+        for body in frames(buffer):
+            if len(body) >= 8:
+                api_key, api_version, correlation = struct.unpack_from(">hhi", body)
+                if api_key == API_VERSIONS:
+                    with handshake.lock:
+                        handshake.pending[correlation] = api_version
+        upstream.sendall(data)
+    splice_all(client, upstream)
+
+
+def pump_responses(upstream, client, handshake):
+    """Broker to client: frame by frame until the first answer with no ApiVersions request left
+    unanswered, rewriting ApiVersions v3+ answers; then spliced."""
+    buffer = bytearray()
+    while True:
+        data = upstream.recv(65536)
+        if not data:
+            return
+        buffer += data
+        out = bytearray()
+        over = False
+        for body in frames(buffer):
+            if len(body) >= 4:
+                (correlation,) = struct.unpack_from(">i", body)
+                with handshake.lock:
+                    version = handshake.pending.pop(correlation, None)
+                    over = not handshake.pending
+                if version is not None and version >= 3:
+                    body = body[:4] + rewrite_api_versions(body[4:])
+            out += struct.pack(">i", len(body)) + body
+            if over:
+                break
+        if over:
+            # Whatever followed the answer (part of the next frame) goes on as it came.
+            out += buffer
+            handshake.over = True
+        client.sendall(out)
+        if over:
+            break
+    splice_all(upstream, client)
+
+
+def bridge(client, upstream_address):
+    try:
+        upstream = socket.create_connection(upstream_address)
+    except OSError:
+        client.close()
+        return
+    for side in (client, upstream):
+        side.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    handshake = Handshake()
+
+    def run(pump, source, target):
+        try:
+            pump(source, target, handshake)
+        except OSError:
+            pass
+        finally:
+            # One direction ending ends the connection: wake the other thread out of its wait.
+            for side in (client, upstream):
+                try:
+                    side.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    requests = threading.Thread(target=run, args=(pump_requests, client, upstream), daemon=True)
+    requests.start()
+    run(pump_responses, upstream, client)
+    requests.join()
+    client.close()
+    upstream.close()
 
 
 def split_address(text):
@@ -128,22 +211,19 @@ def split_address(text):
     return host, int(port)
 
 
-async def main():
+def main():
     if len(sys.argv) != 3:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         sys.exit(2)
-    listen_host, listen_port = split_address(sys.argv[1])
-    upstream_host, upstream_port = split_address(sys.argv[2])
-    server = await asyncio.start_server(
-        lambda r, w: handle(r, w, upstream_host, upstream_port), listen_host, listen_port
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
+    listen_address = split_address(sys.argv[1])
+    upstream_address = split_address(sys.argv[2])
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with server:
-        await stop.wait()
+        signal.signal(sig, lambda *_: sys.exit(0))
+    server = socket.create_server(listen_address, backlog=128)
+    while True:
+        client, _ = server.accept()
+        threading.Thread(target=bridge, args=(client, upstream_address), daemon=True).start()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
