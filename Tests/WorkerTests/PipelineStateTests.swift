@@ -1,4 +1,5 @@
 import AuthCrypto
+import Foundation
 import Kafka
 import Messages
 import Testing
@@ -20,6 +21,22 @@ import Testing
 
     private func ready(_ job: Job) {
         job.phase = .ready(.publish([], outcome: "ok"))
+    }
+
+    @Test func acknowledgedEventsWaitForTheNextTransactionFromTheFirstAcknowledgement() throws {
+        var state = LoopState()
+        state.acknowledged([])
+        #expect(state.marksWaitingSince == nil, "nothing acknowledged, nothing waits")
+        let first = [UUID(), UUID()]
+        state.acknowledged(first)
+        let since = try #require(state.marksWaitingSince)
+        let second = [UUID()]
+        state.acknowledged(second)
+        #expect(state.marksWaitingSince == since, "the wait is timed from the oldest acknowledgement")
+        #expect(state.takeMarks() == first + second)
+        #expect(state.eventsToMark.isEmpty)
+        #expect(state.marksWaitingSince == nil)
+        #expect(RequestPipeline.idleMarkDelay < .seconds(30), "marked long before the relay's grace lets it take them")
     }
 
     @Test func readyJobsKeepEachKeysOrderAndStopAtTheFirstThatIsNotReady() {
