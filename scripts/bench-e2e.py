@@ -572,13 +572,19 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     reader.close()
     if database:
         services.drop(database)
-    if not answered:
-        raise RuntimeError("latency: not every request was answered")
-    latencies = [reader.stamps[key] - sent[key] for key in keys if key in sent]
+    unanswered = sum(1 for key in keys if key not in reader.stamps)
+    if not answered and responder == "worker":
+        raise RuntimeError(f"latency: {unanswered} of {total} requests were not answered; see {worker.log.name}")
+    if unanswered:
+        # The echo does no work, so requests it leaves unanswered for a minute are the broker
+        # collapsing under the rate: reported as such, not a reason to lose the rest of the run.
+        log(f"latency: the {responder} left {unanswered} of {total} requests unanswered after 60 s")
+    latencies = [reader.stamps[key] - sent[key] for key in keys if key in sent and key in reader.stamps]
     result = {"responder": responder, "offered_rate": rate, "achieved_rate": achieved, "count": len(latencies),
               "p50_ms": percentile(latencies, 0.50), "p90_ms": percentile(latencies, 0.90),
               "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
-              "mean_ms": statistics.mean(latencies), "duplicates": reader.duplicates, "cpu": cpu,
+              "mean_ms": statistics.mean(latencies), "duplicates": reader.duplicates, "unanswered": unanswered,
+              "cpu": cpu,
               "inside_worker": inside, "latencies_ms": latencies}
     log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms; CPU busy "
         f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores ({responder} {cpu['responder_cores']:.2f}, "
@@ -716,6 +722,7 @@ def report(results):
         stolen = max(run["stolen"] for run in runs)
         return f" (median of {len(runs)}: {rates[0]:,.0f} – {rates[-1]:,.0f}; up to {stolen:.0%} stolen by the host)"
 
+    echo_left = f" ({floor['unanswered']:,} left unanswered after 60 s)" if floor.get("unanswered") else ""
     lines = [
         "| measure | worker | limit on this machine, same run | ratio |",
         "|---|---|---|---|",
@@ -730,7 +737,8 @@ def report(results):
         f"{results['apple']['rate'] / max(openssl.get('rsa2048_verify_per_s', 1), 1):.2f} |",
         f"| guest latency at {latency['achieved_rate']:,.0f}/s, p50 / p99 | "
         f"{latency['p50_ms']} / {latency['p99_ms']} ms | broker echo at the same rate: "
-        f"{floor['p50_ms']} / {floor['p99_ms']} ms | {latency['p99_ms'] / max(floor['p99_ms'], 1):.1f}× (p99) |",
+        f"{floor['p50_ms']} / {floor['p99_ms']} ms{echo_left} | "
+        f"{latency['p99_ms'] / max(floor['p99_ms'], 1):.1f}× (p99) |",
     ]
     inside = latency.get("inside_worker")
     if inside:
