@@ -760,7 +760,6 @@ public final class RequestPipeline: Service {
         return acknowledged
     }
 
-    /// Marks acknowledged events published when no batch came to carry the marks.
     /// How long acknowledged events wait for a batch's transaction to mark them published before
     /// they are marked on their own. Under steady traffic the next batch comes well within it, so
     /// marking costs no statement and no commit of its own (at 100 logins/s it was a third of the
