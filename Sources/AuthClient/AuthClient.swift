@@ -121,7 +121,7 @@ public final class AuthClient: Sendable {
         let id = requestID ?? UUID().uuidString.lowercased()
         var request = data
         var replyKey: [UInt8]?
-        if configuration.sealSessions, request.replyKey == nil, Self.issuesTokens(request.method) {
+        if configuration.sealSessions, request.replyKey == nil, Self.answerCarriesSecret(request.method) {
             let pair = try requestID.map { try retryKey(for: $0) } ?? X25519.generateKeyPair()
             replyKey = pair.privateKey
             request.replyKey = Base64URL.encode(pair.publicKey)
@@ -136,14 +136,40 @@ public final class AuthClient: Sendable {
         guard let result = try? MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data else {
             throw Failure.unreadableResult(requestID: id)
         }
-        var session = result.session
-        if let sealed = result.sealedSession {
-            guard let replyKey, let opened = try? JWE.openECDHES(sealed, privateKey: replyKey),
-                let decoded = try? MessageCoding.decode(SessionPayload.self, from: opened.plaintext)
-            else { throw Failure.unreadableSession(requestID: id) }
-            session = decoded
+        let opened = try Self.open(result, replyKey: replyKey, requestID: id)
+        return LoginResult(requestID: id, data: opened, session: opened.session)
+    }
+
+    /// The result with what came sealed to the reply key opened in place: the session, a second
+    /// factor's secret or recovery codes, an `mfa_token`.
+    /// - Throws: `Failure.unreadableSession` when something sealed does not open with the key.
+    static func open(_ result: LoginResultData, replyKey: [UInt8]?, requestID: String) throws -> LoginResultData {
+        var opened = result
+        func plaintext(_ sealed: String) throws -> [UInt8] {
+            guard let replyKey, let box = try? JWE.openECDHES(sealed, privateKey: replyKey) else {
+                throw Failure.unreadableSession(requestID: requestID)
+            }
+            return box.plaintext
         }
-        return LoginResult(requestID: id, data: result, session: session)
+        if let sealed = result.sealedSession {
+            guard let session = try? MessageCoding.decode(SessionPayload.self, from: try plaintext(sealed)) else {
+                throw Failure.unreadableSession(requestID: requestID)
+            }
+            opened.session = session
+            opened.sealedSession = nil
+        }
+        if let sealed = result.sealedMFA {
+            guard let mfa = try? MessageCoding.decode(MFAPayload.self, from: try plaintext(sealed)) else {
+                throw Failure.unreadableSession(requestID: requestID)
+            }
+            opened.mfa = mfa
+            opened.sealedMFA = nil
+        }
+        if let sealed = result.error?.sealedMFAToken {
+            opened.error?.mfaToken = String(decoding: try plaintext(sealed), as: UTF8.self)
+            opened.error?.sealedMFAToken = nil
+        }
+        return opened
     }
 
     /// What an access token stands for now (`method: introspect`, RFC 7662): inactive for a token
@@ -183,9 +209,10 @@ public final class AuthClient: Sendable {
         }
     }
 
-    /// Methods whose answer carries a session (and so may be sealed).
-    static func issuesTokens(_ method: String) -> Bool {
-        ["apple", "google", "oidc", "password", "register", "guest", "refresh"].contains(method)
+    /// Methods whose answer carries a secret (a session, a TOTP secret, recovery codes, an
+    /// `mfa_token`), and so go out with a reply key: the worker's own list.
+    static func answerCarriesSecret(_ method: String) -> Bool {
+        LoginMethod(rawValue: method)?.answerCarriesSecret ?? true
     }
 
     // MARK: - Matching answers to requests
@@ -259,7 +286,8 @@ public final class AuthClient: Sendable {
 /// A login's answer, with the session opened when it came sealed.
 public struct LoginResult: Sendable {
     public let requestID: String
-    /// The result as the contract has it, `session` in place of `sealed_session`.
+    /// The result as the contract has it, with what came sealed opened in place: `session` for
+    /// `sealed_session`, `mfa` for `sealed_mfa`, `error.mfa_token` for `error.sealed_mfa_token`.
     public let data: LoginResultData
     /// `ok` or `error`.
     public let status: String

@@ -14,6 +14,8 @@ public protocol UnitOfWork: AnyObject {
 
     /// The identity keyed by (provider, subject).
     func identity(provider: String, subject: String) throws -> IdentityRecord?
+    /// Every identity of a user.
+    func identities(userID: UUID) throws -> [IdentityRecord]
     /// A user with its providers.
     func user(id: UUID) throws -> StoredUser?
     /// Full accounts (not guests) whose verified, non-relay e-mail is `email`, at most two.
@@ -26,8 +28,9 @@ public protocol UnitOfWork: AnyObject {
     func accessToken(hash: [UInt8]) throws -> AccessTokenRecord?
     /// The user's sessions that are neither revoked nor expired at `date`.
     func liveSessions(userID: UUID, at date: Date) throws -> [UUID]
-    /// Uses of a rate-limited action in the window that contains `date`, before this request.
-    func rateLimitUsage(bucket: String, at date: Date, window: TimeInterval) throws -> Int
+    /// Uses of a rate-limited action in the window that contains `date`, before this request,
+    /// and when that window ends.
+    func rateLimitWindow(bucket: String, at date: Date, window: TimeInterval) throws -> RateLimitWindow
     /// True when a request id (or a notification's key) was recorded before this one.
     func isRecorded(requestID: String) throws -> Bool
     /// The newest unused one-time code sent to an address (normalised) for a purpose.
@@ -44,6 +47,8 @@ public protocol UnitOfWork: AnyObject {
     /// Inserts a user with the first of `handles` no other user has; returns it as stored.
     func insertUser(_ user: NewUser, handles: [String]) throws -> StoredUser
     func insertIdentity(_ identity: NewIdentity, userID: UUID, at date: Date) throws
+    /// Removes an identity: that way of signing in no longer reaches its user.
+    func deleteIdentity(provider: String, subject: String) throws
     /// Stores what an identity proves now (e-mail, verification, a replacement password hash) and
     /// when it was last used.
     func updateIdentity(_ identity: IdentityRecord, lastLoginAt: Date) throws
@@ -72,6 +77,8 @@ public protocol UnitOfWork: AnyObject {
     func recordCodeAttempt(id: UUID) throws
     /// Marks a code used: it never works again.
     func useCode(id: UUID, at date: Date) throws
+    /// Marks every unused code of the user's for these purposes used: what they protected changed.
+    func voidCodes(userID: UUID, purposes: [String], at date: Date) throws
     /// Stores a pending (not yet active) second factor, replacing a pending one.
     func savePendingFactor(userID: UUID, secretSealed: [UInt8], at date: Date) throws
     /// Activates the user's factor at `step` (its first code) and stores its recovery codes' hashes.
@@ -115,10 +122,31 @@ public struct IdentityRecord: Sendable, Equatable {
     }
 }
 
+/// A rate-limited action's count in its current window.
+public struct RateLimitWindow: Sendable, Equatable {
+    public var count: Int
+    /// When the window ends (and the count starts again).
+    public var endsAt: Date
+
+    public init(count: Int, endsAt: Date) {
+        self.count = count
+        self.endsAt = endsAt
+    }
+}
+
+extension UnitOfWork {
+    /// Uses of a rate-limited action in the window that contains `date`, before this request.
+    public func rateLimitUsage(bucket: String, at date: Date, window: TimeInterval) throws -> Int {
+        try rateLimitWindow(bucket: bucket, at: date, window: window).count
+    }
+}
+
 /// A session as stored, with what its tokens need to know about its user.
 public struct SessionRecord: Sendable, Equatable {
     public var id: UUID
     public var userID: UUID
+    /// When it was made: the sign-in it stands for (refreshing does not move it).
+    public var createdAt: Date
     public var expiresAt: Date
     public var revokedAt: Date?
     public var abilities: [String]
@@ -126,11 +154,12 @@ public struct SessionRecord: Sendable, Equatable {
     public var userIsGuest: Bool
 
     public init(
-        id: UUID, userID: UUID, expiresAt: Date, revokedAt: Date?, abilities: [String], deviceName: String?,
-        userIsGuest: Bool
+        id: UUID, userID: UUID, createdAt: Date, expiresAt: Date, revokedAt: Date?, abilities: [String],
+        deviceName: String?, userIsGuest: Bool
     ) {
         self.id = id
         self.userID = userID
+        self.createdAt = createdAt
         self.expiresAt = expiresAt
         self.revokedAt = revokedAt
         self.abilities = abilities
@@ -287,12 +316,15 @@ public struct OneTimeCodeRecord: Sendable, Equatable {
 public struct MFAFactorRecord: Sendable, Equatable {
     public var userID: UUID
     public var secretSealed: [UInt8]
+    /// When it was enrolled (a pending factor: when `mfa_enroll` made its secret).
+    public var createdAt: Date
     public var enabledAt: Date?
     public var lastUsedStep: Int64?
 
-    public init(userID: UUID, secretSealed: [UInt8], enabledAt: Date?, lastUsedStep: Int64?) {
+    public init(userID: UUID, secretSealed: [UInt8], createdAt: Date, enabledAt: Date?, lastUsedStep: Int64?) {
         self.userID = userID
         self.secretSealed = secretSealed
+        self.createdAt = createdAt
         self.enabledAt = enabledAt
         self.lastUsedStep = lastUsedStep
     }

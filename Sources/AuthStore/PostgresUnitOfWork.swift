@@ -110,6 +110,19 @@ final class PostgresUnitOfWork: UnitOfWork {
         return found
     }
 
+    func identities(userID: UUID) throws -> [IdentityRecord] {
+        let found = try query(
+            """
+            SELECT provider, subject, user_id, email, email_verified, is_private_email, password_hash
+            FROM identities WHERE user_id = \(userID) ORDER BY provider, subject FOR UPDATE
+            """
+        ).map(Decode.identity)
+        for identity in found {
+            cache.identities[IdentityKey(provider: identity.provider, subject: identity.subject)] = .some(identity)
+        }
+        return found
+    }
+
     func user(id: UUID) throws -> StoredUser? {
         if usesCache, let cached = cache.users[id] { return cached }
         let found = try query(
@@ -165,7 +178,7 @@ final class PostgresUnitOfWork: UnitOfWork {
         ).map { try $0.decode("id", as: UUID.self) }
     }
 
-    func rateLimitUsage(bucket: String, at date: Date, window: TimeInterval) throws -> Int {
+    func rateLimitWindow(bucket: String, at date: Date, window: TimeInterval) throws -> RateLimitWindow {
         let stored: RateLimitRow?
         if usesCache, let cached = cache.rateLimits[bucket] {
             stored = cached
@@ -175,8 +188,12 @@ final class PostgresUnitOfWork: UnitOfWork {
             ).first.map(Decode.rateLimit)
             cache.rateLimits[bucket] = .some(stored)
         }
-        let counted = stored.map { $0.windowStart > date - window ? $0.count : 0 } ?? 0
-        return counted + rateLimitUses[bucket, default: 0]
+        // A window that has passed (or none yet) starts again with this request.
+        guard let stored, stored.windowStart > date - window else {
+            return RateLimitWindow(count: rateLimitUses[bucket, default: 0], endsAt: date + window)
+        }
+        return RateLimitWindow(
+            count: stored.count + rateLimitUses[bucket, default: 0], endsAt: stored.windowStart + window)
     }
 
     func isRecorded(requestID: String) throws -> Bool {
@@ -202,13 +219,14 @@ final class PostgresUnitOfWork: UnitOfWork {
         if usesCache, cache.activeFactors[userID] == false { return nil }
         return try query(
             """
-            SELECT user_id, secret_sealed, enabled_at, last_used_step FROM mfa_factors
+            SELECT user_id, secret_sealed, created_at, enabled_at, last_used_step FROM mfa_factors
             WHERE user_id = \(userID) FOR UPDATE
             """
         ).first.map { row in
             MFAFactorRecord(
                 userID: try row.decode("user_id"),
                 secretSealed: try row.decode("secret_sealed", as: PGBytes.self).bytes,
+                createdAt: try row.decode("created_at"),
                 enabledAt: try row.decode("enabled_at", as: Date?.self),
                 lastUsedStep: try row.decode("last_used_step", as: Int64?.self))
         }
@@ -260,6 +278,11 @@ final class PostgresUnitOfWork: UnitOfWork {
         current.identities.append(NewIdentityRow(identity: identity, userID: userID, at: date))
         cache.identities[IdentityKey(provider: identity.provider, subject: identity.subject)] = nil
         cache.users[userID] = nil
+    }
+
+    func deleteIdentity(provider: String, subject: String) throws {
+        current.statements.append("DELETE FROM identities WHERE provider = \(provider) AND subject = \(subject)")
+        cache.identities[IdentityKey(provider: provider, subject: subject)] = .some(nil)
     }
 
     func updateIdentity(_ identity: IdentityRecord, lastLoginAt: Date) throws {
@@ -376,6 +399,14 @@ final class PostgresUnitOfWork: UnitOfWork {
 
     func useCode(id: UUID, at date: Date) throws {
         current.statements.append("UPDATE one_time_codes SET used_at = \(date) WHERE id = \(id) AND used_at IS NULL")
+    }
+
+    func voidCodes(userID: UUID, purposes: [String], at date: Date) throws {
+        current.statements.append(
+            """
+            UPDATE one_time_codes SET used_at = \(date)
+            WHERE user_id = \(userID) AND purpose = ANY(\(PGArray(purposes))::text[]) AND used_at IS NULL
+            """)
     }
 
     func savePendingFactor(userID: UUID, secretSealed: [UInt8], at date: Date) throws {
@@ -679,22 +710,26 @@ private struct Writes {
 struct PrefetchQueries {
     static let userColumns = """
         SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_private_email, u.is_guest, u.created_at,
-               ARRAY(SELECT provider FROM identities WHERE user_id = u.id ORDER BY created_at, provider) AS providers,
+               ARRAY(SELECT provider FROM identities
+                     WHERE user_id = u.id AND NOT (provider = 'password' AND password_hash IS NULL)
+                     GROUP BY provider ORDER BY min(created_at), provider) AS providers,
                EXISTS (SELECT 1 FROM mfa_factors f WHERE f.user_id = u.id) AS has_factor
         FROM users u
         """
     static let sessionColumns = """
-        SELECT s.id, s.user_id, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest
+        SELECT s.id, s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest
         FROM sessions s JOIN users u ON u.id = s.user_id
         """
     static let refreshColumns = """
         SELECT r.id AS token_id, r.token_hash, r.expires_at AS token_expires_at, r.used_at, r.successor_sealed,
-               s.id AS session_id, s.user_id, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest
+               s.id AS session_id, s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name,
+               u.is_guest
         FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id JOIN users u ON u.id = s.user_id
         """
     static let accessTokenColumns = """
         SELECT a.id AS token_id, a.token_hash, a.expires_at AS token_expires_at,
-               s.id AS session_id, s.user_id, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest
+               s.id AS session_id, s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name,
+               u.is_guest
         FROM access_tokens a JOIN sessions s ON s.id = a.session_id JOIN users u ON u.id = s.user_id
         """
 
@@ -869,7 +904,8 @@ enum Decode {
 
     static func session(_ row: PGRow, idColumn: String) throws -> SessionRecord {
         SessionRecord(
-            id: try row.decode(idColumn), userID: try row.decode("user_id"), expiresAt: try row.decode("expires_at"),
+            id: try row.decode(idColumn), userID: try row.decode("user_id"), createdAt: try row.decode("created_at"),
+            expiresAt: try row.decode("expires_at"),
             revokedAt: try row.decode("revoked_at", as: Date?.self), abilities: try row.decode("abilities"),
             deviceName: try row.decode("device_name", as: String?.self), userIsGuest: try row.decode("is_guest"))
     }

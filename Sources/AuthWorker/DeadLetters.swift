@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import Messages
 
 /// What a dead letter carries: the original value with every credential the worker can find
 /// replaced, cut to a size the broker takes.
@@ -8,10 +9,8 @@ import Kafka
 /// mostly JSON with a password in it: a dead-letter topic is read by people, kept for long, and
 /// must not become a store of credentials.
 enum DeadLetters {
-    /// Members whose values are credentials, wherever they appear.
-    static let credentialMembers: Set<String> = [
-        "password", "identity_token", "refresh_token", "access_token", "link_to",
-    ]
+    /// Members whose values are credentials, wherever they appear: the contract's one list.
+    static let credentialMembers: Set<String> = CredentialField.names
     static let redacted = "[redacted]"
 
     struct Copy: Equatable {
@@ -70,8 +69,10 @@ enum DeadLetters {
         return (Array(data), true)
     }
 
-    /// Values that do not parse (cut short, broken): the string after each `"<credential member>":`
-    /// is replaced up to its closing quote, or to the end.
+    /// Values that do not parse (cut short, broken): the string after each credential member's
+    /// name and its `:` is replaced up to its closing quote, or to the end. Every string is read
+    /// as a whole token, escapes and all, so a name spelt with escapes (`"pass\u0077ord"`) is
+    /// recognised, and a credential's name inside another string is left alone.
     private static func redactingText(_ value: [UInt8]) -> (value: [UInt8], changed: Bool) {
         var out: [UInt8] = []
         out.reserveCapacity(value.count)
@@ -83,42 +84,45 @@ enum DeadLetters {
             while position < value.count, [0x20, 0x09, 0x0A, 0x0D].contains(value[position]) { position += 1 }
             return position
         }
+        /// The index just past the string token that opens at `start` (or the end of the value).
+        func endOfString(_ start: Int) -> Int {
+            var end = start + 1
+            while end < value.count, value[end] != quote {
+                end += value[end] == UInt8(ascii: "\\") ? 2 : 1
+            }
+            return min(end + 1, value.count)
+        }
         while index < value.count {
-            guard value[index] == quote,
-                let name = credentialMembers.first(where: { name in
-                    let bytes = Array(name.utf8)
-                    let end = index + 1 + bytes.count
-                    return end < value.count && value[(index + 1)..<end].elementsEqual(bytes) && value[end] == quote
-                })
-            else {
+            guard value[index] == quote else {
                 out.append(value[index])
                 index += 1
                 continue
             }
-            let afterName = index + name.utf8.count + 2
-            var position = skipSpace(afterName)
-            guard position < value.count, value[position] == UInt8(ascii: ":") else {
-                out.append(contentsOf: value[index..<afterName])
-                index = afterName
-                continue
-            }
-            position = skipSpace(position + 1)
-            guard position < value.count, value[position] == quote else {
-                out.append(contentsOf: value[index..<position])
-                index = position
-                continue
-            }
-            out.append(contentsOf: value[index...position])
+            let nameEnd = endOfString(index)
+            let token = value[index..<nameEnd]
+            out.append(contentsOf: token)
+            index = nameEnd
+            guard let name = unescapedString(token), credentialMembers.contains(name) else { continue }
+            let colon = skipSpace(index)
+            guard colon < value.count, value[colon] == UInt8(ascii: ":") else { continue }
+            let valueStart = skipSpace(colon + 1)
+            guard valueStart < value.count, value[valueStart] == quote else { continue }
+            let valueEnd = endOfString(valueStart)
+            out.append(contentsOf: value[index...valueStart])
             out.append(contentsOf: Array(redacted.utf8))
-            // Skip the string's content, escapes included, to its closing quote (or the end).
-            var end = position + 1
-            while end < value.count, value[end] != quote {
-                end += value[end] == UInt8(ascii: "\\") ? 2 : 1
-            }
-            if end < value.count { out.append(quote) }
-            index = end + 1
+            if valueEnd - valueStart >= 2, value[valueEnd - 1] == quote { out.append(quote) }
+            index = valueEnd
             changed = true
         }
         return (out, changed)
+    }
+
+    /// The text of a complete JSON string token (quotes included), escapes decoded; nil when it
+    /// is cut short or not valid JSON.
+    static func unescapedString(_ token: ArraySlice<UInt8>) -> String? {
+        guard token.count >= 2, token.last == UInt8(ascii: "\""),
+            let decoded = try? JSONSerialization.jsonObject(with: Data(token), options: [.fragmentsAllowed])
+        else { return nil }
+        return decoded as? String
     }
 }

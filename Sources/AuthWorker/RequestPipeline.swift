@@ -650,6 +650,17 @@ public final class RequestPipeline: Service {
                 }
                 result.mfa = nil
             }
+            // And an `mfa_required` answer's token: whoever reads the results topic cannot finish
+            // the sign-in with it.
+            if let replyKey = work.replyKey, let token = result.error?.mfaToken {
+                do {
+                    result.error?.sealedMFAToken = try JWE.sealECDHES(Array(token.utf8), to: replyKey)
+                } catch {
+                    throw LoginError(
+                        .malformedRequest, "reply_key is not a usable X25519 public key", field: "data.reply_key")
+                }
+                result.error?.mfaToken = nil
+            }
             // Encoded once: kept (sealed) here, and published as the result event's data.
             let json = result.jsonBytes
             let sealed = try resultsKey.map { key in
@@ -858,23 +869,11 @@ public final class RequestPipeline: Service {
         (error as? LoginError)?.code.rawValue ?? ErrorCode.internalError.rawValue
     }
 
-    /// The request's X25519 `reply_key`, checked before anything is prepared.
-    /// Whether a method's answer can carry a session (and so must be sealed when reply keys are
-    /// required).
-    static func issuesSession(_ method: LoginMethod) -> Bool {
-        switch method {
-        case .logout, .introspect, .sendVerification, .verifyEmail, .passwordResetRequest, .changePassword, .mfaRemove,
-            .emailCodeRequest:
-            false
-        case .apple, .google, .oidc, .password, .register, .guest, .refresh, .passwordReset, .mfaEnroll, .mfaVerify,
-            .mfaChallenge, .emailCode:
-            true
-        }
-    }
-
+    /// The request's X25519 `reply_key`, checked before anything is prepared; required (when
+    /// configured so) for every method whose answer carries a secret.
     static func replyKey(_ request: LoginRequest, required: Bool) throws -> [UInt8]? {
         guard let text = request.data.replyKey else {
-            if required, Self.issuesSession(request.method) {
+            if required, request.method.answerCarriesSecret {
                 throw LoginError(
                     .malformedRequest, "reply_key is required: results are sealed to the gateway's key",
                     field: "data.reply_key")

@@ -85,7 +85,8 @@ public struct WorkerApplication: Sendable {
             grace: configuration.outboxRelayGrace, throttleWindow: configuration.accounts.throttle.window,
             rateLimitWindow: max(
                 configuration.accounts.longestRateLimitWindow, configuration.emailCodes.sendLimit.window,
-                configuration.emailCodes.resetLimit.window, configuration.mfa.attempts.window), passwords: passwords)
+                configuration.emailCodes.resetLimit.window, configuration.mfa.attempts.window,
+                configuration.mfa.lockoutHorizon), passwords: passwords)
         let readiness = Readiness(
             database: PGDedicatedConnection(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,

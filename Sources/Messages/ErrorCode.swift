@@ -29,13 +29,16 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
     public static let mfaRequired = ErrorCode(rawValue: "mfa_required")
     /// The address is not verified yet and this worker requires it (`AUTH_REQUIRE_VERIFIED_EMAIL`).
     public static let emailNotVerified = ErrorCode(rawValue: "email_not_verified")
+    /// The change asks for a recent sign-in: the session is older than `AUTH_REAUTH_MAX_AGE` and no
+    /// password came with the request. Sign in again (or send the password) and repeat.
+    public static let reauthenticationRequired = ErrorCode(rawValue: "reauthentication_required")
 
     /// Every code the contract defines.
     public static let all: [ErrorCode] = [
         .malformedRequest, .unsupportedMethod, .unknownProvider, .invalidToken, .tokenExpired, .issuerMismatch,
         .audienceMismatch, .nonceMismatch, .invalidCredentials, .emailTaken, .weakPassword, .tooManyAttempts,
         .invalidRefreshToken, .refreshTokenReused, .linkConflict, .providerUnavailable, .internalError, .invalidCode,
-        .codeExpired, .mfaRequired, .emailNotVerified,
+        .codeExpired, .mfaRequired, .emailNotVerified, .reauthenticationRequired,
     ]
 
     public init(from decoder: any Decoder) throws {

@@ -83,13 +83,10 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
         var parts = ["method: \(method)"]
         if let provider { parts.append("provider: \(provider)") }
         if let device { parts.append("device: \(device.name ?? "-")/\(device.platform ?? "-")") }
-        let secrets: [(String, String?)] = [
-            ("identity_token", identityToken), ("password", password), ("refresh_token", refreshToken),
-            ("access_token", accessToken), ("link_to", linkTo), ("nonce", nonce), ("code", code),
-            ("link_token", linkToken), ("new_password", newPassword), ("mfa_token", mfaToken),
-            ("recovery_code", recoveryCode),
-        ]
-        for (name, value) in secrets where value != nil { parts.append("\(name): <redacted>") }
+        for credential in CredentialField.allCases where self[keyPath: credential.keyPath] != nil {
+            parts.append("\(credential.rawValue): <redacted>")
+        }
+        if nonce != nil { parts.append("nonce: <redacted>") }
         return "LoginRequestData(\(parts.joined(separator: ", ")))"
     }
 

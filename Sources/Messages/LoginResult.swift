@@ -204,8 +204,12 @@ public struct ErrorPayload: Codable, Sendable, Equatable {
     /// The same wait in whole seconds from when the answer was made, at least 1 (for clients that
     /// set an HTTP `Retry-After` or a timer without parsing a timestamp).
     public var retryAfterSeconds: Int64?
-    /// For `mfa_required`: what `mfa_challenge` finishes the sign-in with (short-lived, opaque).
+    /// For `mfa_required`: what `mfa_challenge` finishes the sign-in with (short-lived, opaque,
+    /// good for one sign-in).
     public var mfaToken: String?
+    /// `mfa_token` sealed to the request's `reply_key` (a compact JWE whose plaintext is the
+    /// token's text), in its place, when the request had one (an addition to the contract).
+    public var sealedMFAToken: String?
 
     public init(
         code: ErrorCode, message: String, retriable: Bool = false, field: String? = nil, retryAfter: String? = nil,
@@ -224,5 +228,6 @@ public struct ErrorPayload: Codable, Sendable, Equatable {
         case retryAfter = "retry_after"
         case retryAfterSeconds = "retry_after_seconds"
         case mfaToken = "mfa_token"
+        case sealedMFAToken = "sealed_mfa_token"
     }
 }

@@ -119,6 +119,7 @@ extension ErrorPayload: JSONWritable {
             out.member("retriable", retriable)
             out.member("retry_after", retryAfter)
             if let retryAfterSeconds { out.member("retry_after_seconds", retryAfterSeconds) }
+            out.member("sealed_mfa_token", sealedMFAToken)
         }
     }
 }

@@ -45,11 +45,8 @@ public protocol CredentialOpener: Sendable {
 }
 
 public struct RequestDecoder: Sendable {
-    /// The credentials that may arrive sealed, by their member name in `data`.
-    public static let sealableCredentials = [
-        "password", "identity_token", "refresh_token", "access_token", "link_to", "new_password", "code", "link_token",
-        "mfa_token", "recovery_code",
-    ]
+    /// The credentials that may arrive sealed, by their member name in `data`: every credential.
+    public static let sealableCredentials = CredentialField.allCases.map(\.rawValue)
 
     /// Opens `data.sealed_credentials`; without one, sealed credentials are refused.
     public var credentials: (any CredentialOpener)?
@@ -174,32 +171,19 @@ public struct RequestDecoder: Sendable {
     /// Replaces the members of `data.sealed_credentials` by their plaintext, and refuses clear
     /// credentials when they must be sealed. A credential given both ways is refused.
     private func unseal(_ data: Fields, into request: inout LoginRequestData) throws {
-        func slot(_ name: String) -> WritableKeyPath<LoginRequestData, String?> {
-            switch name {
-            case "password": \.password
-            case "identity_token": \.identityToken
-            case "refresh_token": \.refreshToken
-            case "access_token": \.accessToken
-            case "new_password": \.newPassword
-            case "code": \.code
-            case "link_token": \.linkToken
-            case "mfa_token": \.mfaToken
-            case "recovery_code": \.recoveryCode
-            default: \.linkTo
-            }
-        }
         var opened: Set<String> = []
         if let sealed = try data.optionalObject("sealed_credentials") {
             for name in sealed.memberNames {
-                guard Self.sealableCredentials.contains(name) else {
+                guard CredentialField.names.contains(name) else {
                     throw RequestValidationError(
                         field: "data.sealed_credentials.\(name)", reason: "is not a credential that can be sealed")
                 }
             }
-            for name in Self.sealableCredentials {
+            for credential in CredentialField.allCases {
+                let name = credential.rawValue
                 guard let value = try sealed.optional(name) else { continue }
                 let field = "data.sealed_credentials.\(name)"
-                guard request[keyPath: slot(name)] == nil else {
+                guard request[keyPath: credential.keyPath] == nil else {
                     throw RequestValidationError(field: field, reason: "is also given in clear as data.\(name)")
                 }
                 guard let credentials else {
@@ -218,14 +202,16 @@ public struct RequestDecoder: Sendable {
                 guard !plaintext.utf8.contains(0) else {
                     throw RequestValidationError(field: field, reason: "must not contain a NUL character")
                 }
-                request[keyPath: slot(name)] = plaintext
+                request[keyPath: credential.keyPath] = plaintext
                 opened.insert(name)
             }
         }
         if requireSealedCredentials {
-            for name in Self.sealableCredentials where !opened.contains(name) && request[keyPath: slot(name)] != nil {
+            for credential in CredentialField.allCases
+            where !opened.contains(credential.rawValue) && request[keyPath: credential.keyPath] != nil {
                 throw RequestValidationError(
-                    field: "data.\(name)", reason: "must be sealed to the worker's key, under data.sealed_credentials")
+                    field: "data.\(credential.rawValue)",
+                    reason: "must be sealed to the worker's key, under data.sealed_credentials")
             }
         }
     }

@@ -18,6 +18,57 @@ public enum UserEventType {
     /// A second factor became active (`mfa_verify`) or was removed (`mfa_remove`).
     public static let mfaEnabled = "auth.mfa.enabled"
     public static let mfaDisabled = "auth.mfa.disabled"
+    /// Too many wrong second-factor codes: the factor refuses codes until `locked_until` (for a
+    /// "someone has your password" mail).
+    public static let mfaLocked = "auth.mfa.locked"
+    /// A way of signing in was taken off an account (`reason`: `account_claimed`).
+    public static let identityUnlinked = "auth.identity.unlinked"
+}
+
+/// `auth.mfa.locked`.
+public struct MFALockedData: Codable, Sendable, Equatable {
+    public var userId: String
+    /// `totp`.
+    public var factor: String
+    /// Wrong codes in the window that ended in this lock.
+    public var failures: Int
+    /// How many times the factor locked in the last day, this one included: each doubles the wait.
+    public var lockouts: Int
+    public var lockedUntil: String
+
+    public init(userId: String, factor: String, failures: Int, lockouts: Int, lockedUntil: String) {
+        self.userId = userId
+        self.factor = factor
+        self.failures = failures
+        self.lockouts = lockouts
+        self.lockedUntil = lockedUntil
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case factor, failures, lockouts
+        case userId = "user_id"
+        case lockedUntil = "locked_until"
+    }
+}
+
+/// `auth.identity.unlinked`.
+public struct IdentityUnlinkedData: Codable, Sendable, Equatable {
+    public var userId: String
+    public var provider: String
+    public var subject: String
+    public var reason: String
+
+    public init(userId: String, provider: String, subject: String, reason: String) {
+        self.userId = userId
+        self.provider = provider
+        self.subject = subject
+        self.reason = reason
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case provider, subject, reason
+        case userId = "user_id"
+    }
 }
 
 /// `auth.mfa.enabled` and `auth.mfa.disabled`.

@@ -11,7 +11,10 @@ import Synchronization
 /// must never wait on PostgreSQL or the broker); anything else is 404. One thread of its own runs
 /// an event loop over the listening socket and every open connection, so connections are served
 /// side by side: a client that connects and sends nothing holds nothing up, and is closed after
-/// `requestTimeout`. Each request is answered and its connection closed.
+/// `requestTimeout`. Each request is answered and its connection closed. At
+/// `maximumConnections`, a new connection closes the oldest open one: a flood of idle sockets
+/// pushes only itself out, and an orchestrator's probe (which sends its request as it connects)
+/// is answered as it is accepted.
 public final class HealthServer: Service, @unchecked Sendable {
     // @unchecked: the listening socket is owned by the server thread; the rest is immutable or atomic.
     public typealias Check = @Sendable () -> (status: Int, body: String)
@@ -27,7 +30,7 @@ public final class HealthServer: Service, @unchecked Sendable {
     private let boundPort = Atomic<Int>(0)
     /// How long a connection may take to send its request line. Default: 200 ms.
     public let requestTimeout: Duration
-    /// Connections open at once at most; beyond it, new ones are closed at once. Default: 64.
+    /// Connections open at once at most; beyond it, each new one closes the oldest. Default: 64.
     public let maximumConnections: Int
 
     /// - Parameters:
@@ -85,7 +88,7 @@ public final class HealthServer: Service, @unchecked Sendable {
                 bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        guard bound == 0, Glibc.listen(fd, 64) == 0 else {
+        guard bound == 0, Glibc.listen(fd, 1024) == 0 else {
             close(fd)
             throw HealthServerError(reason: "cannot listen on \(host):\(requestedPort)")
         }
@@ -118,22 +121,7 @@ public final class HealthServer: Service, @unchecked Sendable {
             for (index, var connection) in connections.enumerated() {
                 let events = descriptors[index + 1].revents
                 if events & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
-                    var buffer = [UInt8](repeating: 0, count: 2048)
-                    let count = read(connection.fd, &buffer, buffer.count)
-                    if count <= 0 {
-                        close(connection.fd)
-                        continue
-                    }
-                    connection.received += buffer[0..<count]
-                    if let end = connection.received.firstIndex(where: { $0 == 0x0D || $0 == 0x0A }) {
-                        answer(connection.fd, requestLine: Array(connection.received[..<end]))
-                        close(connection.fd)
-                        continue
-                    }
-                    if connection.received.count > 8192 {
-                        close(connection.fd)
-                        continue
-                    }
+                    guard receive(&connection) == .waiting else { continue }
                 }
                 if now >= connection.deadline {
                     close(connection.fd)
@@ -146,16 +134,52 @@ public final class HealthServer: Service, @unchecked Sendable {
                 while true {
                     let client = accept(listener, nil, nil)
                     guard client >= 0 else { break }
-                    guard connections.count < maximumConnections else {
-                        close(client)
-                        continue
-                    }
                     _ = fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK)
-                    connections.append(Connection(fd: client, deadline: now + requestTimeout))
+                    var connection = Connection(fd: client, deadline: now + requestTimeout)
+                    // A probe sends its request with the connection: answered here, it never
+                    // waits for a slot.
+                    guard receive(&connection) == .waiting else { continue }
+                    // Full: the oldest connection, which has sent nothing usable for the
+                    // longest, makes room. Idle sockets cannot starve a probe that way; they
+                    // only push each other out.
+                    if connections.count >= maximumConnections, !connections.isEmpty {
+                        close(connections.removeFirst().fd)
+                    }
+                    connections.append(connection)
                 }
             }
         }
         for connection in connections { close(connection.fd) }
+    }
+
+    /// What reading a connection came to.
+    private enum Reception {
+        /// Its request line is not complete yet: it stays open.
+        case waiting
+        /// Answered (or gone, or over the size limit): closed.
+        case closed
+    }
+
+    /// Reads what a connection has sent; answers and closes it once its request line is in.
+    private func receive(_ connection: inout Connection) -> Reception {
+        var buffer = [UInt8](repeating: 0, count: 2048)
+        let count = read(connection.fd, &buffer, buffer.count)
+        if count < 0, errno == EAGAIN || errno == EWOULDBLOCK { return .waiting }
+        if count <= 0 {
+            close(connection.fd)
+            return .closed
+        }
+        connection.received += buffer[0..<count]
+        if let end = connection.received.firstIndex(where: { $0 == 0x0D || $0 == 0x0A }) {
+            answer(connection.fd, requestLine: Array(connection.received[..<end]))
+            close(connection.fd)
+            return .closed
+        }
+        if connection.received.count > 8192 {
+            close(connection.fd)
+            return .closed
+        }
+        return .waiting
     }
 
     private func answer(_ client: Int32, requestLine: [UInt8]) {

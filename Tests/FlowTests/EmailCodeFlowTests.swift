@@ -68,15 +68,20 @@ import Testing
                 }))
     }
 
-    func verify(_ harness: FlowHarness, email: String? = nil, code: String? = nil, link: String? = nil) async throws
-        -> LoginResultData
-    {
+    /// `verify_email`, with the registrant's proof (`token` or `password`) a never-verified
+    /// address needs.
+    func verify(
+        _ harness: FlowHarness, email: String? = nil, code: String? = nil, link: String? = nil, token: String? = nil,
+        password: String? = nil
+    ) async throws -> LoginResultData {
         try #require(
             try await harness.handle(
                 makeRequest(.verifyEmail) {
                     $0.email = email
                     $0.code = code
                     $0.linkToken = link
+                    $0.accessToken = token
+                    $0.password = password
                 })
         ).result
     }
@@ -108,7 +113,8 @@ import Testing
         let json = String(decoding: try #require(registered.events.last).payload, as: UTF8.self)
         #expect(!json.contains(secret.linkToken) && !json.contains("\"code\""))
 
-        let verified = try await verify(harness, email: "ada@example.com", code: secret.code)
+        let verified = try await verify(
+            harness, email: "ada@example.com", code: secret.code, token: registered.result.session?.accessToken)
         #expect(verified.status == "ok")
         #expect(verified.user?.emailVerified == true)
         #expect(verified.session == nil)
@@ -140,7 +146,7 @@ import Testing
 
         let old = try await refusal(harness, makeRequest(.verifyEmail) { $0.linkToken = first.linkToken })
         #expect(old.code == .invalidCode, "the first code stopped working when the second was sent")
-        let verified = try await verify(harness, link: second.linkToken)
+        let verified = try await verify(harness, link: second.linkToken, token: token)
         #expect(verified.user?.emailVerified == true)
         // Verified already: nothing more is sent.
         let after = try #require(try await harness.handle(makeRequest(.sendVerification) { $0.accessToken = token }))
@@ -230,6 +236,9 @@ import Testing
     @Test func aResetSetsThePasswordEndsEverySessionAndSignsIn() async throws {
         let harness = try await service()
         let registered = try await register(harness, "joy@example.com", "old password here")
+        // A verified account: the reset keeps it as it is but for the password and sessions.
+        let verification = try secret(in: registered.events, type: UserEventType.verificationRequested).secret
+        _ = try await verify(harness, link: verification.linkToken, token: registered.result.session?.accessToken)
         let otherDevice = try #require(
             try await harness.handle(
                 makeRequest(.password) {
@@ -361,6 +370,8 @@ import Testing
     @Test func aCodeSignsInAnExistingAccountAndProvesItsAddress() async throws {
         let harness = try await service()
         let registered = try await register(harness, "bo@example.com")
+        let verification = try secret(in: registered.events, type: UserEventType.verificationRequested).secret
+        _ = try await verify(harness, link: verification.linkToken, token: registered.result.session?.accessToken)
         let requested = try #require(
             try await harness.handle(makeRequest(.emailCodeRequest) { $0.email = "bo@example.com" }))
         #expect(requested.result.status == "ok" && requested.result.user == nil)
@@ -422,7 +433,7 @@ import Testing
                 $0.password = "wrong horse battery"
             })
         #expect(wrongPassword.code == .invalidCredentials, "the password is checked first: nothing else leaks")
-        _ = try await verify(harness, email: "vi@example.com", code: code)
+        _ = try await verify(harness, email: "vi@example.com", code: code, password: "correct horse battery")
         let accepted = try #require(
             try await harness.handle(
                 makeRequest(.password) {
@@ -440,7 +451,8 @@ import Testing
         let harness = try await service()
         let registered = try await register(harness, "zoe@example.com")
         let secret = try secret(in: registered.events, type: UserEventType.verificationRequested).secret
-        _ = try await verify(harness, email: "zoe@example.com", code: secret.code)
+        _ = try await verify(
+            harness, email: "zoe@example.com", code: secret.code, token: registered.result.session?.accessToken)
         let dump = try await harness.query(
             """
             SELECT (SELECT string_agg(t::text, ' ') FROM one_time_codes t) AS codes,

@@ -196,21 +196,27 @@ import Testing
             $0.recoveryCode = recovery[3].uppercased()
         }
         #expect(recovered.result.session != nil, "case and dashes do not matter")
-        let reused = try await refusal(harness, .mfaChallenge) {
+        let spentTicket = try await refusal(harness, .mfaChallenge) {
             $0.mfaToken = ticket
+            $0.recoveryCode = recovery[4]
+        }
+        #expect(spentTicket.code == .invalidToken, "an mfa_token finishes one sign-in")
+        let next = try #require(try await login(harness).error?.mfaToken)
+        let reused = try await refusal(harness, .mfaChallenge) {
+            $0.mfaToken = next
             $0.recoveryCode = recovery[3]
         }
         #expect(reused.code == .invalidCode)
         // Four more wrong codes reach the limit of five per five minutes.
         for guess in ["000000", "111111", "222222", "333333"] {
             let wrong = try await refusal(harness, .mfaChallenge) {
-                $0.mfaToken = ticket
+                $0.mfaToken = next
                 $0.code = guess
             }
             #expect(wrong.code == .invalidCode)
         }
         let limited = try await refusal(harness, .mfaChallenge) {
-            $0.mfaToken = ticket
+            $0.mfaToken = next
             $0.code = "444444"
         }
         #expect(limited.code == .tooManyAttempts)
@@ -237,6 +243,9 @@ import Testing
         let mail = try X25519.generateKeyPair()
         let harness = try await service { $0.emailCodes.mailKey = mail.publicKey }
         _ = try await enrolled(harness)
+        // A verified account (a never-verified one is claimed by the reset, factor and all).
+        _ = try await harness.query("UPDATE identities SET email_verified = true RETURNING 1")
+        _ = try await harness.query("UPDATE users SET email_verified = true RETURNING 1")
         let requested = try await handle(harness, .passwordResetRequest) { $0.email = "ada@example.com" }
         let event = try MessageCoding.decode(
             CloudEvent<EmailCodeRequestedData>.self, from: try #require(requested.events.first).payload)

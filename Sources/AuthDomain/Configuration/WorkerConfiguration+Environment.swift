@@ -209,6 +209,7 @@ extension WorkerConfiguration {
         if let limit = try reader.rateLimit("AUTH_PASSWORD_RESET_RATE_LIMIT") { config.emailCodes.resetLimit = limit }
         if let value = try reader.bool("AUTH_EMAIL_CODE_SIGNUP") { config.emailCodes.signUp = value }
         if let value = try reader.bool("AUTH_REQUIRE_VERIFIED_EMAIL") { config.accounts.requireVerifiedEmail = value }
+        if let value = try reader.seconds("AUTH_REAUTH_MAX_AGE_SECONDS") { config.accounts.reauthMaxAge = value }
         if let issuer = reader.string("AUTH_MFA_ISSUER") { config.mfa.issuer = issuer }
         if let value = try reader.seconds("AUTH_MFA_TOKEN_TTL_SECONDS") {
             guard value >= 30 else {

@@ -190,6 +190,10 @@ public struct WorkerConfiguration: Sendable {
         /// user without a session, `password` answers `email_not_verified` (after the password is
         /// checked). Env: `AUTH_REQUIRE_VERIFIED_EMAIL`. Default: false.
         public var requireVerifiedEmail = false
+        /// How recent a sign-in must be for a change to how the account signs in (`mfa_enroll`,
+        /// `mfa_verify`, `link_to` onto a full account) without the password in the request.
+        /// Env: `AUTH_REAUTH_MAX_AGE_SECONDS`. Default: 300.
+        public var reauthMaxAge: TimeInterval = 300
         public init() {}
     }
 
@@ -231,7 +235,12 @@ public struct WorkerConfiguration: Sendable {
         /// `AUTH_MFA_TOKEN_TTL_SECONDS`. Default: 300.
         public var challengeLifetime: TimeInterval = 300
         /// Wrong codes per account per window. Env: `AUTH_MFA_RATE_LIMIT`. Default: 5 per 5 minutes.
+        /// Each time the limit is reached the factor locks (`auth.mfa.locked`), and every lock in
+        /// the last day doubles the next window, up to `lockoutHorizon`.
         public var attempts = RateLimit(count: 5, window: 300)
+        /// How long locks are remembered for escalation, and the longest a window grows to.
+        /// Default: a day.
+        public var lockoutHorizon: TimeInterval = 86_400
         public init() {}
     }
 

@@ -5,7 +5,7 @@ import Messages
 import Passwords
 
 /// What a one-time code is for. Each purpose has its own codes, limits and event.
-enum CodePurpose: String, Sendable {
+enum CodePurpose: String, Sendable, CaseIterable {
     case verifyEmail = "verify_email"
     case passwordReset = "password_reset"
     case signIn = "email_sign_in"
@@ -97,12 +97,49 @@ extension LoginFlows {
     }
 
     /// `verify_email`: the code (with the address) or the link token marks the address verified.
-    func prepareVerifyEmail(_ request: LoginRequest) throws -> any PreparedWrite {
+    /// An address never verified before needs the registrant's proof beside the code (the
+    /// account's `access_token`, or its `password`): the mailbox's owner, if someone else
+    /// registered it, cannot confirm that account by clicking a link; they sign in by code
+    /// instead, which claims it (`MailboxProof`).
+    func prepareVerifyEmail(_ request: LoginRequest) async throws -> any PreparedWrite {
         let keys = try codeKeys()
         let now = clock.now()
+        let presented = try presentedCode(request, purpose: .verifyEmail, keys: keys)
+        var registrant: VerifyEmail.Registrant?
+        if let token = request.data.accessToken {
+            registrant = .session(try presentedToken(token, field: "data.access_token", allowExpired: false, at: now))
+        } else if let password = request.data.password {
+            var email: String?
+            switch presented.form {
+            case .code(let address, _): email = address
+            case .link: email = EmailAddress.normalize(request.data.email ?? "")
+            }
+            guard let email else {
+                throw LoginError(
+                    .malformedRequest, "the account's e-mail address goes with its password", field: "data.email")
+            }
+            let verifiedHash = try await verifiedPassword(password, email: email, at: now)
+            registrant = .password(email: email, verifiedHash: verifiedHash)
+        }
         return VerifyEmail(
-            requestID: request.id, presented: try presentedCode(request, purpose: .verifyEmail, keys: keys),
-            events: events(for: request, at: now), now: now)
+            requestID: request.id, presented: presented, registrant: registrant, events: events(for: request, at: now),
+            now: now)
+    }
+
+    /// Checks an account's current password as a login does (counted, throttled, the same work
+    /// for an unknown address) and returns the hash it matched.
+    /// - Throws: `too_many_attempts`; `invalid_credentials` naming `data.password`.
+    func verifiedPassword(_ password: String, email: String, at now: Date) async throws -> String {
+        let passwords = try passwordService()
+        let throttleKey = "password:" + email
+        let attempt = try await attempts.reservePasswordAttempt(
+            key: throttleKey, email: email, at: now, policy: configuration.accounts.throttle)
+        guard attempt.allowed else { throw LoginError.tooManyAttempts(until: attempt.lockedUntil ?? now, now: now) }
+        let verification = try await passwords.verify(password, against: attempt.credential?.passwordHash)
+        guard let credential = attempt.credential, verification.matches else {
+            throw LoginError(.invalidCredentials, "the password is wrong", field: "data.password")
+        }
+        return credential.passwordHash
     }
 
     // MARK: - Password reset
@@ -130,11 +167,8 @@ extension LoginFlows {
         let newPassword = request.data.newPassword ?? ""
         var email: String?
         if case .code(let address, _) = presented.form { email = address }
-        do {
-            try passwords.policy.check(newPassword, email: email)
-        } catch let weakness as PasswordPolicy.Weakness {
-            throw LoginError(.weakPassword, "the password \(weakness.reason)", field: "data.new_password")
-        }
+        let check = NewPasswordCheck(password: newPassword, policy: passwords.policy, field: "data.new_password")
+        try check.check(email: email)
         let now = clock.now()
         // Each attempt costs a password hash: counted per address (per client for link tokens,
         // which cannot be guessed) before the hash is made.
@@ -151,7 +185,8 @@ extension LoginFlows {
             }
         }
         return PasswordReset(
-            requestID: request.id, presented: presented, newHash: try await passwords.hash(newPassword),
+            requestID: request.id, presented: presented, newPassword: check,
+            newHash: try await passwords.hash(newPassword),
             pending: try pendingSession(at: now, isGuest: false), device: request.data.device, mfa: mfaGate(),
             events: events(for: request, at: now), now: now)
     }
@@ -249,35 +284,41 @@ struct PresentedCode: Sendable {
         case wrongGuess(LoginError)
     }
 
+    /// The one refusal for a code that does not work: the same code, message and field whether
+    /// the address has an account, a live code, an expired one or none, so a wrong guess tells
+    /// nothing about the address.
+    var refusal: LoginError {
+        let field: String
+        switch form {
+        case .code: field = "data.code"
+        case .link: field = "data.link_token"
+        }
+        return LoginError(
+            .invalidCode, "the code is wrong, expired or used; ask for a new one if it keeps failing", field: field)
+    }
+
     /// Finds and checks the code. Wrong guesses are counted against the code (the caller answers
-    /// them without throwing, so the count is written); after `maxAttempts` the code is spent.
-    /// - Throws: `invalid_code` for an unknown, used or spent code; `code_expired` past its lifetime.
+    /// them without throwing, so the count is written); after `maxAttempts` the code is spent, its
+    /// link token too.
+    /// - Throws: `invalid_code` for an unknown, used, spent or wrong code; `code_expired` only to
+    ///   whoever shows the expired code itself (or its link), who learns nothing new from it.
     func check(in unit: any UnitOfWork, at now: Date) throws -> Check {
-        let unknown = LoginError(.invalidCode, "the code is wrong, used or replaced by a newer one; ask for a new one")
         switch form {
         case .link(let hash):
             guard let record = try unit.code(linkHash: hash), record.purpose == purpose.rawValue,
-                record.usedAt == nil
-            else { throw unknown }
+                record.usedAt == nil, record.attempts < maxAttempts
+            else { throw refusal }
             guard record.expiresAt > now else { throw expired }
             return .valid(record)
         case .code(let email, let code):
-            guard let record = try unit.liveCode(email: email, purpose: purpose.rawValue) else { throw unknown }
-            guard record.expiresAt > now else { throw expired }
-            guard record.attempts < maxAttempts else {
-                throw LoginError(.invalidCode, "the code was tried too many times; ask for a new one")
-            }
-            guard ConstantTime.equals(keys.hmac(code: code, purpose: purpose, email: record.email), record.codeHMAC)
-            else {
+            guard let record = try unit.liveCode(email: email, purpose: purpose.rawValue) else { throw refusal }
+            let matches = ConstantTime.equals(
+                keys.hmac(code: code, purpose: purpose, email: record.email), record.codeHMAC)
+            guard record.expiresAt > now else { throw matches ? expired : refusal }
+            guard record.attempts < maxAttempts else { throw refusal }
+            guard matches else {
                 try unit.recordCodeAttempt(id: record.id)
-                let left = maxAttempts - record.attempts - 1
-                return .wrongGuess(
-                    LoginError(
-                        .invalidCode,
-                        left > 0
-                            ? "the code is wrong; \(left) more tries"
-                            : "the code is wrong and spent; ask for a new one",
-                        field: "data.code"))
+                return .wrongGuess(refusal)
             }
             return .valid(record)
         }
@@ -347,12 +388,29 @@ struct SendVerification: PreparedWrite {
 
 /// `verify_email`, ready to write.
 struct VerifyEmail: PreparedWrite {
+    /// Who shows, beside the code, that they are the account's registrant too.
+    enum Registrant: Sendable {
+        /// An access token of the account's.
+        case session(PresentedAccessToken)
+        /// The account's password, checked before the write against this hash.
+        case password(email: String, verifiedHash: String)
+    }
+
     let requestID: String
     let presented: PresentedCode
+    let registrant: Registrant?
     let events: EventFactory
     let now: Date
 
-    var prefetch: Prefetch { Prefetch() }
+    var prefetch: Prefetch {
+        var prefetch = Prefetch()
+        switch registrant {
+        case .session(let token): prefetch = token.prefetch
+        case .password(let email, _): prefetch.identities = [IdentityKey(provider: "password", subject: email)]
+        case nil: break
+        }
+        return prefetch
+    }
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
         let record: OneTimeCodeRecord
@@ -360,8 +418,21 @@ struct VerifyEmail: PreparedWrite {
         case .refused(let answer): return answer
         case .spent(let found): record = found
         }
-        guard let userID = record.userID, var user = try unit.user(id: userID) else {
-            throw LoginError(.invalidCode, "the code is wrong, used or replaced by a newer one; ask for a new one")
+        let reach = try MailboxProof.reach(record.email, in: unit, detaching: events)
+        guard let userID = record.userID, var user = MailboxProof.user(reach), user.id == userID else {
+            throw presented.refusal
+        }
+        var keptSession: UUID?
+        if case .unproven = reach {
+            // Whoever clicks the link may not be who registered: the registrant proves they hold
+            // the mailbox too, or nothing changes (the code stays good for them).
+            guard let kept = try registrantSession(of: user, in: unit) else {
+                throw LoginError(
+                    .reauthenticationRequired,
+                    "send the account's access_token or password with the code: whoever registered the address verifies it",
+                    field: "data.password")
+            }
+            keptSession = kept
         }
         if var identity = try unit.identity(provider: "password", subject: record.email), identity.userID == user.id,
             !identity.emailVerified
@@ -372,7 +443,25 @@ struct VerifyEmail: PreparedWrite {
         try unit.markVerified(email: record.email, user: &user, at: now)
         try unit.appendEvent(try events.emailVerified(user: user.id, email: record.email))
         return FlowAnswer(
-            result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: nil)
+            result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: keptSession)
+    }
+
+    /// The registrant's proof, when it holds for `user`: the session that stays (nil for a
+    /// password, which keeps every session, and for no proof or another account's).
+    /// - Returns: nil when there is no proof for this account; `.some(nil)` for a password.
+    private func registrantSession(of user: StoredUser, in unit: any UnitOfWork) throws -> UUID?? {
+        switch registrant {
+        case .session(let token):
+            let session = try token.session(in: unit, at: now, allowExpired: false, field: "data.access_token")
+            return session.userID == user.id ? .some(session.id) : nil
+        case .password(let email, let verifiedHash):
+            guard let identity = try unit.identity(provider: "password", subject: email), identity.userID == user.id,
+                identity.passwordHash == verifiedHash
+            else { return nil }
+            return .some(nil)
+        case nil:
+            return nil
+        }
     }
 }
 
@@ -394,7 +483,11 @@ struct PasswordResetRequest: PreparedWrite {
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
         let answer = FlowAnswer(result: .accepted(requestID: requestID, user: nil), userID: nil, sessionID: nil)
-        guard let identity = try unit.identity(provider: "password", subject: email) else { return answer }
+        // Only to an account the address reaches (not an unproven extra address of another's).
+        guard let identity = try unit.identity(provider: "password", subject: email),
+            let user = MailboxProof.user(try MailboxProof.reach(email, in: unit, detaching: nil)),
+            user.id == identity.userID
+        else { return answer }
         let bucket = PendingCode.bucket(.passwordReset, userID: identity.userID)
         if limit.count > 0 {
             // Over the limit, nothing is sent, and the answer does not say so.
@@ -412,6 +505,7 @@ struct PasswordResetRequest: PreparedWrite {
 struct PasswordReset: PreparedWrite {
     let requestID: String
     let presented: PresentedCode
+    let newPassword: NewPasswordCheck
     let newHash: String
     let pending: PendingSession
     let device: LoginRequestData.Device?
@@ -427,10 +521,23 @@ struct PasswordReset: PreparedWrite {
         case .refused(let answer): return answer
         case .spent(let found): record = found
         }
+        // A link token names no address before the write: the new password is checked against it here.
+        try newPassword.check(email: record.email)
+        let reach = try MailboxProof.reach(record.email, in: unit, detaching: events)
         guard var identity = try unit.identity(provider: "password", subject: record.email),
-            identity.userID == record.userID, var user = try unit.user(id: identity.userID)
-        else {
-            throw LoginError(.invalidCode, "the code is wrong, used or replaced by a newer one; ask for a new one")
+            identity.userID == record.userID, var user = MailboxProof.user(reach), user.id == identity.userID
+        else { throw presented.refusal }
+        try unit.resetThrottle(key: "password:" + record.email)
+        try unit.appendEvent(try events.passwordChanged(user: user.id, reason: "reset"))
+        // Codes sent before the reset protect what it replaced.
+        try unit.voidCodes(
+            userID: user.id, purposes: [CodePurpose.passwordReset.rawValue, CodePurpose.signIn.rawValue], at: now)
+        if case .unproven = reach {
+            // The mailbox's owner takes over an account someone else may have registered.
+            user = try MailboxProof.claim(
+                user, email: record.email, newPasswordHash: newHash, in: unit, events: events, at: now)
+            return try pending.open(
+                for: user, provider: "password", device: device, newUser: false, requestID: requestID, in: unit)
         }
         // Receiving the code proves the mailbox: the address is verified too. (One update: a
         // flow's reads do not see its own writes.)
@@ -439,13 +546,11 @@ struct PasswordReset: PreparedWrite {
         identity.emailVerified = true
         try unit.updateIdentity(identity, lastLoginAt: now)
         try unit.markVerified(email: record.email, user: &user, at: now)
-        try unit.resetThrottle(key: "password:" + record.email)
         let ending = try unit.liveSessions(userID: user.id, at: now)
         try unit.revokeSessions(ending, reason: "password_reset", at: now)
         for id in ending {
             try unit.appendEvent(try events.sessionRevoked(user: user.id, session: id, reason: "password_reset"))
         }
-        try unit.appendEvent(try events.passwordChanged(user: user.id, reason: "reset"))
         if newlyVerified { try unit.appendEvent(try events.emailVerified(user: user.id, email: record.email)) }
         // The mailbox and a new password are one factor: an account with a second one still
         // needs it for the new session.
@@ -457,6 +562,23 @@ struct PasswordReset: PreparedWrite {
         }
         return try pending.open(
             for: user, provider: "password", device: device, newUser: false, requestID: requestID, in: unit)
+    }
+}
+
+/// A new password's strength check, made again in the write once the address is known (a link
+/// token names none before).
+struct NewPasswordCheck: Sendable {
+    let password: String
+    let policy: PasswordPolicy
+    let field: String
+
+    /// - Throws: `weak_password` naming the field.
+    func check(email: String?) throws {
+        do {
+            try policy.check(password, email: email)
+        } catch let weakness as PasswordPolicy.Weakness {
+            throw LoginError(.weakPassword, "the password \(weakness.reason)", field: field)
+        }
     }
 }
 
@@ -500,6 +622,9 @@ struct ChangePassword: PreparedWrite {
             }
         }
         try unit.appendEvent(try events.passwordChanged(user: user.id, reason: "change"))
+        // A reset or sign-in code sent before the change would undo it.
+        try unit.voidCodes(
+            userID: user.id, purposes: [CodePurpose.passwordReset.rawValue, CodePurpose.signIn.rawValue], at: now)
         return FlowAnswer(
             result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: session.id)
     }
@@ -546,12 +671,6 @@ extension LoginFlows {
     }
 }
 
-/// The account an address signs in to: its passwordless identity's user, else its password
-/// identity's.
-private func account(for email: String, in unit: any UnitOfWork) throws -> IdentityRecord? {
-    try unit.identity(provider: "email", subject: email) ?? unit.identity(provider: "password", subject: email)
-}
-
 /// `email_code_request`, ready to write.
 struct EmailCodeRequest: PreparedWrite {
     let requestID: String
@@ -572,7 +691,7 @@ struct EmailCodeRequest: PreparedWrite {
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
         let answer = FlowAnswer(result: .accepted(requestID: requestID, user: nil), userID: nil, sessionID: nil)
-        let owner = try account(for: email, in: unit)?.userID
+        let owner = MailboxProof.user(try MailboxProof.reach(email, in: unit, detaching: nil))?.id
         guard owner != nil || signUp else { return answer }
         let bucket = owner.map { PendingCode.bucket(.signIn, userID: $0) } ?? "code:email_sign_in:" + email
         if limit.count > 0 {
@@ -612,21 +731,29 @@ struct EmailCodeSignIn: PreparedWrite {
             passwordHash: nil)
         var user: StoredUser
         var created = false
-        // The account the code was sent for, or (a sign-up code) one made since, or a new one.
-        let ownerID = try record.userID ?? account(for: email, in: unit)?.userID
-        if let ownerID, var existing = try unit.user(id: ownerID) {
-            if try unit.identity(provider: "email", subject: email) == nil {
-                try unit.insertIdentity(proof, userID: existing.id, at: now)
-                existing.providers.append("email")
-            }
-            if var password = try unit.identity(provider: "password", subject: email), password.userID == existing.id,
-                !password.emailVerified
-            {
-                password.emailVerified = true
-                try unit.updateIdentity(password, lastLoginAt: now)
-            }
-            try unit.markVerified(email: email, user: &existing, at: now)
+        // The account the address reaches now: the one the code was sent for, or (a sign-up
+        // code) one made since; else a new one for a sign-up code.
+        let reach = try MailboxProof.reach(email, in: unit, detaching: events)
+        if let existing = MailboxProof.user(reach) {
+            if let owner = record.userID, owner != existing.id { throw presented.refusal }
             user = existing
+            if case .unproven = reach {
+                // Somebody registered this address without proving it: its owner takes the
+                // account over, and nothing the other party set up survives.
+                user = try MailboxProof.claim(existing, email: email, in: unit, events: events, at: now)
+            } else {
+                if var password = try unit.identity(provider: "password", subject: email),
+                    password.userID == existing.id, !password.emailVerified
+                {
+                    password.emailVerified = true
+                    try unit.updateIdentity(password, lastLoginAt: now)
+                }
+                try unit.markVerified(email: email, user: &user, at: now)
+            }
+            if try unit.identity(provider: "email", subject: email) == nil {
+                try unit.insertIdentity(proof, userID: user.id, at: now)
+                if !user.providers.contains("email") { user.providers.append("email") }
+            }
             if let mfa,
                 let stop = try mfa.answer(
                     requestID: requestID, user: user.id, provider: "email", device: device, in: unit, at: now)
@@ -644,7 +771,7 @@ struct EmailCodeSignIn: PreparedWrite {
             try unit.appendEvent(try events.userCreated(user, provider: "email"))
             created = true
         } else {
-            throw LoginError(.invalidCode, "the account this code was sent for is gone")
+            throw presented.refusal
         }
         return try pending.open(
             for: user, provider: "email", device: device, newUser: created, requestID: requestID, in: unit)

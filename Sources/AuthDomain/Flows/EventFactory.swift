@@ -88,6 +88,22 @@ package struct EventFactory: Sendable {
             MFAChangedData(userId: user.lowercasedString, factor: "totp"), user: user)
     }
 
+    func mfaLocked(user: UUID, failures: Int, lockouts: Int, until: Date) throws -> OutboxEvent {
+        try make(
+            UserEventType.mfaLocked,
+            MFALockedData(
+                userId: user.lowercasedString, factor: "totp", failures: failures, lockouts: lockouts,
+                lockedUntil: Timestamp.format(until)),
+            user: user)
+    }
+
+    func identityUnlinked(user: UUID, provider: String, subject: String, reason: String) throws -> OutboxEvent {
+        try make(
+            UserEventType.identityUnlinked,
+            IdentityUnlinkedData(userId: user.lowercasedString, provider: provider, subject: subject, reason: reason),
+            user: user)
+    }
+
     /// Events are keyed by their user, so one user's events stay in order.
     private func make<Payload: Codable & Sendable>(_ type: String, _ data: Payload, user: UUID) throws -> OutboxEvent {
         try make(type, data, key: user.lowercasedString)

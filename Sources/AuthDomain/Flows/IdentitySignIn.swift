@@ -175,6 +175,7 @@ extension LoginFlows {
             device: request.data.device, events: events(for: request, at: now), now: now)
         signIn.mfa = mfaGate()
         signIn.requireVerifiedEmail = configuration.accounts.requireVerifiedEmail
+        signIn.reauthMaxAge = configuration.accounts.reauthMaxAge
         return signIn
     }
 }
@@ -230,6 +231,8 @@ struct IdentitySignIn: PreparedWrite {
     var mfa: MFAGate?
     /// Password identities sign in only with a verified address (`AUTH_REQUIRE_VERIFIED_EMAIL`).
     var requireVerifiedEmail = false
+    /// How recent the `link_to` session's sign-in must be to add a way into a full account.
+    var reauthMaxAge: TimeInterval = 300
 
     var prefetch: Prefetch {
         var prefetch = Prefetch()
@@ -249,8 +252,16 @@ struct IdentitySignIn: PreparedWrite {
         default:
             break
         }
-        let linkUser = try linkTo?.session(in: unit, at: now, allowExpired: false, field: "data.link_to").userID
+        let linkSession = try linkTo?.session(in: unit, at: now, allowExpired: false, field: "data.link_to")
+        let linkUser = linkSession?.userID
         if let existing, let linkUser, existing.userID != linkUser { throw linkConflict }
+        // Another way into a full account is a change to how it signs in: a recent sign-in only.
+        // (A guest has no other credential to ask for: its token is the account.)
+        if let linkSession, existing == nil, !linkSession.userIsGuest,
+            now.timeIntervalSince(linkSession.createdAt) > reauthMaxAge
+        {
+            throw Reauthentication.refusal(field: "data.link_to")
+        }
 
         var user: StoredUser
         let kind: SignInKind
@@ -266,7 +277,7 @@ struct IdentitySignIn: PreparedWrite {
             kind = target.isGuest ? .upgraded : .linked
             user = target.filledIn(name: name, from: identity)
             user.isGuest = false
-            user.providers.append(identity.provider)
+            if !user.providers.contains(identity.provider) { user.providers.append(identity.provider) }
             try unit.updateUser(user, upgradedAt: kind == .upgraded ? now : nil, at: now)
         } else {
             user = try unit.insertUser(newUser, handles: handles)
@@ -294,11 +305,13 @@ struct IdentitySignIn: PreparedWrite {
                 return FlowAnswer(result: result, userID: user.id, sessionID: nil)
             }
         }
-        // An existing account with a second factor: the first factor passed, the session waits.
-        if kind == .existing, let mfa,
+        // An account with a second factor, however the sign-in reached it (its identity, or one
+        // linked just now): the first factor passed, the session waits.
+        if kind != .created, let mfa,
             let stop = try mfa.answer(
                 requestID: requestID, user: user.id, provider: identity.provider, device: device, in: unit, at: now)
         {
+            try appendSignUpEvent(kind, user: user, unit)
             return stop
         }
         let answer = try pending.open(

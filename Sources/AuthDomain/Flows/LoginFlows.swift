@@ -125,12 +125,12 @@ public struct LoginFlows: Sendable {
         case .logout: try prepareLogout(request)
         case .introspect: prepareIntrospection(request)
         case .sendVerification: try prepareSendVerification(request)
-        case .verifyEmail: try prepareVerifyEmail(request)
+        case .verifyEmail: try await prepareVerifyEmail(request)
         case .passwordResetRequest: try preparePasswordResetRequest(request)
         case .passwordReset: try await preparePasswordReset(request)
         case .changePassword: try await prepareChangePassword(request)
-        case .mfaEnroll: try prepareMFAEnroll(request)
-        case .mfaVerify: try prepareMFAVerify(request)
+        case .mfaEnroll: try await prepareMFAEnroll(request)
+        case .mfaVerify: try await prepareMFAVerify(request)
         case .mfaChallenge: try prepareMFAChallenge(request)
         case .mfaRemove: try prepareMFARemove(request)
         case .emailCodeRequest: try prepareEmailCodeRequest(request)
@@ -167,6 +167,11 @@ public struct LoginFlows: Sendable {
     func presentedToken(_ token: String, field: String, allowExpired: Bool, at date: Date) throws
         -> PresentedAccessToken
     {
+        // Tokens are printable ASCII without spaces: one with padding, a line break or anything
+        // else around it is not the token that was issued.
+        guard !token.isEmpty, token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw PresentedAccessToken.invalid(field: field)
+        }
         if token.split(separator: ".", omittingEmptySubsequences: false).count == 3,
             let jwt = accessTokens as? JWTAccessTokenIssuer
         {

@@ -27,6 +27,8 @@ struct FactorKeys: Sendable {
 
 /// What an `mfa_token` carries: who passed the first factor, how, on which device, until when.
 struct MFATicket: Codable, Sendable {
+    /// Random: the ticket is good for one sign-in, spent by the id.
+    var id: String?
     var userID: String
     var provider: String
     var deviceName: String?
@@ -34,6 +36,7 @@ struct MFATicket: Codable, Sendable {
     var expiresAt: Int64
 
     enum CodingKeys: String, CodingKey {
+        case id = "i"
         case userID = "u"
         case provider = "p"
         case deviceName = "dn"
@@ -69,7 +72,8 @@ struct MFAGate: Sendable {
     ) throws -> FlowAnswer? {
         guard let factor = try unit.mfaFactor(userID: user), factor.enabledAt != nil else { return nil }
         let ticket = MFATicket(
-            userID: user.lowercasedString, provider: provider, deviceName: device?.name,
+            id: Base64URL.encode(try SecureRandom.bytes(16)), userID: user.lowercasedString, provider: provider,
+            deviceName: device?.name,
             devicePlatform: device?.platform, expiresAt: Int64((now + lifetime).timeIntervalSince1970))
         var error = LoginError(
             .mfaRequired, "this account has a second factor: send mfa_challenge with the mfa_token and a code"
@@ -108,30 +112,42 @@ extension LoginFlows {
     // MARK: - Enrolment
 
     /// `mfa_enroll`: a new TOTP secret for the signed-in account, pending until `mfa_verify`.
-    func prepareMFAEnroll(_ request: LoginRequest) throws -> any PreparedWrite {
+    /// Asks for a recent sign-in or the password (`Reauthentication`).
+    func prepareMFAEnroll(_ request: LoginRequest) async throws -> any PreparedWrite {
         let keys = try factorKeys()
         let now = clock.now()
+        let token = try presentedToken(
+            request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now)
         return MFAEnroll(
-            requestID: request.id,
-            token: try presentedToken(
-                request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now),
+            requestID: request.id, token: token,
+            reauthentication: try await reauthentication(request, token: token, at: now),
             secret: try SecureRandom.bytes(20), keys: keys, issuer: configuration.mfa.issuer, now: now)
+    }
+
+    /// How factor codes are checked for a request: the limit, its escalation, the lock event.
+    func factorCheck(_ keys: FactorKeys, request: LoginRequest, at now: Date) -> FactorCheck {
+        FactorCheck(
+            keys: keys, limit: configuration.mfa.attempts, horizon: configuration.mfa.lockoutHorizon,
+            events: events(for: request, at: now))
     }
 
     /// `mfa_verify`: the first code from the app activates the factor; the answer shows the
     /// recovery codes, once.
-    func prepareMFAVerify(_ request: LoginRequest) throws -> any PreparedWrite {
+    /// Asks for a recent sign-in, the password, or a pending factor enrolled that recently (its
+    /// enrolment asked for the same).
+    func prepareMFAVerify(_ request: LoginRequest) async throws -> any PreparedWrite {
         let keys = try factorKeys()
         let now = clock.now()
         let recoveryCodes = try (0..<10).map { _ -> String in
             let text = Base32.encode(try SecureRandom.bytes(8)).prefix(12).lowercased()
             return "\(text.prefix(4))-\(text.dropFirst(4).prefix(4))-\(text.dropFirst(8))"
         }
+        let token = try presentedToken(
+            request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now)
         return MFAVerify(
-            requestID: request.id,
-            token: try presentedToken(
-                request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now),
-            code: request.data.code ?? "", recoveryCodes: recoveryCodes, keys: keys, limit: configuration.mfa.attempts,
+            requestID: request.id, token: token,
+            reauthentication: try await reauthentication(request, token: token, at: now), code: request.data.code ?? "",
+            recoveryCodes: recoveryCodes, keys: keys, check: factorCheck(keys, request: request, at: now),
             events: events(for: request, at: now), now: now)
     }
 
@@ -140,7 +156,7 @@ extension LoginFlows {
         let keys = try factorKeys()
         let now = clock.now()
         guard let ticket = MFATicket.open(request.data.mfaToken ?? "", key: keys.tokens),
-            let userID = UUID(uuidString: ticket.userID)
+            let userID = UUID(uuidString: ticket.userID), let ticketID = ticket.id
         else {
             throw LoginError(.invalidToken, "mfa_token is not one this worker issued", field: "data.mfa_token")
         }
@@ -148,9 +164,10 @@ extension LoginFlows {
             throw LoginError(.tokenExpired, "mfa_token has expired: sign in again", field: "data.mfa_token")
         }
         return MFAChallenge(
-            requestID: request.id, userID: userID, provider: ticket.provider,
-            device: .init(name: ticket.deviceName, platform: ticket.devicePlatform),
-            code: presentedFactorCode(request.data), keys: keys, limit: configuration.mfa.attempts,
+            requestID: request.id, userID: userID, ticketID: ticketID,
+            ticketLifetime: configuration.mfa.challengeLifetime,
+            provider: ticket.provider, device: .init(name: ticket.deviceName, platform: ticket.devicePlatform),
+            code: presentedFactorCode(request.data), check: factorCheck(keys, request: request, at: now),
             pending: try pendingSession(at: now, isGuest: false), now: now)
     }
 
@@ -162,7 +179,7 @@ extension LoginFlows {
             requestID: request.id,
             token: try presentedToken(
                 request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now),
-            code: presentedFactorCode(request.data), keys: keys, limit: configuration.mfa.attempts,
+            code: presentedFactorCode(request.data), keys: keys, check: factorCheck(keys, request: request, at: now),
             events: events(for: request, at: now), now: now)
     }
 }
@@ -175,9 +192,16 @@ enum PresentedFactorCode: Sendable {
 }
 
 /// Checks factor codes inside the write: guesses counted per user, a TOTP code accepted once.
+///
+/// `limit.count` wrong codes in a window lock the factor until the window ends, announced as
+/// `auth.mfa.locked`; each lock in the last `horizon` doubles the window (5 minutes, then 10,
+/// 20, … up to a day), so guessing with the password in hand gets a few dozen tries a day, not
+/// fourteen hundred.
 struct FactorCheck {
     let keys: FactorKeys
     let limit: WorkerConfiguration.RateLimit
+    let horizon: TimeInterval
+    let events: EventFactory
 
     enum Outcome {
         /// The code is right: the step to record, or the recovery code to spend.
@@ -186,20 +210,42 @@ struct FactorCheck {
         case wrong(LoginError)
     }
 
-    /// - Throws: `too_many_attempts` past the limit of guesses.
+    /// The window after `locks` locks in the horizon.
+    func window(afterLocks locks: Int) -> TimeInterval {
+        min(limit.window * pow(2, Double(min(locks, 20))), max(horizon, limit.window))
+    }
+
+    /// - Throws: `too_many_attempts` while the factor is locked, `retry_after` at the lock's end.
     func check(
         _ code: PresentedFactorCode, factor: MFAFactorRecord, in unit: any UnitOfWork, at now: Date,
         allowRecovery: Bool = true
     ) throws -> Outcome {
-        let bucket = "mfa:" + factor.userID.lowercasedString
-        if limit.count > 0,
-            try unit.rateLimitUsage(bucket: bucket, at: now, window: limit.window) >= limit.count
-        {
-            throw LoginError.tooManyAttempts(
-                until: now + limit.window, now: now, message: "too many wrong codes for this account; try later")
+        let user = factor.userID.lowercasedString
+        let bucket = "mfa:" + user
+        let lockBucket = "mfa-locks:" + user
+        var locks = 0
+        var current = RateLimitWindow(count: 0, endsAt: now)
+        if limit.count > 0 {
+            locks = try unit.rateLimitUsage(bucket: lockBucket, at: now, window: horizon)
+            current = try unit.rateLimitWindow(bucket: bucket, at: now, window: window(afterLocks: locks))
+            if current.count >= limit.count {
+                throw LoginError.tooManyAttempts(
+                    until: current.endsAt, now: now, message: "too many wrong codes for this account; try later")
+            }
         }
         func wrong(_ message: String) throws -> Outcome {
-            if limit.count > 0 { try unit.recordRateLimitedUse(bucket: bucket, at: now, window: limit.window) }
+            if limit.count > 0 {
+                let length = window(afterLocks: locks)
+                try unit.recordRateLimitedUse(bucket: bucket, at: now, window: length)
+                if current.count + 1 >= limit.count {
+                    // This guess locks the factor; the lock lengthens the window it ends.
+                    try unit.recordRateLimitedUse(bucket: lockBucket, at: now, window: horizon)
+                    let until = current.endsAt - length + window(afterLocks: locks + 1)
+                    try unit.appendEvent(
+                        try events.mfaLocked(
+                            user: factor.userID, failures: current.count + 1, lockouts: locks + 1, until: until))
+                }
+            }
             return .wrong(LoginError(.invalidCode, message, field: "data.code"))
         }
         switch code {
@@ -254,15 +300,21 @@ private func signedInMember(_ token: PresentedAccessToken, in unit: any UnitOfWo
 struct MFAEnroll: PreparedWrite {
     let requestID: String
     let token: PresentedAccessToken
+    let reauthentication: Reauthentication
     let secret: [UInt8]
     let keys: FactorKeys
     let issuer: String
     let now: Date
 
-    var prefetch: Prefetch { token.prefetch }
+    var prefetch: Prefetch {
+        var prefetch = token.prefetch
+        prefetch.merge(reauthentication.prefetch)
+        return prefetch
+    }
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
         let (session, user) = try signedInMember(token, in: unit, at: now)
+        try reauthentication.require(for: session, in: unit, at: now, field: "data.password")
         if try unit.mfaFactor(userID: user.id)?.enabledAt != nil {
             throw LoginError(
                 .malformedRequest, "a second factor is active already: remove it first", field: "data.access_token")
@@ -289,14 +341,19 @@ struct MFAEnroll: PreparedWrite {
 struct MFAVerify: PreparedWrite {
     let requestID: String
     let token: PresentedAccessToken
+    let reauthentication: Reauthentication
     let code: String
     let recoveryCodes: [String]
     let keys: FactorKeys
-    let limit: WorkerConfiguration.RateLimit
+    let check: FactorCheck
     let events: EventFactory
     let now: Date
 
-    var prefetch: Prefetch { token.prefetch }
+    var prefetch: Prefetch {
+        var prefetch = token.prefetch
+        prefetch.merge(reauthentication.prefetch)
+        return prefetch
+    }
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
         let (session, user) = try signedInMember(token, in: unit, at: now)
@@ -306,9 +363,11 @@ struct MFAVerify: PreparedWrite {
         guard factor.enabledAt == nil else {
             throw LoginError(.malformedRequest, "the second factor is active already", field: "data.code")
         }
-        switch try FactorCheck(keys: keys, limit: limit).check(
-            .totp(code), factor: factor, in: unit, at: now, allowRecovery: false)
-        {
+        // The enrolment asked for a recent sign-in: finishing it soon after asks for no more.
+        if now.timeIntervalSince(factor.createdAt) > reauthentication.maxAge {
+            try reauthentication.require(for: session, in: unit, at: now, field: "data.password")
+        }
+        switch try check.check(.totp(code), factor: factor, in: unit, at: now, allowRecovery: false) {
         case .wrong(let error):
             return .refused(error, requestID: requestID, userID: user.id)
         case .accepted(let step, _):
@@ -327,19 +386,25 @@ struct MFAVerify: PreparedWrite {
 struct MFAChallenge: PreparedWrite {
     let requestID: String
     let userID: UUID
+    /// The `mfa_token`'s id: spent by the sign-in it finishes.
+    let ticketID: String
+    let ticketLifetime: TimeInterval
     let provider: String
     let device: LoginRequestData.Device?
     let code: PresentedFactorCode
-    let keys: FactorKeys
-    let limit: WorkerConfiguration.RateLimit
+    let check: FactorCheck
     let pending: PendingSession
     let now: Date
 
     var prefetch: Prefetch {
         var prefetch = Prefetch()
         prefetch.users = [userID]
+        // Not the token's bucket: it is read after the factor's row is locked, so two replicas
+        // finishing with one token are ordered by that lock and the second sees it spent.
         return prefetch
     }
+
+    private var ticketBucket: String { "mfa-token:" + ticketID }
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
         guard let factor = try unit.mfaFactor(userID: userID), factor.enabledAt != nil,
@@ -348,11 +413,16 @@ struct MFAChallenge: PreparedWrite {
             throw LoginError(
                 .invalidToken, "mfa_token is for an account without a second factor now", field: "data.mfa_token")
         }
-        switch try FactorCheck(keys: keys, limit: limit).check(code, factor: factor, in: unit, at: now) {
+        guard try unit.rateLimitUsage(bucket: ticketBucket, at: now, window: ticketLifetime) == 0 else {
+            throw LoginError(
+                .invalidToken, "mfa_token finished a sign-in already: sign in again", field: "data.mfa_token")
+        }
+        switch try check.check(code, factor: factor, in: unit, at: now) {
         case .wrong(let error):
             return .refused(error, requestID: requestID, userID: userID)
         case .accepted(let step, let recovery):
             try FactorCheck.spend((step, recovery), userID: userID, in: unit, at: now)
+            try unit.recordRateLimitedUse(bucket: ticketBucket, at: now, window: ticketLifetime)
         }
         return try pending.open(
             for: user, provider: provider, device: device, newUser: false, requestID: requestID, in: unit)
@@ -365,7 +435,7 @@ struct MFARemove: PreparedWrite {
     let token: PresentedAccessToken
     let code: PresentedFactorCode
     let keys: FactorKeys
-    let limit: WorkerConfiguration.RateLimit
+    let check: FactorCheck
     let events: EventFactory
     let now: Date
 
@@ -376,7 +446,7 @@ struct MFARemove: PreparedWrite {
         guard let factor = try unit.mfaFactor(userID: user.id), factor.enabledAt != nil else {
             throw LoginError(.malformedRequest, "this account has no active second factor", field: "data.access_token")
         }
-        switch try FactorCheck(keys: keys, limit: limit).check(code, factor: factor, in: unit, at: now) {
+        switch try check.check(code, factor: factor, in: unit, at: now) {
         case .wrong(let error):
             return .refused(error, requestID: requestID, userID: user.id)
         case .accepted:
