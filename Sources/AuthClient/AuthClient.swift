@@ -119,12 +119,8 @@ public final class AuthClient: Sendable {
     {
         guard !closed.load(ordering: .acquiring) else { throw Failure.closed }
         let id = requestID ?? UUID().uuidString.lowercased()
-        var request = data
-        var replyKey: [UInt8]?
-        if configuration.sealSessions, request.replyKey == nil, Self.answerCarriesSecret(request.method) {
-            let pair = try requestID.map { try retryKey(for: $0) } ?? X25519.generateKeyPair()
-            replyKey = pair.privateKey
-            request.replyKey = Base64URL.encode(pair.publicKey)
+        let (request, replyKey) = try Self.outgoing(data, sealing: configuration.sealSessions) {
+            try requestID.map { try retryKey(for: $0) } ?? X25519.generateKeyPair()
         }
         let event = CloudEvent(
             id: id, source: configuration.source, type: "auth.login.request", time: Date(), data: request)
@@ -207,6 +203,20 @@ public final class AuthClient: Sendable {
             keys[id] = (fresh.privateKey, fresh.publicKey, now)
             return fresh
         }
+    }
+
+    /// The request as it is published: with a reply key (its private half returned) for every
+    /// method whose answer carries a secret, when `sealing` and the caller gave none.
+    /// - Parameter keyPair: makes the X25519 pair (a request id the caller chose reuses its own).
+    static func outgoing(
+        _ data: LoginRequestData, sealing: Bool,
+        keyPair: () throws -> (privateKey: [UInt8], publicKey: [UInt8])
+    ) throws -> (request: LoginRequestData, replyKey: [UInt8]?) {
+        var request = data
+        guard sealing, request.replyKey == nil, answerCarriesSecret(request.method) else { return (request, nil) }
+        let pair = try keyPair()
+        request.replyKey = Base64URL.encode(pair.publicKey)
+        return (request, pair.privateKey)
     }
 
     /// Methods whose answer carries a secret (a session, a TOTP secret, recovery codes, an

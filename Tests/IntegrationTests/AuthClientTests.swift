@@ -1,14 +1,60 @@
-import AuthClient
+import AuthCrypto
 import Foundation
+import JOSE
 import Messages
 import ServiceKit
 import Testing
 
 @testable import AuthCLI
+@testable import AuthClient
 @testable import AuthDomain
 @testable import AuthStore
 @testable import AuthWorker
 @testable import TestSupport
+
+/// Which requests the gateway library seals: every method whose answer carries a secret (a
+/// session, a TOTP secret, recovery codes, an `mfa_token`) goes out with a reply key, by the
+/// worker's own list; the others without.
+@Suite struct AuthClientSealingTests {
+    @Test(arguments: LoginMethod.allCases)
+    func aSecretAnswerIsAlwaysAskedForSealed(method: LoginMethod) throws {
+        let pair = try X25519.generateKeyPair()
+        let (request, replyKey) = try AuthClient.outgoing(
+            LoginRequestData(method: method.rawValue), sealing: true, keyPair: { pair })
+        if method.answerCarriesSecret {
+            #expect(request.replyKey == Base64URL.encode(pair.publicKey))
+            #expect(replyKey == pair.privateKey)
+        } else {
+            #expect(request.replyKey == nil && replyKey == nil)
+        }
+    }
+
+    /// The methods the review found going out without one.
+    @Test func theReviewedMethodsCarryAReplyKey() throws {
+        for method in ["mfa_challenge", "email_code", "password_reset", "mfa_enroll", "mfa_verify"] {
+            let (request, _) = try AuthClient.outgoing(
+                LoginRequestData(method: method), sealing: true, keyPair: X25519.generateKeyPair)
+            #expect(request.replyKey != nil, "\(method)")
+        }
+    }
+
+    /// What came sealed opens in place: a session, a factor's secret, an `mfa_token`.
+    @Test func sealedPartsOfAnAnswerOpenInPlace() throws {
+        let pair = try X25519.generateKeyPair()
+        var result = LoginResultData.failure(
+            requestID: "r", error: LoginError(.mfaRequired, "needs the factor").payload)
+        result.error?.sealedMFAToken = try JWE.sealECDHES(Array("mt_ticket".utf8), to: pair.publicKey)
+        result.sealedMFA = try JWE.sealECDHES(
+            try MessageCoding.encode(MFAPayload(recoveryCodes: ["aaaa-bbbb-cccc"])), to: pair.publicKey)
+        let opened = try AuthClient.open(result, replyKey: pair.privateKey, requestID: "r")
+        #expect(opened.error?.mfaToken == "mt_ticket" && opened.error?.sealedMFAToken == nil)
+        #expect(opened.mfa?.recoveryCodes == ["aaaa-bbbb-cccc"] && opened.sealedMFA == nil)
+        let stranger = try X25519.generateKeyPair()
+        #expect(throws: AuthClient.Failure.self) {
+            try AuthClient.open(result, replyKey: stranger.privateKey, requestID: "r")
+        }
+    }
+}
 
 /// The gateway library against a real worker: logins with the session sealed per request and
 /// opened, introspection, a retry with the same request id answered once, a timeout when nobody

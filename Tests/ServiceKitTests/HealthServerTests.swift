@@ -1,5 +1,6 @@
 import Foundation
 import ServiceKit
+import Synchronization
 import Testing
 
 @testable import TestSupport
@@ -96,6 +97,39 @@ import Testing
         #expect(status == 200)
         #expect(took < .milliseconds(500), "\(took)")
         for fd in flood { close(fd) }
+        server.triggerGracefulShutdown()
+        try await task.value
+    }
+
+    /// The review's attack: 150 sockets connect, send nothing, and reconnect as soon as they are
+    /// closed, for as long as the probes run. Every probe is answered (it used to get 3 answers in
+    /// 183: a full server refused new connections, probes among them).
+    @Test func idleSocketsThatReconnectStarveNoProbe() async throws {
+        let (server, task) = try await start(["/livez": { (200, "ok\n") }])
+        let port = server.port
+        let stop = Atomic<Bool>(false)
+        let attacker = Thread {
+            var sockets = (0..<150).compactMap { _ in try? Self.connect(port) }
+            while !stop.load(ordering: .relaxed) {
+                var descriptors = sockets.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+                _ = poll(&descriptors, nfds_t(descriptors.count), 10)
+                for (index, descriptor) in descriptors.enumerated() where descriptor.revents != 0 {
+                    close(sockets[index])
+                    if let again = try? Self.connect(port) { sockets[index] = again }
+                }
+            }
+            for fd in sockets { close(fd) }
+        }
+        attacker.start()
+        defer { stop.store(true, ordering: .relaxed) }
+        try await Task.sleep(for: .milliseconds(200))
+        var answered = 0
+        for _ in 0..<40 {
+            if let (status, _) = try? Self.get("/livez", port: port), status == 200 { answered += 1 }
+            try await Task.sleep(for: .milliseconds(25))
+        }
+        stop.store(true, ordering: .relaxed)
+        #expect(answered == 40, "\(answered) of 40 probes answered")
         server.triggerGracefulShutdown()
         try await task.value
     }

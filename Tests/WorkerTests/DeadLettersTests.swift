@@ -1,4 +1,5 @@
 import Foundation
+import Messages
 import Testing
 
 @testable import AuthCLI
@@ -24,6 +25,46 @@ import Testing
         let parsed = try JSONSerialization.jsonObject(with: Data(copy.value)) as? [String: Any]
         let data = parsed?["data"] as? [String: Any]
         #expect(data?["password"] as? String == DeadLetters.redacted)
+    }
+
+    /// The contract's secret members (`writeOnly` in the request schema) are exactly the
+    /// credential list the decoder, the redactor and the sealed credentials share.
+    @Test func theContractsSecretMembersAreTheCredentialList() throws {
+        let url = ProjectPaths.root.appendingPathComponent("contract/schemas/login-request.json")
+        let schema = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: url)) as? [String: Any])
+        let data = try #require((schema["properties"] as? [String: Any])?["data"] as? [String: Any])
+        let members = try #require(data["properties"] as? [String: [String: Any]])
+        let secret = Set(members.filter { $0.value["writeOnly"] as? Bool == true }.keys)
+        #expect(secret == CredentialField.names)
+        #expect(Set(RequestDecoder.sealableCredentials) == CredentialField.names)
+        #expect(DeadLetters.credentialMembers == CredentialField.names)
+        let sealable = try #require((members["sealed_credentials"]?["properties"] as? [String: Any])?.keys)
+        #expect(Set(sealable) == CredentialField.names)
+    }
+
+    /// Every credential, in a value that parses (no id: a dead letter) and in one cut short, with
+    /// its name spelt plainly and with escapes.
+    @Test(arguments: CredentialField.allCases)
+    func everyCredentialIsRedactedHoweverItIsSpelt(field: CredentialField) {
+        let escaped = field.rawValue.unicodeScalars.map { String(format: "\\u%04x", $0.value) }.joined()
+        for name in [field.rawValue, escaped] {
+            let whole = #"{"specversion":"1.0","data":{"method":"x","NAME":"s3cret-VALUE"}}"#
+                .replacingOccurrences(of: "NAME", with: name)
+            let broken = #"{"data":{"method":"x", "NAME" : "s3cret-VALUE", "more":"#
+                .replacingOccurrences(of: "NAME", with: name)
+            for value in [whole, broken] {
+                let copy = DeadLetters.copy(of: Array(value.utf8), limit: 1 << 20)
+                #expect(copy.redacted, "\(value)")
+                #expect(!text(copy).contains("s3cret-VALUE"), "\(value)")
+            }
+        }
+    }
+
+    @Test func aCredentialsNameInsideAnotherStringIsNoMember() {
+        let value = Array(#"{"data":{"note":"\"password\":\"not a member\"", "x":"#.utf8)
+        let copy = DeadLetters.copy(of: value, limit: 1 << 20)
+        #expect(!copy.redacted)
+        #expect(copy.value == value)
     }
 
     @Test func duplicateMembersDoNotHideACredential() {

@@ -754,7 +754,9 @@ struct EmailCodeSignIn: PreparedWrite {
                 try unit.insertIdentity(proof, userID: user.id, at: now)
                 if !user.providers.contains("email") { user.providers.append("email") }
             }
-            if let mfa,
+            // A claimed account's factor was the other party's, and is gone (a flow's reads do
+            // not see its own writes: the gate is not asked).
+            if case .proven = reach, let mfa,
                 let stop = try mfa.answer(
                     requestID: requestID, user: user.id, provider: "email", device: device, in: unit, at: now)
             {
