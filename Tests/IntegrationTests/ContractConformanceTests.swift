@@ -34,6 +34,8 @@ struct ContractConformanceTests {
         let mail = try X25519.generateKeyPair()
         config.emailCodes.mailKey = mail.publicKey
         config.resultsKey = try SecureRandom.bytes(32)
+        // One wrong factor code locks for two seconds (auth.mfa.locked), not five minutes.
+        config.mfa.attempts = .init(count: 1, window: 1)
         let worker = try await RunningWorker(config)
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
         let events = try TopicReader(topic: topics.events)
@@ -134,6 +136,8 @@ struct ContractConformanceTests {
         var verify = LoginRequestData(method: "verify_email")
         verify.email = "ada@example.com"
         verify.code = try await codeSecret("auth.email.verification_requested", email: "ada@example.com").code
+        #expect(try await send(verify).error?.code == .reauthenticationRequired, "the registrant's proof is needed")
+        verify.password = "correct horse battery"
         #expect(try await send(verify).user?.emailVerified == true)
         #expect(try await send(verify).error?.code == .invalidCode, "a code works once")
         var resend = LoginRequestData(method: "send_verification")
@@ -178,6 +182,10 @@ struct ContractConformanceTests {
         #expect(stopped.error?.code == .mfaRequired)
         var challenge = LoginRequestData(method: "mfa_challenge")
         challenge.mfaToken = stopped.error?.mfaToken
+        // A wrong code locks the factor (auth.mfa.locked) until its window ends; then the app's.
+        challenge.code = "000000" == (try await appCode(at: Date())) ? "111111" : "000000"
+        #expect(try await send(challenge).error?.code == .invalidCode)
+        try await Task.sleep(for: .milliseconds(2500))
         challenge.code = try await appCode(at: Date() + 30)
         #expect(try await send(challenge).session != nil)
         var remove = LoginRequestData(method: "mfa_remove")
@@ -193,6 +201,27 @@ struct ContractConformanceTests {
         emailCode.email = "ada@example.com"
         emailCode.code = try await codeSecret("auth.email.sign_in_requested", email: "ada@example.com").code
         #expect(try await send(emailCode).session != nil)
+        // Somebody registers Eve's address from a guest and links an Apple identity; Eve signs in
+        // with a code and claims the account: the Apple identity is taken off it.
+        var eveGuest = LoginRequestData(method: "guest")
+        eveGuest.clientID = "install-eve"
+        let squatter = try await send(eveGuest)
+        var squat = LoginRequestData(method: "register")
+        squat.email = "eve@example.com"
+        squat.password = "squatter's password"
+        squat.linkTo = squatter.session?.accessToken
+        #expect(try await send(squat).status == "ok")
+        var squatApple = LoginRequestData(method: "apple")
+        squatApple.identityToken = appleToken("001.squatter")
+        squatApple.nonce = "n-1"
+        squatApple.linkTo = squatter.session?.accessToken
+        #expect(try await send(squatApple).user?.id == squatter.user?.id)
+        codeRequest.email = "eve@example.com"
+        #expect(try await send(codeRequest).status == "ok")
+        emailCode.email = "eve@example.com"
+        emailCode.code = try await codeSecret("auth.email.sign_in_requested", email: "eve@example.com").code
+        let eve = try await send(emailCode)
+        #expect(eve.user?.id == squatter.user?.id && eve.user?.providers == ["email"])
         // Apple deletes the account: the user and its sessions go.
         let token = Signers.rsa2048.token(
             [
@@ -210,7 +239,7 @@ struct ContractConformanceTests {
             "auth.user.created", "auth.user.upgraded", "auth.identity.linked", "auth.session.revoked",
             "auth.user.deleted", "auth.email.verification_requested", "auth.password.reset_requested",
             "auth.user.email_verified", "auth.password.changed", "auth.mfa.enabled", "auth.mfa.disabled",
-            "auth.email.sign_in_requested",
+            "auth.email.sign_in_requested", "auth.mfa.locked", "auth.identity.unlinked",
         ]
         let seen = try await events.waitUntil { messages in
             Set(messages.compactMap { $0.json["type"] as? String }).isSuperset(of: types)
@@ -222,6 +251,7 @@ struct ContractConformanceTests {
             "auth.password.reset_requested": "password-reset-requested", "auth.user.email_verified": "email-verified",
             "auth.password.changed": "password-changed", "auth.mfa.enabled": "mfa-enabled",
             "auth.mfa.disabled": "mfa-disabled", "auth.email.sign_in_requested": "sign-in-requested",
+            "auth.mfa.locked": "mfa-locked", "auth.identity.unlinked": "identity-unlinked",
         ]
         for message in seen {
             let type = message.json["type"] as? String ?? "?"
