@@ -14,6 +14,7 @@
    message the worker produced (file name without the `request` role) may not carry a member the
    schema does not document, at any depth, so the schemas cannot fall behind the code.
 4. Every schema has at least one message when --messages is given: every type was seen for real.
+5. Requests the worker refuses for a missing credential are refused by the request schema too.
 """
 import argparse
 import json
@@ -241,12 +242,42 @@ def check_messages(directory, schemas):
     return sum(seen.values())
 
 
+# Requests the worker refuses for a missing credential: the request schema must refuse them too,
+# so a gateway that validates before it sends learns it before the worker answers.
+REFUSED_REQUESTS = [
+    {"method": "register", "email": "a@example.com"},
+    {"method": "register", "email": "a@example.com", "sealed_credentials": {}},
+    {"method": "password", "email": "a@example.com"},
+    {"method": "password", "email": "a@example.com", "sealed_credentials": {"identity_token": "a.b.c.d.e"}},
+    {"method": "apple", "sealed_credentials": {"password": "a.b.c.d.e"}},
+    {"method": "refresh", "sealed_credentials": {"access_token": "a.b.c.d.e"}},
+    {"method": "logout", "sealed_credentials": {}},
+]
+ACCEPTED_REQUESTS = [
+    {"method": "register", "email": "a@example.com", "password": "correct horse"},
+    {"method": "password", "email": "a@example.com", "sealed_credentials": {"password": "a.b.c.d.e"}},
+    {"method": "refresh", "sealed_credentials": {"refresh_token": "a.b.c.d.e"}},
+]
+
+
+def check_requests(schemas):
+    validator = jsonschema.Draft202012Validator(schemas["login-request"])
+    envelope = {"specversion": "1.0", "id": "r-1", "source": "/gateway", "type": "auth.login.request"}
+    for data in REFUSED_REQUESTS:
+        if validator.is_valid(dict(envelope, data=data)):
+            problem(f"schemas/login-request.json accepts {json.dumps(data)}, which the worker refuses")
+    for data in ACCEPTED_REQUESTS:
+        if not validator.is_valid(dict(envelope, data=data)):
+            problem(f"schemas/login-request.json refuses {json.dumps(data)}, which the worker takes")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", help="a directory of <schema>--<anything>.json messages")
     args = parser.parse_args()
     schemas = load_schemas()
     check_asyncapi(schemas)
+    check_requests(schemas)
     count = check_messages(args.messages, schemas) if args.messages else 0
     for text in problems:
         print(f"[contract] {text}", file=sys.stderr)

@@ -187,8 +187,9 @@ import Testing
     }
 
     @Test func everyContractErrorCodeIsDefinedOnce() {
-        #expect(Set(ErrorCode.all).count == 21)
+        #expect(Set(ErrorCode.all).count == 22)
         #expect(ErrorCode.all.map(\.rawValue).contains("provider_unavailable"))
+        #expect(ErrorCode.all.map(\.rawValue).contains("reauthentication_required"))
     }
 
     @Test func resultsEncodeWithTheContractsFieldNames() throws {
