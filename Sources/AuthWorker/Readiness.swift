@@ -2,7 +2,6 @@ import AuthDomain
 import AuthStore
 import Foundation
 import Kafka
-import PGStore
 import ServiceKit
 import Synchronization
 
@@ -22,7 +21,7 @@ public final class Readiness: Service, Sendable {
         var checkStartedAt: ContinuousClock.Instant? = .now
     }
 
-    private let database: PGDedicatedConnection
+    private let database: DatabaseProbe
     private let producer: KafkaProducer
     private let topics: [String]
     private let interval: Duration
@@ -34,7 +33,7 @@ public final class Readiness: Service, Sendable {
 
     /// - Parameter outboxBacklog: set to the outbox's backlog at each check, when given.
     public init(
-        database: PGDedicatedConnection, producer: KafkaProducer, topics: [String], interval: Duration = .seconds(2),
+        database: DatabaseProbe, producer: KafkaProducer, topics: [String], interval: Duration = .seconds(2),
         staleAfter: Duration = .seconds(10), outboxBacklog: Gauge? = nil, logger: Logger? = nil
     ) {
         self.logger = logger
@@ -95,16 +94,13 @@ public final class Readiness: Service, Sendable {
 
     private func check() async -> (Bool, String) {
         do {
-            _ = try await database.withConnection { try $0.query("SELECT 1 AS one").count }
+            try await database.ping()
         } catch {
             return (false, "PostgreSQL is unreachable\n")
         }
         if let outboxBacklog {
             do {
-                let backlog = try await database.withConnection {
-                    try $0.query(PostgresStore.outboxBacklog).first?.decode("backlog", as: Int.self) ?? 0
-                }
-                outboxBacklog.set(Double(backlog))
+                outboxBacklog.set(Double(try await database.outboxBacklog()))
             } catch {
                 return (false, "PostgreSQL answers but the outbox cannot be read (schema not migrated?)\n")
             }

@@ -88,7 +88,7 @@ public struct WorkerApplication: Sendable {
                 configuration.emailCodes.resetLimit.window, configuration.mfa.attempts.window,
                 configuration.mfa.lockoutHorizon), passwords: passwords)
         let readiness = Readiness(
-            database: PGDedicatedConnection(conninfo: configuration.databaseURL, name: "pg-health"), producer: producer,
+            database: DatabaseProbe(conninfo: configuration.databaseURL), producer: producer,
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,
             logger: logger.child(label: "auth.health"))
         let published = try PublishedKeys(configuration: configuration)

@@ -82,8 +82,7 @@ import Testing
     /// A readiness whose PostgreSQL is `hole`: checked every 200 ms, stale after 1 s.
     func frozenDatabaseReadiness(_ hole: BlackHole, producer: KafkaProducer) -> Readiness {
         Readiness(
-            database: PGDedicatedConnection(
-                conninfo: "postgres://postgres@127.0.0.1:\(hole.port)/auth", name: "pg-test"),
+            database: DatabaseProbe(conninfo: "postgres://postgres@127.0.0.1:\(hole.port)/auth"),
             producer: producer, topics: [], interval: .milliseconds(200), staleAfter: .seconds(1))
     }
 
@@ -143,10 +142,10 @@ import Testing
         let producer = try producer()
         defer { producer.close() }
         let missing = Readiness(
-            database: PGDedicatedConnection(conninfo: databaseURL, name: "pg-test"), producer: producer,
+            database: DatabaseProbe(conninfo: databaseURL), producer: producer,
             topics: topics.all + ["no-such-topic-\(UUID())"], interval: .milliseconds(200))
         let present = Readiness(
-            database: PGDedicatedConnection(conninfo: databaseURL, name: "pg-test"), producer: producer,
+            database: DatabaseProbe(conninfo: databaseURL), producer: producer,
             topics: topics.all,
             interval: .milliseconds(200))
         let tasks = [Task { try await missing.run() }, Task { try await present.run() }]

@@ -12,6 +12,13 @@ import Testing
 /// The health endpoint as an orchestrator meets it: probes answered at once, whatever other
 /// clients do (connect and send nothing, send half a line, flood it).
 @Suite(.timeLimit(.minutes(1))) struct HealthServerTests {
+    /// A flag threads share.
+    final class Flag: Sendable {
+        private let value = Atomic<Bool>(false)
+        var isSet: Bool { value.load(ordering: .acquiring) }
+        func set() { value.store(true, ordering: .releasing) }
+    }
+
     struct Failure: Error, CustomStringConvertible {
         var description: String
         init(_ description: String) { self.description = description }
@@ -28,7 +35,10 @@ import Testing
                 Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        guard fd >= 0, connected == 0 else { throw Failure("cannot connect to \(port)") }
+        guard fd >= 0, connected == 0 else {
+            if fd >= 0 { close(fd) }
+            throw Failure("cannot connect to \(port)")
+        }
         return fd
     }
 
@@ -107,28 +117,34 @@ import Testing
     @Test func idleSocketsThatReconnectStarveNoProbe() async throws {
         let (server, task) = try await start(["/livez": { (200, "ok\n") }])
         let port = server.port
-        let stop = Atomic<Bool>(false)
+        let stop = Flag()
+        let finished = Flag()
         let attacker = Thread {
-            var sockets = (0..<150).compactMap { _ in try? Self.connect(port) }
-            while !stop.load(ordering: .relaxed) {
+            defer { finished.set() }
+            // -1: a slot whose socket is closed and not reconnected (poll skips it). Each socket
+            // is closed exactly once: other tests' descriptors reuse the numbers meanwhile.
+            var sockets = (0..<150).map { _ in (try? Self.connect(port)) ?? -1 }
+            while !stop.isSet {
                 var descriptors = sockets.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
                 _ = poll(&descriptors, nfds_t(descriptors.count), 10)
-                for (index, descriptor) in descriptors.enumerated() where descriptor.revents != 0 {
+                for (index, descriptor) in descriptors.enumerated() where descriptor.fd >= 0 && descriptor.revents != 0
+                {
                     close(sockets[index])
-                    if let again = try? Self.connect(port) { sockets[index] = again }
+                    sockets[index] = (try? Self.connect(port)) ?? -1
                 }
             }
-            for fd in sockets { close(fd) }
+            for fd in sockets where fd >= 0 { close(fd) }
         }
         attacker.start()
-        defer { stop.store(true, ordering: .relaxed) }
         try await Task.sleep(for: .milliseconds(200))
         var answered = 0
         for _ in 0..<40 {
             if let (status, _) = try? Self.get("/livez", port: port), status == 200 { answered += 1 }
             try await Task.sleep(for: .milliseconds(25))
         }
-        stop.store(true, ordering: .relaxed)
+        stop.set()
+        // The attacker's sockets are closed (once each) before the test moves on.
+        while !finished.isSet { try await Task.sleep(for: .milliseconds(10)) }
         #expect(answered == 40, "\(answered) of 40 probes answered")
         server.triggerGracefulShutdown()
         try await task.value
