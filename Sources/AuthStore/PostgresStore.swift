@@ -56,6 +56,10 @@ public final class PostgresStore: Sendable {
         case written(Output, events: [OutboxEvent])
         /// The body refused it (its writes were dropped), with the error it threw.
         case refused(any Error)
+        /// Its writes collided with a row another transaction committed meanwhile (a unique key),
+        /// twice: its writes were dropped. Most often the same request, written by an attempt
+        /// whose commit was not acknowledged; looking its id up again tells.
+        case conflict
     }
 
     /// Runs `body` for each item, in order, in one transaction, and commits.
@@ -95,6 +99,7 @@ public final class PostgresStore: Sendable {
         switch outcomes.first {
         case .written(let output, _): return output
         case .refused(let error): throw error
+        case .conflict: throw StoreError.conflict
         case nil: throw StoreError.handlesExhausted
         }
     }
@@ -149,7 +154,7 @@ public final class PostgresStore: Sendable {
                 } catch let error as PGError where error.isRetriable {
                     throw error
                 } catch let error as PGError {
-                    unit.discardRequest()
+                    unit.rollBackLastRequest()
                     try connection.execute(unsafeSQL: "ROLLBACK TO SAVEPOINT item")
                     try connection.execute(unsafeSQL: "RELEASE SAVEPOINT item")
                     // Once more with what the server holds now (another replica's row, say).
@@ -157,7 +162,7 @@ public final class PostgresStore: Sendable {
                         attempt += 1
                         continue
                     }
-                    outcomes.append(.refused(error))
+                    outcomes.append(error.isUniqueViolation ? .conflict : .refused(error))
                     break
                 } catch {
                     unit.discardRequest()

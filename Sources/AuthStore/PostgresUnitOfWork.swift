@@ -38,19 +38,35 @@ final class PostgresUnitOfWork: UnitOfWork {
     /// Starts collecting one request's writes.
     func beginRequest() {
         current = Writes()
+        lastEndedHandles = []
     }
 
     /// Keeps the request's writes for the batch.
     func endRequest() {
         for (bucket, count) in current.rateLimitCounts { rateLimitUses[bucket, default: 0] += count }
+        lastEndedHandles = current.users.map(\.handle)
         batch.append(current)
         current = Writes()
     }
 
-    /// Drops the request's writes: a refused request leaves nothing behind.
+    /// Drops the request's writes: a refused request leaves nothing behind, not even a handle
+    /// kept from the others.
     func discardRequest() {
+        for row in current.users { handlesInUse.remove(row.handle) }
         current = Writes()
     }
+
+    /// After the server refused the request in progress (rolled back to its savepoint), whether
+    /// it failed in its body or in the flush after `endRequest`: its handles are free again for
+    /// the retry.
+    func rollBackLastRequest() {
+        for handle in lastEndedHandles + current.users.map(\.handle) { handlesInUse.remove(handle) }
+        lastEndedHandles = []
+        current = Writes()
+    }
+
+    /// The handles of the last request kept for the batch.
+    private var lastEndedHandles: [String] = []
 
     // MARK: - Round trips
 
@@ -461,10 +477,13 @@ final class PostgresUnitOfWork: UnitOfWork {
 enum StoreError: Error, CustomStringConvertible {
     /// Every handle candidate of a new user is taken.
     case handlesExhausted
+    /// The write collided with a row another transaction committed (a unique key), twice.
+    case conflict
 
     var description: String {
         switch self {
         case .handlesExhausted: "every handle candidate is taken"
+        case .conflict: "the write collided with a row written meanwhile"
         }
     }
 }

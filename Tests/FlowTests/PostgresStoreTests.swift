@@ -47,6 +47,30 @@ import Testing
         #expect(try count(connection, "users") == 4)
     }
 
+    /// A row another transaction committed under the same unique key (here: the same user id
+    /// written twice, as a retried commit whose acknowledgement was lost would): the store says
+    /// `conflict`, so the worker looks the request up again instead of reading a SQLSTATE.
+    @Test func aUniqueKeyWrittenMeanwhileIsAConflict() async throws {
+        let (store, connection) = try await store()
+        let identity = NewIdentity(
+            provider: "apple", subject: "001.same", email: nil, emailVerified: false, isPrivateEmail: false,
+            passwordHash: nil)
+        _ = try await store.runBatch([user(1)], prefetch: Prefetch()) { user, unit in
+            let stored = try unit.insertUser(user, handles: ["first"])
+            try unit.insertIdentity(identity, userID: stored.id, at: self.now)
+            return stored.id
+        }
+        // Written without reading it first (as a retry of an unacknowledged commit would).
+        let outcomes = try await store.runBatch([user(2), user(3)], prefetch: Prefetch()) { user, unit in
+            let stored = try unit.insertUser(user, handles: ["h_\(user.id.uuidString.prefix(4))"])
+            if user.id == self.user(2).id { try unit.insertIdentity(identity, userID: stored.id, at: self.now) }
+            return stored.id
+        }
+        guard case .conflict = outcomes[0] else { throw Failure("not a conflict: \(outcomes[0])") }
+        guard case .written = outcomes[1] else { throw Failure("the other item was not written") }
+        #expect(try count(connection, "users") == 2)
+    }
+
     @Test func aRefusedItemLeavesNothingAndTheOthersCommit() async throws {
         let (store, connection) = try await store()
         struct Refused: Error {}
@@ -83,6 +107,7 @@ import Testing
             switch outcome {
             case .written(let handle, _): handle
             case .refused(let error): "refused: \(error)"
+            case .conflict: "conflict"
             }
         }
         // The careful retry reads the handle as taken and falls through to the next candidate.

@@ -15,7 +15,7 @@ import Testing
 
 /// The login flows against a PostgreSQL database of their own, without the broker: each request
 /// is looked up, prepared and written in a batch transaction exactly as the worker's pipeline does
-/// (`RequestPipeline.write` over `PostgresStore.runBatch`).
+/// (`PreparedRequest.write` through `RequestPipeline.write`, over `PostgresStore.runBatch`).
 final class FlowHarness: Sendable {
     let databaseURL: String
     let store: PostgresStore
@@ -74,14 +74,13 @@ final class FlowHarness: Sendable {
 
     /// Handles requests as one batch: prepared in parallel, written in one transaction, in order.
     func handleBatch(_ requests: [LoginRequest]) async throws -> [Result<Outcome, any Error>] {
-        var prepared: [Result<LoginWork, any Error>] = []
+        var prepared: [Result<PreparedRequest, any Error>] = []
         for request in requests {
             do {
-                let replyKey = try RequestPipeline.replyKey(
-                    request, required: configuration.sessions.requireReplyKey)
+                let replyKey = try request.replyKey(required: configuration.sessions.requireReplyKey)
                 prepared.append(
                     .success(
-                        LoginWork(
+                        PreparedRequest(
                             request: request, digest: SHA256.hash(request.id), replyKey: replyKey,
                             prepared: try await flows.prepare(request))))
             } catch {

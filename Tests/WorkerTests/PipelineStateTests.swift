@@ -19,8 +19,8 @@ import Testing
             headers: [], timestamp: nil, assignment: assignment)
     }
 
-    private func ready(_ job: Job) {
-        job.phase = .ready(.publish([], outcome: "ok"))
+    private func ready(_ job: Job, _ state: inout LoopState) {
+        state.move(job, to: .ready(.publish([], outcome: "ok")))
     }
 
     @Test func acknowledgedEventsWaitForTheNextTransactionFromTheFirstAcknowledgement() throws {
@@ -44,17 +44,16 @@ import Testing
         let jobs = [("a", 0), ("b", 1), ("a", 2), ("a", 3), ("b", 4)].map { key, offset in
             Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: key), epoch: 0)
         }
-        for job in jobs { state.add(job) }
+        for job in jobs { state.add(job, in: .lookup) }
         // a: ready, ready(2), not ready(3); b: ready, ready.
-        for index in [0, 1, 2, 4] { ready(jobs[index]) }
-        jobs[3].phase = .preparing
+        for index in [0, 1, 2, 4] { ready(jobs[index], &state) }
+        state.move(jobs[3], to: .preparing)
         let first = state.readyJobs(shard: 0, of: 1)
         #expect(first.map(\.seq) == [jobs[0], jobs[1], jobs[2], jobs[4]].map(\.seq))
-        for job in first { job.phase = .batched }
+        for job in first { state.move(job, to: .batched) }
         // Nothing changed since: nothing new is ready.
         #expect(state.readyJobs(shard: 0, of: 1).isEmpty)
-        ready(jobs[3])
-        state.changed(jobs[3])
+        ready(jobs[3], &state)
         #expect(state.readyJobs(shard: 0, of: 1).map(\.seq) == [jobs[3].seq])
     }
 
@@ -66,16 +65,16 @@ import Testing
         let jobs = [("a", 0), ("a", 1), ("b", 2)].map { key, offset in
             Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: key), epoch: 0)
         }
-        for job in jobs { state.add(job) }
-        jobs[0].phase = .abandoned
-        ready(jobs[1])
-        jobs[2].phase = .abandoned
+        for job in jobs { state.add(job, in: .lookup) }
+        state.move(jobs[0], to: .abandoned)
+        ready(jobs[1], &state)
+        state.move(jobs[2], to: .abandoned)
         #expect(!state.canProgress, "a's ready job is stuck behind its abandoned head")
-        jobs[0].phase = .preparing
+        state.move(jobs[0], to: .preparing)
         #expect(state.canProgress, "a job being prepared will finish")
-        jobs[0].phase = .batched
+        state.move(jobs[0], to: .batched)
         #expect(state.canProgress, "with its head written, the ready one can be batched")
-        jobs[0].phase = .waitingForID
+        state.move(jobs[0], to: .waitingForID)
         #expect(!state.canProgress)
     }
 
@@ -107,15 +106,15 @@ import Testing
             Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: "k\(offset % 3)"), epoch: 0)
         }
         for job in jobs {
-            state.add(job)
-            ready(job)
+            state.add(job, in: .lookup)
+            ready(job, &state)
         }
         let first = state.readyJobs(shard: 0, of: 1, limit: 4)
         #expect(first.map(\.seq) == jobs.prefix(4).map(\.seq))
-        for job in first { job.phase = .batched }
+        for job in first { state.move(job, to: .batched) }
         let second = state.readyJobs(shard: 0, of: 1, limit: 4)
         #expect(second.map(\.seq) == jobs[4..<8].map(\.seq))
-        for job in second { job.phase = .batched }
+        for job in second { state.move(job, to: .batched) }
         #expect(state.readyJobs(shard: 0, of: 1, limit: 4).map(\.seq) == jobs[8...].map(\.seq))
     }
 
@@ -125,8 +124,8 @@ import Testing
             Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: "key-\(offset % 7)"), epoch: 0)
         }
         for job in jobs {
-            state.add(job)
-            ready(job)
+            state.add(job, in: .lookup)
+            ready(job, &state)
         }
         let zero = state.readyJobs(shard: 0, of: 2)
         let one = state.readyJobs(shard: 1, of: 2)
@@ -233,7 +232,7 @@ import Testing
         data.replyKey = Base64URL.encode(key)
         let request = LoginRequest(id: "r", source: "/t", time: nil, traceparent: nil, method: .guest, data: data)
         do {
-            _ = try RequestPipeline.replyKey(request, required: false)
+            _ = try request.replyKey(required: false)
             Issue.record("accepted an unusable reply key")
         } catch let error as LoginError {
             #expect(error.code == .malformedRequest)

@@ -1,0 +1,108 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import Messages
+
+/// A request prepared for the batch's transaction, with what was decided about it before: the
+/// keyed digest of its content (its id is bound to it) and the gateway's reply key. The
+/// transaction calls `write` and nothing else: what a request means, how its answer is sealed
+/// and how it is kept are the domain's.
+public struct PreparedRequest: Sendable {
+    public let request: LoginRequest
+    public let digest: [UInt8]
+    public let replyKey: [UInt8]?
+    public let prepared: any PreparedWrite
+
+    public init(request: LoginRequest, digest: [UInt8], replyKey: [UInt8]?, prepared: any PreparedWrite) {
+        self.request = request
+        self.digest = digest
+        self.replyKey = replyKey
+        self.prepared = prepared
+    }
+
+    /// The flow's write, then the answer sealed to the reply key (a session, a factor's secret or
+    /// recovery codes, an `mfa_token`) and kept, sealed with the results key, with the request id:
+    /// a redelivery is answered with it and never acted on twice.
+    /// - Returns: the answer and its JSON (written once: kept here, published as the result's data).
+    /// - Throws: the flow's refusal (nothing it wrote is kept).
+    public func write(_ unit: any UnitOfWork, resultsKey: [UInt8]?, rememberedUntil: Date, at now: Date) throws
+        -> (result: LoginResultData, json: [UInt8])
+    {
+        let answer = try prepared.write(unit)
+        var result = answer.result
+        if let replyKey {
+            result = try Self.sealed(result, to: replyKey)
+        }
+        let json = result.jsonBytes
+        let sealed = try resultsKey.map { key in
+            try AESGCM.seal(json, key: key, aad: Array(request.id.utf8)).combined
+        }
+        try unit.recordRequest(
+            RequestRecord(
+                requestID: request.id, method: request.method.rawValue, status: result.status,
+                digest: resultsKey == nil ? nil : digest, userID: answer.userID, sessionID: answer.sessionID,
+                resultSealed: sealed, processedAt: now, expiresAt: rememberedUntil))
+        return (result, json)
+    }
+
+    /// `result` with every secret it carries sealed to `replyKey` in its place: whoever reads the
+    /// results topic can use none of them.
+    static func sealed(_ result: LoginResultData, to replyKey: [UInt8]) throws -> LoginResultData {
+        var result = result
+        do {
+            if let session = result.session {
+                result.sealedSession = try JWE.sealECDHES(try MessageCoding.encode(session), to: replyKey)
+                result.session = nil
+            }
+            if let mfa = result.mfa {
+                result.sealedMFA = try JWE.sealECDHES(try MessageCoding.encode(mfa), to: replyKey)
+                result.mfa = nil
+            }
+            if let token = result.error?.mfaToken {
+                result.error?.sealedMFAToken = try JWE.sealECDHES(Array(token.utf8), to: replyKey)
+                result.error?.mfaToken = nil
+            }
+        } catch {
+            throw LoginError(
+                .malformedRequest, "reply_key is not a usable X25519 public key", field: "data.reply_key")
+        }
+        return result
+    }
+}
+
+extension LoginRequest {
+    /// The request's X25519 `reply_key`, checked before anything is prepared; required (when
+    /// `required`) for every method whose answer carries a secret.
+    /// - Throws: `malformed_request` naming `data.reply_key`.
+    public func replyKey(required: Bool) throws -> [UInt8]? {
+        guard let text = data.replyKey else {
+            if required, method.answerCarriesSecret {
+                throw LoginError(
+                    .malformedRequest, "reply_key is required: results are sealed to the gateway's key",
+                    field: "data.reply_key")
+            }
+            return nil
+        }
+        guard let key = Base64URL.decode(text), key.count == 32 else {
+            throw LoginError(
+                .malformedRequest, "reply_key must be a base64url X25519 public key", field: "data.reply_key")
+        }
+        guard X25519.isUsablePublicKey(key) else {
+            throw LoginError(
+                .malformedRequest, "reply_key is not a usable X25519 public key (small order or not canonical)",
+                field: "data.reply_key")
+        }
+        return key
+    }
+
+    /// Whether preparing it reads the account (a password to verify against the stored hash), so
+    /// it must not start before the earlier requests of its key are written (a registration, a
+    /// password change).
+    public var readsAccountWhilePreparing: Bool {
+        switch method {
+        case .password, .changePassword: true
+        case .verifyEmail, .mfaEnroll, .mfaVerify: data.password != nil
+        default: false
+        }
+    }
+}

@@ -1,0 +1,296 @@
+import AuthCrypto
+import AuthDomain
+import AuthStore
+import Foundation
+import JOSE
+import Kafka
+import Messages
+import PGStore
+import ServiceKit
+import Synchronization
+
+/// Stages 1 to 3 of the loop: decode what was polled, look the request ids up, prepare the
+/// requests in the background.
+extension RequestPipeline {
+    // MARK: - 1. Decode
+
+    func admit(_ messages: [KafkaMessage], _ state: inout LoopState) {
+        for message in messages {
+            if state.reading[message.topicPartition] != message.assignment {
+                state.reading[message.topicPartition] = message.assignment
+                // Where this member starts in a partition after each assignment: with the
+                // offsets committed at revocations, the trail of every hand-over.
+                logger.info(
+                    "Reading a partition",
+                    metadata: [
+                        LogKey.topic: message.topic, LogKey.partition: String(message.partition),
+                        LogKey.offset: String(message.offset),
+                    ])
+            }
+            let epoch = state.watermark.read(message)
+            let job = Job(seq: state.nextSeq(), message: message, epoch: epoch)
+            let phase = message.topic == configuration.topics.notifications ? .lookup : decode(job, &state)
+            state.add(job, in: phase)
+        }
+    }
+
+    /// Reads a message's request into its job; the phase it starts in.
+    func decode(_ job: Job, _ state: inout LoopState) -> Phase {
+        let message = job.message
+        switch decoder.decode(message.value) {
+        case .unanswerable(let reason, let text):
+            logger.warning(
+                "Request sent to the dead-letter topic",
+                metadata: [
+                    "dlq.reason": reason, LogKey.topic: message.topic, LogKey.partition: String(message.partition),
+                    LogKey.offset: String(message.offset),
+                ])
+            return .ready(.publish([deadLetter(message, reason: reason, text: text)], outcome: "dead_letter"))
+        case .invalid(let id, let traceparent, let error):
+            let failure = LoginError(error.code, error.description, field: error.field)
+            return .ready(
+                .publish(
+                    [
+                        resultRecord(
+                            .failure(requestID: id, error: failure.payload), requestID: id, traceparent,
+                            tag: Self.refusalTag(
+                                failure, digest: HMACSHA256.mac(key: digestKey, message: message.value)))
+                    ], outcome: failure.code.rawValue))
+        case .valid(var request):
+            request.partitionKey = message.key.flatMap { String(validating: $0, as: UTF8.self) }
+            let digest = (try? MessageCoding.encode(request.data)).map { HMACSHA256.mac(key: digestKey, message: $0) }
+            job.request = request
+            job.digest = digest ?? HMACSHA256.mac(key: digestKey, message: message.value)
+            return state.hold(request.id, for: job) ? .lookup : .waitingForID
+        }
+    }
+
+    // MARK: - 2. Look up, 3. prepare
+
+    /// Starts looking up the request ids of every job admitted since the last lookup: one query
+    /// in the background, while the loop goes on polling. The global guest ceiling is reserved
+    /// for the new guests among them in the same stage.
+    func beginLookup(_ state: inout LoopState) -> Lookup? {
+        let starting = state.toStart.compactMap { seq -> Job? in
+            guard let job = state.jobs[seq], job.kind == .lookup else { return nil }
+            return job
+        }
+        state.toStart = []
+        guard !starting.isEmpty else { return nil }
+        for job in starting { state.move(job, to: .lookingUp) }
+        let ids = starting.compactMap { $0.request?.id }
+        let guestIDs = starting.compactMap { $0.request?.method == .guest ? $0.request?.id : nil }
+        let guestCeiling = configuration.accounts.guestGlobalRateLimit
+        let stage = Stage(wake: wake) {
+            let kept =
+                ids.isEmpty
+                ? [:]
+                : try await self.retrying("look up request ids", requestIDs: ids) {
+                    try await self.store.keptRequests(ids)
+                }
+            // The global guest ceiling is taken for the batch's new guests at once, before any
+            // work: one atomic step per lookup, not a contended row in every write transaction.
+            let wanted = guestIDs.count { kept[$0] == nil }
+            guard guestCeiling.count > 0, wanted > 0 else { return LookupResult(kept: kept, guests: nil) }
+            let grant = try await self.retrying("reserve guest sign-ups", requestIDs: guestIDs) {
+                try await self.store.reserveRateLimits(
+                    [RateLimitReservation(bucket: Self.guestCeilingBucket, limit: guestCeiling, wanted: wanted)],
+                    at: self.clock.now())
+            }
+            return LookupResult(kept: kept, guests: grant.first)
+        }
+        return Lookup(stage: stage, jobs: starting.map(\.seq))
+    }
+
+    /// The bucket of the global guest ceiling (per-client buckets are `guest:<client>`).
+    static let guestCeilingBucket = "guest-all"
+
+    /// What a lookup found: the kept answers, and the guest sign-ups the global ceiling allows.
+    struct LookupResult: Sendable {
+        let kept: [String: KeptRequest]
+        /// Nil when no ceiling applies.
+        let guests: RateLimitGrant?
+    }
+
+    /// Answers the looked-up jobs that need no work, and starts preparing the rest.
+    func start(
+        _ seqs: [Int], kept: [String: KeptRequest], guests: RateLimitGrant?, _ state: inout LoopState
+    ) {
+        let starting = seqs.compactMap { state.jobs[$0] }
+        var cheap: [Preparation] = []
+        let now = clock.now()
+        var guestsAllowed = guests?.granted ?? Int.max
+        for job in starting {
+            guard let request = job.request else {
+                startNotification(job, &state)
+                continue
+            }
+            // The kept answer comes first: a processed request is answered again, however late.
+            if let kept = kept[request.id] {
+                state.move(job, to: .ready(.publish(replay(kept, job: job, request: request), outcome: "replayed")))
+                continue
+            }
+            let sent = request.time ?? job.message.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+            if configuration.requestDeadline > 0, let sent, now.timeIntervalSince(sent) > configuration.requestDeadline
+            {
+                // The gateway has given up on it: acting now would create a session nobody receives.
+                metrics.expired.increment()
+                let expired = LoginError(
+                    .internalError, "the request expired before it could be processed; send a new one",
+                    retriable: true)
+                state.move(job, to: .ready(.publish(refusal(expired, job: job, request: request), outcome: "expired")))
+                continue
+            }
+            if request.method == .guest, let guests {
+                guard guestsAllowed > 0 else {
+                    let error = LoginError.tooManyAttempts(
+                        until: guests.windowEnd, now: now,
+                        message: "too many guest sign-ups right now; try again later")
+                    state.move(
+                        job,
+                        to: .ready(
+                            .publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error))))
+                    continue
+                }
+                guestsAllowed -= 1
+            }
+            let replyKey: [UInt8]?
+            do {
+                replyKey = try request.replyKey(required: configuration.sessions.requireReplyKey)
+            } catch {
+                state.move(
+                    job,
+                    to: .ready(.publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error))))
+                continue
+            }
+            let preparation = Preparation(seq: job.seq, request: request, digest: job.digest, replyKey: replyKey)
+            if request.readsAccountWhilePreparing, !state.isFirstInLane(job) {
+                // It reads the account before its write (the password to verify): it waits for
+                // the requests before it on its key, so it sees what they did (a registration).
+                state.move(job, to: .waitingForLane(preparation))
+                state.parked.insert(job.seq)
+                continue
+            }
+            state.move(job, to: .preparing)
+            // Password hashing waits on its own pool: each such request on its own, so none waits
+            // for another's hash. The rest is CPU work of tens of microseconds: in a few chunks, one
+            // task each, spread over the cores.
+            if request.method == .password || request.method == .register {
+                prepare([preparation])
+            } else {
+                cheap.append(preparation)
+            }
+        }
+        let chunk = max(16, (cheap.count + 7) / 8)
+        for start in stride(from: 0, to: cheap.count, by: chunk) {
+            prepare(Array(cheap[start..<min(start + chunk, cheap.count)]))
+        }
+    }
+
+    /// Starts the parked preparations whose lane has emptied before them.
+    func startParked(_ state: inout LoopState) {
+        guard !state.parked.isEmpty else { return }
+        for seq in state.parked.sorted() {
+            guard let job = state.jobs[seq], case .waitingForLane(let preparation) = job.phase else {
+                state.parked.remove(seq)
+                continue
+            }
+            guard state.isFirstInLane(job) else { continue }
+            state.parked.remove(seq)
+            state.move(job, to: .preparing)
+            prepare([preparation])
+        }
+    }
+
+    /// A lookup of request ids running in the background, and the jobs waiting for it.
+    struct Lookup {
+        let stage: Stage<LookupResult>
+        let jobs: [Int]
+    }
+
+    /// Prepares requests one after the other in a task of their own, posting each outcome.
+    func prepare(_ preparations: [Preparation]) {
+        Task {
+            for preparation in preparations {
+                let outcome: Prepared
+                do {
+                    let prepared = try await self.retrying(
+                        "prepare request", requestIDs: [preparation.request.id]
+                    ) {
+                        try await self.flows.prepare(preparation.request)
+                    }
+                    outcome = .login(
+                        PreparedRequest(
+                            request: preparation.request, digest: preparation.digest, replyKey: preparation.replyKey,
+                            prepared: prepared))
+                } catch is ShutdownDuringRetry {
+                    outcome = .abandoned
+                } catch {
+                    outcome = .refused(error)
+                }
+                self.board.post(preparation.seq, outcome)
+            }
+        }
+    }
+
+    func startNotification(_ job: Job, _ state: inout LoopState) {
+        state.move(job, to: .preparing)
+        let seq = job.seq
+        let value = job.message.value
+        Task {
+            let outcome: Prepared
+            guard let notifications = self.notifications else {
+                self.board.post(seq, .notificationRefused("Sign in with Apple is not enabled"))
+                return
+            }
+            do {
+                // Apple's keys unreachable: this notification waits in its own lane; logins go on.
+                let notification = try await self.retrying("verify a provider notification") {
+                    try await notifications.prepare(value)
+                }
+                outcome = .notification(notification)
+            } catch is ShutdownDuringRetry {
+                outcome = .abandoned
+            } catch let refusal as AppleNotificationFlow.Refusal {
+                outcome = .notificationRefused(refusal.description)
+            } catch {
+                outcome = .notificationRefused(ErrorPolicy.loggable(error))
+            }
+            self.board.post(seq, outcome)
+        }
+    }
+
+    /// Moves finished preparations into their jobs.
+    func collect(_ state: inout LoopState) {
+        for (seq, outcome) in board.take() {
+            guard let job = state.jobs[seq] else { continue }
+            state.move(job, to: step(for: outcome, job: job))
+        }
+    }
+
+    func step(for outcome: Prepared, job: Job) -> Phase {
+        switch outcome {
+        case .login(let work):
+            return .ready(.writeLogin(work))
+        case .refused(let error):
+            guard let request = job.request else { return .abandoned }
+            return .ready(.publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error)))
+        case .notification(let notification):
+            return .ready(.writeNotification(notification))
+        case .notificationRefused(let reason):
+            logger.warning(
+                "Provider notification refused",
+                metadata: [
+                    LogKey.error: reason, LogKey.partition: String(job.message.partition),
+                    LogKey.offset: String(job.message.offset),
+                ])
+            return .ready(
+                .publish(
+                    [deadLetter(job.message, reason: "notification_refused", text: String(reason.prefix(200)))],
+                    outcome: "dead_letter"))
+        case .abandoned:
+            return .abandoned
+        }
+    }
+
+}

@@ -1,0 +1,111 @@
+import AuthCrypto
+import AuthDomain
+import AuthStore
+import Foundation
+import JOSE
+import Kafka
+import Messages
+import PGStore
+import ServiceKit
+import Synchronization
+
+/// Stages 5 and 6 of the loop: publish a batch's records, mark acknowledged events published,
+/// and finish the jobs (offsets, metrics, the log line).
+extension RequestPipeline {
+    // MARK: - 5. Publish
+
+    /// Publishes records in one producer batch; transient failures are sent again.
+    /// - Returns: the ids of the events acknowledged.
+    func publish(_ entries: [(record: ProducerRecord, event: UUID?)]) async throws -> [UUID] {
+        func requestIDs(_ entries: [(record: ProducerRecord, event: UUID?)]) -> [String] {
+            entries.compactMap { entry in
+                entry.record.topic == configuration.topics.results
+                    ? entry.record.key.map { String(decoding: $0, as: UTF8.self) } : nil
+            }
+        }
+        var pending = entries
+        var acknowledged: [UUID] = []
+        var delay = configuration.processing.initialRetryDelay
+        while !pending.isEmpty {
+            let outcomes = await producer.deliver(pending.map(\.record))
+            var again: [(record: ProducerRecord, event: UUID?)] = []
+            for (entry, outcome) in zip(pending, outcomes) {
+                switch outcome {
+                case .success:
+                    if let event = entry.event { acknowledged.append(event) }
+                case .failure(let error) where ErrorPolicy.classify(error) == .transient:
+                    again.append(entry)
+                case .failure(let error)
+                where entry.record.topic == configuration.topics.deadLetters && !entry.record.value.isEmpty:
+                    // The broker's own limit is lower than ours: publish the record of it instead.
+                    logger.warning(
+                        "A dead letter was refused; publishing the record of it",
+                        metadata: [LogKey.topic: entry.record.topic, LogKey.error: error.description])
+                    again.append((Self.recordOf(entry.record), entry.event))
+                case .failure(let error):
+                    // A record the broker will never take: that record's problem, not the worker's.
+                    logger.error(
+                        "A record could not be published",
+                        metadata: [LogKey.topic: entry.record.topic, LogKey.error: error.description])
+                }
+            }
+            guard !again.isEmpty else { break }
+            if isStopping { throw ShutdownDuringRetry() }
+            beat()
+            metrics.retries.increment()
+            logger.warning(
+                "Transient failure; retrying",
+                metadata: [
+                    "retry.operation": "publish", LogKey.count: String(again.count),
+                    LogKey.requestIDs: Self.listed(requestIDs(again)),
+                ])
+            try await Task.sleep(for: Self.jitter(delay))
+            delay = min(delay * 2, configuration.processing.maxRetryDelay)
+            pending = again
+        }
+        return acknowledged
+    }
+
+    /// How long acknowledged events wait for a batch's transaction to mark them published before
+    /// they are marked on their own. Under steady traffic the next batch comes well within it, so
+    /// marking costs no statement and no commit of its own (at 100 logins/s it was a third of the
+    /// commits); it is far below the relay's grace (30 s), so the relay never takes them meanwhile.
+    static let idleMarkDelay: Duration = .seconds(1)
+
+    /// Marks the acknowledged events published in a statement of their own, once the oldest has
+    /// waited `delay` for a batch to carry it.
+    func markPublishedWhileIdle(_ state: inout LoopState, after delay: Duration) async throws {
+        guard let since = state.marksWaitingSince, ContinuousClock.now - since >= delay else { return }
+        let marks = state.eventsToMark
+        try await retrying("mark events published") { try await self.store.markPublished(marks) }
+        _ = state.takeMarks()
+    }
+
+    // MARK: - 6. Finish
+
+    func finish(_ done: [JobRecords], _ state: inout LoopState) {
+        let now = ContinuousClock.now
+        for finished in done {
+            let job = finished.job
+            state.watermark.finish(job.message.topicPartition, offset: job.message.offset, epoch: job.epoch)
+            state.remove(job)
+            let took = now - job.admittedAt
+            let method =
+                job.request?.method.rawValue
+                ?? (job.message.topic == configuration.topics.notifications ? "notification" : "unknown")
+            metrics.requestDuration.labels(method, finished.outcome).observe(took)
+            guard let request = job.request else { continue }
+            // One line per request, so an operator can follow any of them by id or trace.
+            var metadata: Logger.Metadata = [
+                LogKey.requestID: request.id, LogKey.method: request.method.rawValue, LogKey.outcome: finished.outcome,
+                LogKey.duration: String(took.wholeMilliseconds), LogKey.partition: String(job.message.partition),
+                LogKey.offset: String(job.message.offset),
+            ]
+            if let trace = request.traceparent?.split(separator: "-").dropFirst().first {
+                metadata[LogKey.traceID] = String(trace)
+            }
+            logger.info("Request handled", metadata: metadata)
+        }
+    }
+
+}

@@ -1,0 +1,173 @@
+import AuthCrypto
+import AuthDomain
+import AuthStore
+import Foundation
+import JOSE
+import Kafka
+import Messages
+import PGStore
+import ServiceKit
+import Synchronization
+
+/// Stage 4 of the loop: write the ready jobs in one transaction, and turn what was written into
+/// the records each job publishes.
+extension RequestPipeline {
+    // MARK: - 4. Write
+
+    /// Starts writing every ready job that changes something in one transaction. The jobs are the
+    /// batch's until their records are published.
+    func beginWrite(_ ready: [Job], writer: Int, _ state: inout LoopState) -> Stage<WrittenBatch> {
+        var items: [WriteItem] = []
+        var prefetch = Prefetch()
+        for job in ready {
+            switch job.phase {
+            case .ready(.writeLogin(let work)):
+                items.append(.login(work))
+                prefetch.merge(work.prepared.prefetch)
+            case .ready(.writeNotification(let notification)):
+                items.append(.notification(notification))
+                prefetch.merge(notification.prefetch)
+            default:
+                break
+            }
+        }
+        let steps = ready.map { job -> (Int, Step?) in
+            guard case .ready(let step) = job.phase else { return (job.seq, nil) }
+            return (job.seq, step)
+        }
+        for job in ready { state.move(job, to: .batched) }
+        guard !items.isEmpty else {
+            // No transaction to carry the acknowledged events' marks: they wait for the next one.
+            return Stage(wake: wake) { WrittenBatch(steps: steps, outcomes: [], marked: []) }
+        }
+        let marks = state.takeMarks()
+        let head = marks.isEmpty ? [] : [PostgresStore.markPublished(marks)]
+        let resultsKey = configuration.resultsKey
+        let idempotencyLifetime = configuration.sessions.idempotencyLifetime
+        let now = clock.now()
+        let batchItems = items
+        let batchPrefetch = prefetch
+        let batchIDs = ready.compactMap { $0.request?.id }
+        return Stage(wake: wake) {
+            let outcomes = try await self.retrying("write the batch", requestIDs: batchIDs) {
+                try await self.store.runBatch(batchItems, head: head, prefetch: batchPrefetch, writer: writer) {
+                    item, unit in
+                    try Self.write(
+                        item, unit, resultsKey: resultsKey, rememberedUntil: now + idempotencyLifetime, at: now)
+                }
+            }
+            return WrittenBatch(steps: steps, outcomes: outcomes, marked: marks)
+        }
+    }
+
+    /// Turns a written batch into the records each of its jobs publishes.
+    func records(for written: WrittenBatch, _ state: inout LoopState) -> [JobRecords] {
+        var records: [JobRecords] = []
+        var next = written.outcomes.makeIterator()
+        for (seq, step) in written.steps {
+            guard let job = state.jobs[seq] else { continue }
+            switch step {
+            case .publish(let published, let outcome):
+                records.append(JobRecords(job: job, records: published, events: [], outcome: outcome))
+            case .writeLogin(let work):
+                guard let outcome = next.next() else { continue }
+                if case .conflict = outcome, !job.lookedUpAgain {
+                    // Most likely written already: a commit that reached the server while the
+                    // connection died before its acknowledgement, then retried. Looked up again,
+                    // it is answered with what was kept; a real conflict comes back here and is
+                    // answered as before.
+                    job.lookedUpAgain = true
+                    state.move(job, to: .lookup)
+                    continue
+                }
+                records.append(loginRecords(outcome, job: job, work: work))
+            case .writeNotification(let notification):
+                guard let outcome = next.next() else { continue }
+                records.append(notificationRecords(outcome, job: job, notification: notification))
+            case nil:
+                continue
+            }
+        }
+        return records
+    }
+
+    /// The records of jobs, with the ids of the events among them.
+    static func entries(_ jobs: [JobRecords]) -> [(record: ProducerRecord, event: UUID?)] {
+        var entries: [(record: ProducerRecord, event: UUID?)] = []
+        for job in jobs {
+            entries += job.records.map { ($0, nil) }
+            entries += job.events.map { ($0.record, $0.id) }
+        }
+        return entries
+    }
+
+    /// One item of the batch's transaction: domain code only (the request's write, sealed and
+    /// kept; or the notification's).
+    static func write(
+        _ item: WriteItem, _ unit: any UnitOfWork, resultsKey: [UInt8]?, rememberedUntil: Date, at now: Date
+    ) throws -> WriteOutput {
+        switch item {
+        case .notification(let notification):
+            return .notification(events: try notification.write(unit))
+        case .login(let work):
+            let (result, json) = try work.write(unit, resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
+            return .login(result, json: json)
+        }
+    }
+
+    func loginRecords(_ outcome: PostgresStore.ItemOutcome<WriteOutput>, job: Job, work: PreparedRequest)
+        -> JobRecords
+    {
+        let request = work.request
+        switch outcome {
+        case .written(.login(let result, let json), let events):
+            return JobRecords(
+                job: job,
+                records: [
+                    resultRecord(
+                        result, json: json, requestID: request.id, request.traceparent,
+                        tag: Self.answerTag(digest: work.digest))
+                ], events: events, outcome: result.error?.code.rawValue ?? "ok")
+        case .written(.notification, _):
+            return JobRecords(job: job, records: [], events: [], outcome: "internal_error")
+        case .refused(let error):
+            return JobRecords(
+                job: job, records: refusal(error, job: job, request: request), events: [],
+                outcome: Self.outcome(of: error))
+        case .conflict:
+            // Looked up again already, and still colliding: a real conflict, worth another try.
+            let error = LoginError(
+                .internalError, "the request collided with another write; send it again", retriable: true)
+            return JobRecords(
+                job: job, records: refusal(error, job: job, request: request), events: [], outcome: "conflict")
+        }
+    }
+
+    func notificationRecords(
+        _ outcome: PostgresStore.ItemOutcome<WriteOutput>, job: Job, notification: AppleNotification
+    ) -> JobRecords {
+        switch outcome {
+        case .written(_, let events):
+            logger.info(
+                "Apple notification applied",
+                metadata: ["apple.event": notification.type, LogKey.count: String(events.count)])
+            return JobRecords(job: job, records: [], events: events, outcome: "applied")
+        case .conflict:
+            logger.error(
+                "Provider notification could not be applied: it collided with another write",
+                metadata: [LogKey.offset: String(job.message.offset)])
+            return JobRecords(
+                job: job, records: [deadLetter(job.message, reason: "notification_failed", text: "write conflict")],
+                events: [], outcome: "dead_letter")
+        case .refused(let error):
+            logger.error(
+                "Provider notification could not be applied",
+                metadata: [LogKey.error: ErrorPolicy.loggable(error), LogKey.offset: String(job.message.offset)])
+            return JobRecords(
+                job: job,
+                records: [deadLetter(job.message, reason: "notification_failed", text: ErrorPolicy.loggable(error))],
+                events: [], outcome: "dead_letter")
+        }
+    }
+
+}

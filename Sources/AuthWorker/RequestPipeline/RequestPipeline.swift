@@ -1,0 +1,240 @@
+import AuthCrypto
+import AuthDomain
+import AuthStore
+import Foundation
+import JOSE
+import Kafka
+import Messages
+import PGStore
+import ServiceKit
+import Synchronization
+
+/// The consume loop: login requests and provider notifications, in batches, through stages.
+///
+/// Per poll (whatever is there, up to `AUTH_BATCH_MAX`; it never waits to fill a batch):
+/// 1. decode every message; what cannot be answered goes to the dead-letter topic, what is
+///    invalid is answered `malformed_request`;
+/// 2. look up every request id in one query: a processed request is answered again with its kept
+///    result, a reused id with other content is refused, a late request is refused;
+/// 3. prepare the rest in parallel (token checks, signing, password hashing on its own pool);
+/// 4. write every prepared request in one PostgreSQL transaction (`PostgresStore.runBatch`);
+/// 5. publish results, events and dead letters in one producer batch;
+/// 6. store the offsets of what finished.
+///
+/// Work that is slow (a password hash, a key fetch, a retry) does not hold the batch: it joins a
+/// later batch when done. Per partition and key, requests are still written in order, and a
+/// partition's stored offset never passes a message that is not finished.
+public final class RequestPipeline: Service {
+    let configuration: WorkerConfiguration
+    let consumer: KafkaConsumer
+    let producer: KafkaProducer
+    let flows: LoginFlows
+    let notifications: AppleNotificationFlow?
+    let store: PostgresStore
+    let clock: any WorkerClock
+    let metrics: WorkerMetrics
+    let logger: Logger
+    let decoder: RequestDecoder
+    /// The key of request digests: the results key, so digests are stable across replicas.
+    let digestKey: [UInt8]
+    let board: CompletionBoard<Prepared>
+    let stopping = Atomic<Bool>(false)
+    /// When the loop last showed progress (a poll, or a retry attempt), as Unix seconds.
+    let heartbeat = Atomic<Int>(Int(Date().timeIntervalSince1970))
+
+    public init(
+        configuration: WorkerConfiguration, consumer: KafkaConsumer, producer: KafkaProducer, flows: LoginFlows,
+        notifications: AppleNotificationFlow?, store: PostgresStore, clock: any WorkerClock, metrics: WorkerMetrics,
+        logger: Logger
+    ) throws {
+        self.configuration = configuration
+        self.consumer = consumer
+        self.producer = producer
+        self.flows = flows
+        self.notifications = notifications
+        self.store = store
+        self.clock = clock
+        self.metrics = metrics
+        self.logger = logger
+        digestKey = try configuration.resultsKey ?? SecureRandom.bytes(32)
+        var decoder = RequestDecoder()
+        if !configuration.credentialKeyPaths.isEmpty {
+            decoder.credentials = try CredentialKeys(paths: configuration.credentialKeyPaths)
+        }
+        decoder.requireSealedCredentials = configuration.requireSealedCredentials
+        self.decoder = decoder
+        board = CompletionBoard(onPost: { [consumer] in consumer.wake() })
+    }
+
+    /// Ends the loop's wait for messages: background work finished, or shutdown began.
+    var wake: @Sendable () -> Void { { [consumer] in consumer.wake() } }
+
+    /// Seconds since the consume loop last showed progress: liveness.
+    public var secondsSinceHeartbeat: Int { Int(Date().timeIntervalSince1970) - heartbeat.load(ordering: .relaxed) }
+
+    func beat() { heartbeat.store(Int(Date().timeIntervalSince1970), ordering: .relaxed) }
+
+    public func triggerGracefulShutdown() {
+        stopping.store(true, ordering: .releasing)
+        consumer.wake()
+    }
+
+    var isStopping: Bool { stopping.load(ordering: .acquiring) }
+
+    // MARK: - The loop
+
+    public func run() async throws {
+        logger.info(
+            "Consuming",
+            metadata: [
+                LogKey.topic: [configuration.topics.requests, configuration.topics.notifications].joined(separator: ",")
+            ])
+        defer { logger.info("Consumer stopped") }
+        await warmUp()
+        var state = LoopState()
+        do {
+            try await loop(&state)
+            // The last batch's events were acknowledged: say so, or the relay publishes them again.
+            try await markPublishedWhileIdle(&state, after: .zero)
+        } catch is ShutdownDuringRetry {
+            logger.warning(
+                "Work abandoned during shutdown; it will be replayed",
+                metadata: [LogKey.count: String(state.jobs.count)])
+        } catch {
+            await consumer.close()
+            throw error
+        }
+        // Leaving the group commits the stored offsets.
+        await consumer.close()
+    }
+
+    func loop(_ state: inout LoopState) async throws {
+        let processing = configuration.processing
+        // The stages overlap: while batches are written, the next requests are decoded and
+        // prepared and the batches before are published. Each writer writes one batch at a time,
+        // of the lanes that hash to it, in order: per-key order holds across batches.
+        let writers = max(processing.writers, 1)
+        var writing: [Stage<WrittenBatch>?] = Array(repeating: nil, count: writers)
+        // Publishes overlap (a topic's first record can wait on the broker), finishing in any order:
+        // the offset watermark and the per-partition order of the producer keep what matters.
+        var publishing: [(stage: Stage<[UUID]>, jobs: [JobRecords])] = []
+        var toPublish: [JobRecords] = []
+        var looking: Lookup?
+        var nextDrainReport: ContinuousClock.Instant?
+        var nextLagReading = ContinuousClock.now
+        while true {
+            beat()
+            let busy =
+                writing.contains { $0 != nil } || !publishing.isEmpty || looking != nil || !toPublish.isEmpty
+            if isStopping, !busy, !state.canProgress { break }
+            if isStopping {
+                // A drain that takes long says what it waits for, every five seconds.
+                let now = ContinuousClock.now
+                if let report = nextDrainReport {
+                    if now >= report {
+                        logger.warning(
+                            "Draining: still waiting",
+                            metadata: [
+                                LogKey.count: String(state.jobs.count),
+                                "drain.phases": state.phaseSummary,
+                                "drain.writing": String(writing.count { $0 != nil }),
+                                "drain.publishing": String(publishing.count),
+                                "drain.looking_up": String(looking != nil),
+                            ])
+                        nextDrainReport = now + .seconds(5)
+                    }
+                } else {
+                    nextDrainReport = now + .seconds(5)
+                }
+            }
+            if !isStopping, state.jobs.count < processing.maxInFlight {
+                // Background work that finishes wakes the poll, so it is picked up at once; the
+                // timeout only bounds the wait for messages.
+                let messages = try await consumer.poll(
+                    maxMessages: min(processing.batchMax, processing.maxInFlight - state.jobs.count),
+                    timeout: state.jobs.isEmpty && !busy ? processing.batchWait : .milliseconds(50))
+                for (partition, assignment) in consumer.takeRevokedPartitions() {
+                    state.watermark.revoke(partition, assignment: assignment)
+                }
+                admit(messages, &state)
+                if ContinuousClock.now >= nextLagReading {
+                    nextLagReading = .now + .seconds(1)
+                    metrics.recordLag(await consumer.lag())
+                    metrics.inFlight.set(Double(state.jobs.count))
+                }
+            } else if busy || !state.jobs.isEmpty {
+                try await Task.sleep(for: .milliseconds(1))
+            }
+            if let lookup = looking, lookup.stage.isDone {
+                let found = try await lookup.stage.value()
+                start(lookup.jobs, kept: found.kept, guests: found.guests, &state)
+                looking = nil
+            }
+            if looking == nil { looking = beginLookup(&state) }
+            collect(&state)
+            startParked(&state)
+
+            // Each publish is finished exactly when it is seen done: a stage that completes while
+            // this runs waits for the next turn (removing "whatever is done now" afterwards would
+            // drop it unfinished, its jobs stuck and its partition's offsets with them).
+            let (donePublishing, stillPublishing) = Self.split(publishing) { $0.stage.isDone }
+            publishing = stillPublishing
+            for entry in donePublishing {
+                state.acknowledged(try await entry.stage.value())
+                finish(entry.jobs, &state)
+            }
+            if !donePublishing.isEmpty {
+                await consumer.storeOffsets(state.watermark.advance())
+                // A finished job may leave a parked one first in its lane: start it now, not after
+                // the next poll's wait.
+                startParked(&state)
+            }
+            for shard in 0..<writers {
+                guard let stage = writing[shard], stage.isDone else { continue }
+                toPublish += records(for: try await stage.value(), &state)
+                writing[shard] = nil
+            }
+            if publishing.count < 4, !toPublish.isEmpty {
+                let jobs = toPublish
+                toPublish = []
+                let entries = Self.entries(jobs)
+                publishing.append((Stage(wake: wake) { try await self.publish(entries) }, jobs))
+            }
+            var wrote = false
+            for shard in 0..<writers where writing[shard] == nil {
+                let ready = state.readyJobs(shard: shard, of: writers, limit: max(processing.batchMax, 1))
+                guard !ready.isEmpty else { continue }
+                writing[shard] = beginWrite(ready, writer: shard, &state)
+                wrote = true
+            }
+            if !wrote, !busy { try await markPublishedWhileIdle(&state, after: Self.idleMarkDelay) }
+        }
+    }
+
+    /// Splits `entries` into those `isDone` says are done and the rest, asking once per entry:
+    /// every entry lands in exactly one of the two, whenever a background stage completes.
+    static func split<Entry>(_ entries: [Entry], isDone: (Entry) -> Bool) -> (done: [Entry], pending: [Entry]) {
+        var done: [Entry] = []
+        var pending: [Entry] = []
+        for entry in entries {
+            if isDone(entry) { done.append(entry) } else { pending.append(entry) }
+        }
+        return (done, pending)
+    }
+
+    /// Learns where the output topics live before the first request, so its answer does not
+    /// wait for that; says so when one is missing (a typo in `AUTH_TOPIC_*`).
+    func warmUp() async {
+        let topics = configuration.topics
+        do {
+            let found = try await producer.describeTopics(
+                [topics.results, topics.events, topics.deadLetters], timeout: .seconds(5))
+            for (topic, exists) in found.sorted(by: { $0.key < $1.key }) where !exists {
+                logger.error("Output topic does not exist", metadata: [LogKey.topic: topic])
+            }
+        } catch {
+            logger.warning(
+                "Could not describe the output topics", metadata: [LogKey.error: ErrorPolicy.loggable(error)])
+        }
+    }
+}
