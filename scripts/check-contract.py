@@ -35,6 +35,22 @@ def problem(text):
     problems.append(text)
 
 
+def check_sealed_schemas():
+    """schemas/sealed/: what sealed members hold once opened (not messages of their own)."""
+    folder = os.path.join(SCHEMAS, "sealed")
+    count = 0
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if not name.endswith(".json"):
+            continue
+        count += 1
+        schema = json.load(open(os.path.join(folder, name)))
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as error:
+            problem(f"schemas/sealed/{name}: not a valid JSON Schema 2020-12: {error.message}")
+    return count
+
+
 def load_schemas():
     schemas = {}
     for name in sorted(os.listdir(SCHEMAS)):
@@ -278,12 +294,13 @@ def main():
     schemas = load_schemas()
     check_asyncapi(schemas)
     check_requests(schemas)
+    sealed = check_sealed_schemas()
     count = check_messages(args.messages, schemas) if args.messages else 0
     for text in problems:
         print(f"[contract] {text}", file=sys.stderr)
     if problems:
         sys.exit(1)
-    print(f"[contract] {len(schemas)} schemas and the AsyncAPI document are valid"
+    print(f"[contract] {len(schemas)} schemas, {sealed} of sealed contents, and the AsyncAPI document are valid"
           + (f"; {count} real messages match them" if args.messages else ""), file=sys.stderr)
 
 

@@ -180,6 +180,56 @@ public final class AuthClient: Sendable {
         return introspection
     }
 
+    // MARK: - The user's own account
+
+    /// `sessions_list`: the live sessions of the access token's user, the asking one `current`.
+    public func sessions(accessToken: String, timeout: Duration? = nil) async throws -> LoginResult {
+        var request = LoginRequestData(method: LoginMethod.sessionsList.rawValue)
+        request.accessToken = accessToken
+        return try await login(request, timeout: timeout)
+    }
+
+    /// `session_revoke`: ends one of the user's sessions (`unknown_session` for any other id).
+    public func revokeSession(_ sessionID: String, accessToken: String, timeout: Duration? = nil) async throws
+        -> LoginResult
+    {
+        var request = LoginRequestData(method: LoginMethod.sessionRevoke.rawValue)
+        request.accessToken = accessToken
+        request.sessionID = sessionID
+        return try await login(request, timeout: timeout)
+    }
+
+    /// `account_delete`: deletes the user. Past a recent sign-in, give the `password` or a second
+    /// factor's `code` (else `reauthentication_required`).
+    public func deleteAccount(
+        accessToken: String, password: String? = nil, code: String? = nil, timeout: Duration? = nil
+    ) async throws -> LoginResult {
+        var request = LoginRequestData(method: LoginMethod.accountDelete.rawValue)
+        request.accessToken = accessToken
+        request.password = password
+        request.code = code
+        return try await login(request, timeout: timeout)
+    }
+
+    /// `account_export`: everything stored about the user, opened from `sealed_export`.
+    /// - Returns: the result, and the export when it succeeded.
+    /// - Throws: `Failure.unreadableSession` when the export does not open with this request's key.
+    public func exportAccount(accessToken: String, timeout: Duration? = nil) async throws -> (
+        LoginResult, AccountExportPayload?
+    ) {
+        let pair = try X25519.generateKeyPair()
+        var request = LoginRequestData(method: LoginMethod.accountExport.rawValue)
+        request.accessToken = accessToken
+        request.replyKey = Base64URL.encode(pair.publicKey)
+        let id = UUID().uuidString.lowercased()
+        let result = try await login(request, requestID: id, timeout: timeout)
+        guard let sealed = result.data.sealedExport else { return (result, nil) }
+        guard let opened = try? JWE.openECDHES(sealed, privateKey: pair.privateKey, maximumLength: 16 << 20),
+            let export = try? MessageCoding.decode(AccountExportPayload.self, from: opened.plaintext)
+        else { throw Failure.unreadableSession(requestID: id) }
+        return (result, export)
+    }
+
     /// Stops reading, flushes what is being sent. Logins still waiting fail with `Failure.closed`.
     public func close() async {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }

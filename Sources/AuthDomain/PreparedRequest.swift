@@ -101,7 +101,7 @@ extension LoginRequest {
     public var readsAccountWhilePreparing: Bool {
         switch method {
         case .password, .changePassword: true
-        case .verifyEmail, .mfaEnroll, .mfaVerify: data.password != nil
+        case .verifyEmail, .mfaEnroll, .mfaVerify, .accountDelete: data.password != nil
         default: false
         }
     }

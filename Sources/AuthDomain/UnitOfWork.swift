@@ -41,6 +41,11 @@ public protocol UnitOfWork: AnyObject {
     func mfaFactor(userID: UUID) throws -> MFAFactorRecord?
     /// True when `hash` is one of the user's recovery codes and unused.
     func hasUnusedRecoveryCode(userID: UUID, hash: [UInt8]) throws -> Bool
+    /// The user's sessions, with their devices and when each was last refreshed; `live` only those
+    /// neither revoked nor expired at `date`.
+    func sessionDetails(userID: UUID, live: Bool, at date: Date) throws -> [SessionDetails]
+    /// Everything else stored about a user, for the export (sessions come from `sessionDetails`).
+    func accountRecords(userID: UUID) throws -> AccountRecords
 
     // MARK: - Writes
 
@@ -119,6 +124,95 @@ public struct IdentityRecord: Sendable, Equatable {
         self.emailVerified = emailVerified
         self.isPrivateEmail = isPrivateEmail
         self.passwordHash = passwordHash
+    }
+}
+
+/// A session with what an account screen shows of it.
+public struct SessionDetails: Sendable, Equatable {
+    public var id: UUID
+    public var provider: String
+    public var deviceName: String?
+    public var devicePlatform: String?
+    public var createdAt: Date
+    /// The newest refresh token's creation: the last refresh, or the sign-in.
+    public var lastUsedAt: Date
+    public var expiresAt: Date
+    public var revokedAt: Date?
+    public var revokedReason: String?
+
+    public init(
+        id: UUID, provider: String, deviceName: String?, devicePlatform: String?, createdAt: Date, lastUsedAt: Date,
+        expiresAt: Date, revokedAt: Date?, revokedReason: String?
+    ) {
+        self.id = id
+        self.provider = provider
+        self.deviceName = deviceName
+        self.devicePlatform = devicePlatform
+        self.createdAt = createdAt
+        self.lastUsedAt = lastUsedAt
+        self.expiresAt = expiresAt
+        self.revokedAt = revokedAt
+        self.revokedReason = revokedReason
+    }
+}
+
+/// The rows about a user an export shows, beside its sessions: metadata only (no hash, no
+/// secret). One member per table that refers to the user.
+public struct AccountRecords: Sendable, Equatable {
+    public struct Identity: Sendable, Equatable {
+        public var record: IdentityRecord
+        public var createdAt: Date
+        public var lastLoginAt: Date?
+
+        public init(record: IdentityRecord, createdAt: Date, lastLoginAt: Date?) {
+            self.record = record
+            self.createdAt = createdAt
+            self.lastLoginAt = lastLoginAt
+        }
+    }
+
+    public struct Code: Sendable, Equatable {
+        public var purpose: String
+        public var email: String
+        public var createdAt: Date
+        public var expiresAt: Date
+        public var usedAt: Date?
+
+        public init(purpose: String, email: String, createdAt: Date, expiresAt: Date, usedAt: Date?) {
+            self.purpose = purpose
+            self.email = email
+            self.createdAt = createdAt
+            self.expiresAt = expiresAt
+            self.usedAt = usedAt
+        }
+    }
+
+    public struct Request: Sendable, Equatable {
+        public var method: String
+        public var status: String
+        public var processedAt: Date
+
+        public init(method: String, status: String, processedAt: Date) {
+            self.method = method
+            self.status = status
+            self.processedAt = processedAt
+        }
+    }
+
+    public var identities: [Identity]
+    public var factor: MFAFactorRecord?
+    public var unusedRecoveryCodes: Int
+    public var codes: [Code]
+    public var requests: [Request]
+
+    public init(
+        identities: [Identity], factor: MFAFactorRecord?, unusedRecoveryCodes: Int, codes: [Code], requests: [Request]
+    ) {
+        self.identities = identities
+        self.factor = factor
+        self.unusedRecoveryCodes = unusedRecoveryCodes
+        self.codes = codes
+        self.requests = requests
     }
 }
 

@@ -257,6 +257,70 @@ final class PostgresUnitOfWork: UnitOfWork {
         ).isEmpty
     }
 
+    func sessionDetails(userID: UUID, live: Bool, at date: Date) throws -> [SessionDetails] {
+        try query(
+            """
+            SELECT s.id, s.provider, s.device_name, s.device_platform, s.created_at, s.expires_at, s.revoked_at,
+                   s.revoked_reason,
+                   COALESCE((SELECT max(r.created_at) FROM refresh_tokens r WHERE r.session_id = s.id), s.created_at)
+                       AS last_used_at
+            FROM sessions s
+            WHERE s.user_id = \(userID) AND (NOT \(live) OR (s.revoked_at IS NULL AND s.expires_at > \(date)))
+            ORDER BY s.created_at DESC, s.id
+            """
+        ).map { row in
+            SessionDetails(
+                id: try row.decode("id"), provider: try row.decode("provider"),
+                deviceName: try row.decode("device_name", as: String?.self),
+                devicePlatform: try row.decode("device_platform", as: String?.self),
+                createdAt: try row.decode("created_at"), lastUsedAt: try row.decode("last_used_at"),
+                expiresAt: try row.decode("expires_at"), revokedAt: try row.decode("revoked_at", as: Date?.self),
+                revokedReason: try row.decode("revoked_reason", as: String?.self))
+        }
+    }
+
+    func accountRecords(userID: UUID) throws -> AccountRecords {
+        let identities = try query(
+            """
+            SELECT provider, subject, user_id, email, email_verified, is_private_email, password_hash, created_at,
+                   last_login_at
+            FROM identities WHERE user_id = \(userID) ORDER BY created_at, provider, subject
+            """
+        ).map { row in
+            AccountRecords.Identity(
+                record: try Decode.identity(row), createdAt: try row.decode("created_at"),
+                lastLoginAt: try row.decode("last_login_at", as: Date?.self))
+        }
+        let unused =
+            try query(
+                "SELECT count(*) AS n FROM mfa_recovery_codes WHERE user_id = \(userID) AND used_at IS NULL"
+            ).first?.decode("n", as: Int.self) ?? 0
+        let codes = try query(
+            """
+            SELECT purpose, email, created_at, expires_at, used_at FROM one_time_codes
+            WHERE user_id = \(userID) ORDER BY created_at, id
+            """
+        ).map { row in
+            AccountRecords.Code(
+                purpose: try row.decode("purpose"), email: try row.decode("email"),
+                createdAt: try row.decode("created_at"), expiresAt: try row.decode("expires_at"),
+                usedAt: try row.decode("used_at", as: Date?.self))
+        }
+        let requests = try query(
+            """
+            SELECT method, status, processed_at FROM processed_requests
+            WHERE user_id = \(userID) ORDER BY processed_at, request_id
+            """
+        ).map { row in
+            AccountRecords.Request(
+                method: try row.decode("method"), status: try row.decode("status"),
+                processedAt: try row.decode("processed_at"))
+        }
+        return AccountRecords(
+            identities: identities, factor: try mfaFactor(userID: userID), unusedRecoveryCodes: unused, codes: codes,
+            requests: requests)
+    }
+
     static let codeColumns =
         "SELECT id, user_id, purpose, email, code_hmac, attempts, expires_at, used_at FROM one_time_codes"
 

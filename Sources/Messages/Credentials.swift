@@ -36,16 +36,16 @@ public enum CredentialField: String, CaseIterable, Sendable {
 
 extension LoginMethod {
     /// Whether the answer to this method can carry a secret: a session, a TOTP secret, recovery
-    /// codes or an `mfa_token`. Such answers are sealed to the request's `reply_key`; a gateway
+    /// codes, an `mfa_token`, or an account's export. Such answers are sealed to the request's `reply_key`; a gateway
     /// (and `AuthClient`) sends one with every such request, and a worker that requires reply
     /// keys refuses these methods without one. The one list both sides read.
     public var answerCarriesSecret: Bool {
         switch self {
         case .logout, .introspect, .sendVerification, .verifyEmail, .passwordResetRequest, .changePassword, .mfaRemove,
-            .emailCodeRequest:
+            .emailCodeRequest, .sessionsList, .sessionRevoke, .accountDelete:
             false
         case .apple, .google, .oidc, .password, .register, .guest, .refresh, .passwordReset, .mfaEnroll, .mfaVerify,
-            .mfaChallenge, .emailCode:
+            .mfaChallenge, .emailCode, .accountExport:
             true
         }
     }

@@ -32,6 +32,9 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
     /// The change asks for a recent sign-in: the session is older than `AUTH_REAUTH_MAX_AGE` and no
     /// password came with the request. Sign in again (or send the password) and repeat.
     public static let reauthenticationRequired = ErrorCode(rawValue: "reauthentication_required")
+    /// `session_revoke` named no live session of the user: unknown, ended, or another user's
+    /// (which answers alike, so ids of others' sessions cannot be probed).
+    public static let unknownSession = ErrorCode(rawValue: "unknown_session")
 
     /// Every code the contract defines.
     public static let all: [ErrorCode] = [
@@ -39,6 +42,7 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
         .audienceMismatch, .nonceMismatch, .invalidCredentials, .emailTaken, .weakPassword, .tooManyAttempts,
         .invalidRefreshToken, .refreshTokenReused, .linkConflict, .providerUnavailable, .internalError, .invalidCode,
         .codeExpired, .mfaRequired, .emailNotVerified, .reauthenticationRequired,
+        .unknownSession,
     ]
 
     public init(from decoder: any Decoder) throws {

@@ -32,6 +32,8 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
     public var mfaToken: String?
     /// One of the second factor's recovery codes, instead of `code` (`mfa_challenge`, `mfa_remove`).
     public var recoveryCode: String?
+    /// The session to end (`session_revoke`): an `id` from `sessions_list`.
+    public var sessionID: String?
 
     /// The name Apple sends on first authorization only.
     public struct Profile: Codable, Sendable, Equatable {
@@ -73,6 +75,7 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
         case newPassword = "new_password"
         case mfaToken = "mfa_token"
         case recoveryCode = "recovery_code"
+        case sessionID = "session_id"
     }
 
     public init(method: String) {
@@ -109,6 +112,10 @@ public enum LoginMethod: String, Sendable, CaseIterable {
     case mfaRemove = "mfa_remove"
     case emailCodeRequest = "email_code_request"
     case emailCode = "email_code"
+    case sessionsList = "sessions_list"
+    case sessionRevoke = "session_revoke"
+    case accountDelete = "account_delete"
+    case accountExport = "account_export"
 }
 
 /// What is wrong with a request, naming the field.

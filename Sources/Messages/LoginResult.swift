@@ -14,11 +14,17 @@ public struct LoginResultData: Codable, Sendable, Equatable {
     public var mfa: MFAPayload?
     /// `mfa` as a compact JWE, when the request had a `reply_key`.
     public var sealedMFA: String?
+    /// The answer to `sessions_list`: the user's live sessions.
+    public var sessions: [SessionInfoPayload]?
+    /// The answer to `account_export`: the export (`AccountExportPayload`) as a compact JWE to the
+    /// request's `reply_key`; it is never sent in clear.
+    public var sealedExport: String?
     public var error: ErrorPayload?
 
     enum CodingKeys: String, CodingKey {
-        case status, user, session, error, introspection, mfa
+        case status, user, session, error, introspection, mfa, sessions
         case sealedMFA = "sealed_mfa"
+        case sealedExport = "sealed_export"
         case requestId = "request_id"
         case newUser = "new_user"
         case sealedSession = "sealed_session"

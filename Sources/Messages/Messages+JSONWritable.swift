@@ -47,9 +47,11 @@ extension LoginResultData: JSONWritable {
             out.member("mfa", mfa)
             out.member("new_user", newUser)
             out.member("request_id", requestId)
+            out.member("sealed_export", sealedExport)
             out.member("sealed_mfa", sealedMFA)
             out.member("sealed_session", sealedSession)
             out.member("session", session)
+            out.member("sessions", sessions)
             out.member("status", status)
             out.member("user", user)
         }
@@ -203,6 +205,7 @@ extension LoginRequestData: JSONWritable {
             out.member("refresh_token", refreshToken)
             out.member("reply_key", replyKey)
             out.member("scope", scope)
+            out.member("session_id", sessionID)
         }
     }
 }

@@ -152,6 +152,7 @@ public struct RequestDecoder: Sendable {
         request.newPassword = try data.optional("new_password")
         request.mfaToken = try data.optional("mfa_token")
         request.recoveryCode = try data.optional("recovery_code")
+        request.sessionID = try data.optional("session_id")
         try unseal(data, into: &request)
         if let profile = try data.optionalObject("profile") {
             request.profile = .init(
@@ -363,6 +364,20 @@ public struct RequestDecoder: Sendable {
         case .mfaRemove:
             try require(data.accessToken, "access_token", max: maxTokenBytes)
             try requireFactorCode(data)
+        case .sessionsList, .accountExport:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+        case .sessionRevoke:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+            try require(data.sessionID, "session_id", max: maxFieldBytes)
+            guard let id = data.sessionID, UUID(uuidString: id) != nil else {
+                throw RequestValidationError(field: "data.session_id", reason: "must be a session id (a UUID)")
+            }
+        case .accountDelete:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+            if let code = data.code, code.utf8.count != 6 || !code.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
+                throw RequestValidationError(
+                    field: "data.code", reason: "must be the six digits the authenticator app shows")
+            }
         }
         try limit(data.nonce, "nonce", max: maxFieldBytes)
         try limit(data.name, "name", max: maxFieldBytes)

@@ -91,6 +91,18 @@ public struct JSONWriter {
         value.write(to: &self)
     }
 
+    /// An array of nested values, omitted when nil.
+    public mutating func member<Element: JSONWritable>(_ key: StaticString, _ values: [Element]?) {
+        guard let values else { return }
+        self.key(key)
+        bytes.append(UInt8(ascii: "["))
+        for (index, element) in values.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            element.write(to: &self)
+        }
+        bytes.append(UInt8(ascii: "]"))
+    }
+
     private static let hex = Array("0123456789abcdef".utf8)
 
     /// A string, escaped as JSON requires: quote, backslash and control characters; everything

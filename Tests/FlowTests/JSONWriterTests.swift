@@ -74,6 +74,62 @@ import Testing
     }
 }
 
+extension JSONWriterTests {
+    /// Every member set, so a member one of the two writers knows and the other does not shows
+    /// here (a `session_id` once went out of `Codable` and not out of the writer). A result's
+    /// members are checked to be all set through its mirror, so a new one must be set here too.
+    @Test func everyMemberIsWrittenBothWays() throws {
+        var request = LoginRequestData(method: "session_revoke")
+        for credential in CredentialField.allCases { request[keyPath: credential.keyPath] = credential.rawValue }
+        request.provider = "p"
+        request.nonce = "n"
+        request.profile = .init(givenName: "G", familyName: "F")
+        request.email = "e@x"
+        request.name = "N"
+        request.scope = "all"
+        request.device = .init(name: "d", platform: "ios")
+        request.replyKey = "k"
+        request.clientID = "c"
+        request.sessionID = "0193"
+        try Self.same(request)
+        let encoded = try #require(
+            try JSONSerialization.jsonObject(with: Data(try Self.encoder(request))) as? [String: Any])
+        #expect(encoded.count == 21, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
+
+        var error = ErrorPayload(
+            code: .mfaRequired, message: "m", retriable: false, field: "f", retryAfter: "t", retryAfterSeconds: 1)
+        error.mfaToken = "mt"
+        error.sealedMFAToken = "a.b.c.d.e"
+        try Self.same(error)
+        var result = LoginResultData.ok(
+            requestID: "r",
+            user: UserPayload(
+                id: "u", handle: "h", name: "n", email: "e", emailVerified: true, isPrivateEmail: false, isGuest: false,
+                providers: ["password"], createdAt: "t"),
+            newUser: false,
+            session: SessionPayload(
+                accessToken: "a", expiresAt: "t", refreshToken: "r", refreshExpiresAt: "t", abilities: ["*"]))
+        result.sealedSession = "s"
+        result.introspection = IntrospectionPayload(
+            active: true, sub: "u", sid: "s", abilities: ["*"], exp: 1, guest: false)
+        result.mfa = MFAPayload(secret: "S", otpauthURI: "otpauth://totp/x")
+        result.sealedMFA = "m"
+        result.sessions = [
+            SessionInfoPayload(
+                id: "s", device: .init(name: "d", platform: nil), method: "password", createdAt: "t", lastUsedAt: "t",
+                expiresAt: "t", current: true)
+        ]
+        result.sealedExport = "x"
+        result.error = error
+        let unset = Mirror(reflecting: result).children.filter { child in
+            if case Optional<Any>.none = child.value as Any? { return false }
+            return "\(child.value)" == "nil"
+        }
+        #expect(unset.isEmpty, "members left unset: \(unset.compactMap(\.label))")
+        try Self.same(result)
+    }
+}
+
 @Suite struct TimestampTests {
     /// The hand-written formatter agrees with Foundation's ISO 8601 style over centuries.
     @Test func formatsAsFoundationDoes() {

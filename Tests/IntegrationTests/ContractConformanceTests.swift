@@ -222,6 +222,27 @@ struct ContractConformanceTests {
         emailCode.code = try await codeSecret("auth.email.sign_in_requested", email: "eve@example.com").code
         let eve = try await send(emailCode)
         #expect(eve.user?.id == squatter.user?.id && eve.user?.providers == ["email"])
+        // The user's own account: the sessions listed and one ended, the export (sealed), and an
+        // account deleted by its owner.
+        var list = LoginRequestData(method: "sessions_list")
+        list.accessToken = afterReset.session?.accessToken
+        let listed = try #require(try await send(list).sessions)
+        #expect(listed.contains { $0.current })
+        var revokeOne = LoginRequestData(method: "session_revoke")
+        revokeOne.accessToken = afterReset.session?.accessToken
+        revokeOne.sessionID = try #require(listed.first { !$0.current }?.id)
+        #expect(try await send(revokeOne).status == "ok")
+        revokeOne.sessionID = UUID().uuidString.lowercased()
+        #expect(try await send(revokeOne).error?.code == .unknownSession)
+        var export = LoginRequestData(method: "account_export")
+        export.accessToken = afterReset.session?.accessToken
+        export.replyKey = Base64URL.encode(try X25519.generateKeyPair().publicKey)
+        #expect(try await send(export).sealedExport != nil)
+        var leaver = LoginRequestData(method: "guest")
+        leaver.clientID = "install-leaver"
+        var delete = LoginRequestData(method: "account_delete")
+        delete.accessToken = try await send(leaver).session?.accessToken
+        #expect(try await send(delete).status == "ok")
         // Apple deletes the account: the user and its sessions go.
         let token = Signers.rsa2048.token(
             [

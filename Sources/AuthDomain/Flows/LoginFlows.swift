@@ -135,6 +135,10 @@ public struct LoginFlows: Sendable {
         case .mfaRemove: try prepareMFARemove(request)
         case .emailCodeRequest: try prepareEmailCodeRequest(request)
         case .emailCode: try prepareEmailCodeSignIn(request)
+        case .sessionsList: try prepareSessionsList(request)
+        case .sessionRevoke: try prepareSessionRevoke(request)
+        case .accountDelete: try await prepareAccountDelete(request)
+        case .accountExport: try prepareAccountExport(request)
         }
     }
 

@@ -1,0 +1,213 @@
+import StrictJSON
+
+/// One of a user's live sessions, as `sessions_list` shows it: what an app's "devices" screen
+/// lists. Metadata only: no token.
+public struct SessionInfoPayload: Codable, Sendable, Equatable {
+    public var id: String
+    public var device: LoginRequestData.Device?
+    /// How it signed in: `apple`, `google`, an OIDC provider's name, `password`, `email`, `guest`.
+    public var method: String
+    public var createdAt: String
+    /// The last refresh (its creation when never refreshed).
+    public var lastUsedAt: String
+    public var expiresAt: String
+    /// The session whose access token asked.
+    public var current: Bool
+
+    public init(
+        id: String, device: LoginRequestData.Device?, method: String, createdAt: String, lastUsedAt: String,
+        expiresAt: String, current: Bool
+    ) {
+        self.id = id
+        self.device = device
+        self.method = method
+        self.createdAt = createdAt
+        self.lastUsedAt = lastUsedAt
+        self.expiresAt = expiresAt
+        self.current = current
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, device, method, current
+        case createdAt = "created_at"
+        case lastUsedAt = "last_used_at"
+        case expiresAt = "expires_at"
+    }
+}
+
+/// Everything stored about a user (`account_export`, GDPR articles 15 and 20), as one JSON
+/// document: sealed to the request's `reply_key`, never published in clear. Its schema is
+/// `contract/schemas/account-export.json`. No secret: no token, no hash, no TOTP secret.
+public struct AccountExportPayload: Codable, Sendable, Equatable {
+    public var exportedAt: String
+    public var user: UserPayload
+    public var identities: [Identity]
+    public var sessions: [Session]
+    public var secondFactor: SecondFactor?
+    public var oneTimeCodes: [OneTimeCode]
+    public var requests: [Request]
+
+    public init(
+        exportedAt: String, user: UserPayload, identities: [Identity], sessions: [Session],
+        secondFactor: SecondFactor?, oneTimeCodes: [OneTimeCode], requests: [Request]
+    ) {
+        self.exportedAt = exportedAt
+        self.user = user
+        self.identities = identities
+        self.sessions = sessions
+        self.secondFactor = secondFactor
+        self.oneTimeCodes = oneTimeCodes
+        self.requests = requests
+    }
+
+    /// A way of signing in: provider, its subject, its e-mail; never a password hash or token.
+    public struct Identity: Codable, Sendable, Equatable {
+        public var provider: String
+        public var subject: String
+        public var email: String?
+        public var emailVerified: Bool
+        public var hasPassword: Bool
+        public var createdAt: String
+        public var lastLoginAt: String?
+
+        public init(
+            provider: String, subject: String, email: String?, emailVerified: Bool, hasPassword: Bool,
+            createdAt: String, lastLoginAt: String?
+        ) {
+            self.provider = provider
+            self.subject = subject
+            self.email = email
+            self.emailVerified = emailVerified
+            self.hasPassword = hasPassword
+            self.createdAt = createdAt
+            self.lastLoginAt = lastLoginAt
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case provider, subject, email
+            case emailVerified = "email_verified"
+            case hasPassword = "has_password"
+            case createdAt = "created_at"
+            case lastLoginAt = "last_login_at"
+        }
+    }
+
+    /// A session, live or ended: its metadata.
+    public struct Session: Codable, Sendable, Equatable {
+        public var id: String
+        public var device: LoginRequestData.Device?
+        public var method: String
+        public var createdAt: String
+        public var expiresAt: String
+        public var revokedAt: String?
+        public var revokedReason: String?
+
+        public init(
+            id: String, device: LoginRequestData.Device?, method: String, createdAt: String, expiresAt: String,
+            revokedAt: String?, revokedReason: String?
+        ) {
+            self.id = id
+            self.device = device
+            self.method = method
+            self.createdAt = createdAt
+            self.expiresAt = expiresAt
+            self.revokedAt = revokedAt
+            self.revokedReason = revokedReason
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id, device, method
+            case createdAt = "created_at"
+            case expiresAt = "expires_at"
+            case revokedAt = "revoked_at"
+            case revokedReason = "revoked_reason"
+        }
+    }
+
+    /// Whether a TOTP factor is enrolled (never its secret).
+    public struct SecondFactor: Codable, Sendable, Equatable {
+        public var kind: String
+        public var active: Bool
+        public var createdAt: String
+        public var enabledAt: String?
+        public var recoveryCodesLeft: Int
+
+        public init(kind: String, active: Bool, createdAt: String, enabledAt: String?, recoveryCodesLeft: Int) {
+            self.kind = kind
+            self.active = active
+            self.createdAt = createdAt
+            self.enabledAt = enabledAt
+            self.recoveryCodesLeft = recoveryCodesLeft
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case kind, active
+            case createdAt = "created_at"
+            case enabledAt = "enabled_at"
+            case recoveryCodesLeft = "recovery_codes_left"
+        }
+    }
+
+    /// An e-mail code sent to the user: when and what for (never the code).
+    public struct OneTimeCode: Codable, Sendable, Equatable {
+        public var purpose: String
+        public var email: String
+        public var createdAt: String
+        public var expiresAt: String
+        public var usedAt: String?
+
+        public init(purpose: String, email: String, createdAt: String, expiresAt: String, usedAt: String?) {
+            self.purpose = purpose
+            self.email = email
+            self.createdAt = createdAt
+            self.expiresAt = expiresAt
+            self.usedAt = usedAt
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case purpose, email
+            case createdAt = "created_at"
+            case expiresAt = "expires_at"
+            case usedAt = "used_at"
+        }
+    }
+
+    /// A request the worker processed for the user (kept for idempotency): its method and outcome.
+    public struct Request: Codable, Sendable, Equatable {
+        public var method: String
+        public var status: String
+        public var processedAt: String
+
+        public init(method: String, status: String, processedAt: String) {
+            self.method = method
+            self.status = status
+            self.processedAt = processedAt
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case method, status
+            case processedAt = "processed_at"
+        }
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case user, identities, sessions, requests
+        case exportedAt = "exported_at"
+        case secondFactor = "second_factor"
+        case oneTimeCodes = "one_time_codes"
+    }
+}
+
+extension SessionInfoPayload: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("created_at", createdAt)
+            out.member("current", current)
+            out.member("device", device)
+            out.member("expires_at", expiresAt)
+            out.member("id", id)
+            out.member("last_used_at", lastUsedAt)
+            out.member("method", method)
+        }
+    }
+}
