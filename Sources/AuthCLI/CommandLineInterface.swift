@@ -73,6 +73,10 @@ public struct CommandLineInterface: Sendable {
             words: ["users", "show"], arguments: "ID_OR_EMAIL",
             summary: "print a user, its identities and sessions (no secrets)", positionals: 1...1),
         Command(
+            words: ["users", "audit"], arguments: "ID_OR_EMAIL [--since DURATION]",
+            summary: "print a user's audit trail, one JSON line a row, oldest first (--since 30d: only newer)",
+            options: ["--since"], positionals: 1...1),
+        Command(
             words: ["users", "delete"], arguments: "ID",
             summary: "delete a user and its sessions; emits auth.user.deleted", positionals: 1...1),
         Command(
@@ -203,6 +207,8 @@ public struct CommandLineInterface: Sendable {
                 return try await showUser(parsed.positionals[0])
             case ["users", "delete"]:
                 return try await deleteUser(parsed.positionals[0])
+            case ["users", "audit"]:
+                return try await showAudit(parsed, usage: command.usage)
             case ["guests", "purge"]:
                 return try await purgeGuests(parsed, usage: command.usage)
             case ["token", "verify"]:
@@ -614,6 +620,55 @@ public struct CommandLineInterface: Sendable {
     }
 
     // MARK: - users show
+
+    private func showAudit(_ arguments: Arguments, usage: String) async throws -> Int32 {
+        var since: Date?
+        if let text = arguments.values["--since"] {
+            guard let age = Self.duration(text) else { throw UsageError(message: usage + " (DURATION: 30d, 12h, 90m)") }
+            since = Date() - age
+        }
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        let argument = arguments.positionals[0]
+        // An id is looked up as it is: the trail outlives a deleted account.
+        var id = UUID(uuidString: argument)
+        if id == nil { id = try await store.userReport(argument)?.userID }
+        guard let id else {
+            errorOutput("auth-worker: no user \(argument)")
+            return 1
+        }
+        for entry in try await store.auditTrail(userID: id, since: since) {
+            let line = AuditLine(
+                at: Timestamp.format(entry.at), action: entry.action, outcome: entry.outcome, actor: entry.actor,
+                requestId: entry.requestID, clientId: entry.clientID, deviceName: entry.deviceName,
+                devicePlatform: entry.devicePlatform, ip: entry.ip, userAgent: entry.userAgent)
+            output(String(decoding: try MessageCoding.encode(line), as: UTF8.self))
+        }
+        return 0
+    }
+
+    /// One line of `users audit`.
+    struct AuditLine: Codable {
+        var at: String
+        var action: String
+        var outcome: String
+        var actor: String
+        var requestId: String?
+        var clientId: String?
+        var deviceName: String?
+        var devicePlatform: String?
+        var ip: String?
+        var userAgent: String?
+
+        enum CodingKeys: String, CodingKey {
+            case at, action, outcome, actor, ip
+            case requestId = "request_id"
+            case clientId = "client_id"
+            case deviceName = "device_name"
+            case devicePlatform = "device_platform"
+            case userAgent = "user_agent"
+        }
+    }
 
     private func showUser(_ argument: String) async throws -> Int32 {
         let configuration = try configuration(needs: [.database])

@@ -12,6 +12,9 @@ public struct LoginError: Error, Equatable, CustomStringConvertible {
     public var retryAfter: String?
     /// The same, in seconds from the answer (at least 1).
     public var retryAfterSeconds: Int64?
+    /// The account the refused attempt was for, when known (a wrong password for an existing
+    /// account): for the audit trail only, never in the answer.
+    public var accountID: UUID?
 
     public init(_ code: ErrorCode, _ message: String, retriable: Bool = false, field: String? = nil) {
         self.code = code

@@ -30,6 +30,10 @@ public struct PreparedRequest: Sendable {
     {
         let answer = try prepared.write(unit)
         var result = answer.result
+        if request.method.isAudited {
+            try unit.recordAudit(
+                AuditEntry(request, userID: answer.userID, outcome: result.error?.code.rawValue ?? "ok", at: now))
+        }
         if let replyKey {
             result = try Self.sealed(result, to: replyKey)
         }
@@ -43,6 +47,11 @@ public struct PreparedRequest: Sendable {
                 digest: resultsKey == nil ? nil : digest, userID: answer.userID, sessionID: answer.sessionID,
                 resultSealed: sealed, processedAt: now, expiresAt: rememberedUntil))
         return (result, json)
+    }
+
+    /// What a refusal of the write leaves, after its own writes were dropped: its audit row.
+    public func recordRefusal(_ error: any Error, in unit: any UnitOfWork, at now: Date) throws {
+        if let entry = AuditEntry.refused(request, error: error, at: now) { try unit.recordAudit(entry) }
     }
 
     /// `result` with every secret it carries sealed to `replyKey` in its place: whoever reads the

@@ -96,6 +96,8 @@ public protocol UnitOfWork: AnyObject {
     func deleteFactor(userID: UUID) throws
     /// Writes an event to the outbox, to be published after the commit.
     func appendEvent(_ event: OutboxEvent) throws
+    /// Adds a row to the audit trail.
+    func recordAudit(_ entry: AuditEntry) throws
     /// Records a processed request (or notification) with its sealed answer, so a redelivery is
     /// answered again and never acted on twice.
     func recordRequest(_ record: RequestRecord) throws
@@ -204,15 +206,18 @@ public struct AccountRecords: Sendable, Equatable {
     public var unusedRecoveryCodes: Int
     public var codes: [Code]
     public var requests: [Request]
+    public var audit: [AuditEntry]
 
     public init(
-        identities: [Identity], factor: MFAFactorRecord?, unusedRecoveryCodes: Int, codes: [Code], requests: [Request]
+        identities: [Identity], factor: MFAFactorRecord?, unusedRecoveryCodes: Int, codes: [Code], requests: [Request],
+        audit: [AuditEntry]
     ) {
         self.identities = identities
         self.factor = factor
         self.unusedRecoveryCodes = unusedRecoveryCodes
         self.codes = codes
         self.requests = requests
+        self.audit = audit
     }
 }
 

@@ -5,8 +5,32 @@ import PGStore
 public enum Migrations {
     public static let all: [PGMigration] = [
         initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
-        oneTimeCodes, secondFactors, reservationsThatLock,
+        oneTimeCodes, secondFactors, reservationsThatLock, auditTrail,
     ]
+
+    /// Who signed in when, and every other security-relevant outcome, written in the transaction
+    /// of its effect. `user_id` is no foreign key: an account's rows outlive its deletion (the
+    /// deletion is one of them); the relay purges rows past `AUTH_AUDIT_RETENTION_DAYS`.
+    static let auditTrail = PGMigration(
+        version: 10, name: "audit trail",
+        sql: """
+            CREATE TABLE audit_log (
+                id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                at              timestamptz NOT NULL,
+                user_id         uuid,
+                action          text NOT NULL,
+                outcome         text NOT NULL,
+                request_id      text,
+                client_id       text,
+                device_name     text,
+                device_platform text,
+                ip              text,
+                user_agent      text,
+                actor           text
+            );
+            CREATE INDEX audit_log_user ON audit_log (user_id, at) WHERE user_id IS NOT NULL;
+            CREATE INDEX audit_log_at ON audit_log (at);
+            """)
 
     /// The two reservation functions insert their row or lock the one there in a single step.
     /// They inserted (or found) it, then read it with `FOR UPDATE` in a second statement; a row

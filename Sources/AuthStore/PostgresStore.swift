@@ -76,14 +76,16 @@ public final class PostgresStore: Sendable {
     /// - Parameter writer: which writing connection (batches on one are written one at a time).
     public func runBatch<Item: Sendable, Output: Sendable>(
         _ items: [Item], head: [PGQuery] = [], prefetch: Prefetch, writer: Int = 0,
+        onRefusal: @escaping @Sendable (Item, any Error, any UnitOfWork) throws -> Void = { _, _, _ in },
         _ body: @escaping @Sendable (Item, any UnitOfWork) throws -> Output
     ) async throws -> [ItemOutcome<Output>] {
         try await writers[writer % writers.count].withConnection { connection in
             do {
-                return try Self.runTogether(items, head: head, prefetch: prefetch, connection: connection, body)
+                return try Self.runTogether(
+                    items, head: head, prefetch: prefetch, connection: connection, onRefusal: onRefusal, body)
             } catch let error as PGError where !error.isRetriable {
                 _ = try? connection.execute(unsafeSQL: "ROLLBACK")
-                return try Self.runCarefully(items, head: head, connection: connection, body)
+                return try Self.runCarefully(items, head: head, connection: connection, onRefusal: onRefusal, body)
             } catch {
                 _ = try? connection.execute(unsafeSQL: "ROLLBACK")
                 throw error
@@ -107,7 +109,7 @@ public final class PostgresStore: Sendable {
     /// The fast way: cached reads, every item's writes sent together with the `COMMIT`.
     private static func runTogether<Item, Output>(
         _ items: [Item], head: [PGQuery], prefetch: Prefetch, connection: PGConnection,
-        _ body: (Item, any UnitOfWork) throws -> Output
+        onRefusal: (Item, any Error, any UnitOfWork) throws -> Void, _ body: (Item, any UnitOfWork) throws -> Output
     ) throws -> [ItemOutcome<Output>] {
         let unit = PostgresUnitOfWork(connection: connection)
         try unit.begin(head: head, prefetch: prefetch)
@@ -124,6 +126,10 @@ public final class PostgresStore: Sendable {
                 throw error
             } catch {
                 unit.discardRequest()
+                // What a refusal leaves (its audit row) rides in the same transaction.
+                unit.beginRequest()
+                try onRefusal(item, error, unit)
+                unit.endRequest()
                 outcomes.append(.refused(error))
             }
         }
@@ -133,7 +139,8 @@ public final class PostgresStore: Sendable {
 
     /// The careful way: one savepoint per item, every read from the server.
     private static func runCarefully<Item, Output>(
-        _ items: [Item], head: [PGQuery], connection: PGConnection, _ body: (Item, any UnitOfWork) throws -> Output
+        _ items: [Item], head: [PGQuery], connection: PGConnection,
+        onRefusal: (Item, any Error, any UnitOfWork) throws -> Void, _ body: (Item, any UnitOfWork) throws -> Output
     ) throws -> [ItemOutcome<Output>] {
         let unit = PostgresUnitOfWork(connection: connection, usesCache: false)
         try unit.begin(head: head, prefetch: Prefetch())
@@ -168,6 +175,10 @@ public final class PostgresStore: Sendable {
                     unit.discardRequest()
                     try connection.execute(unsafeSQL: "ROLLBACK TO SAVEPOINT item")
                     try connection.execute(unsafeSQL: "RELEASE SAVEPOINT item")
+                    unit.beginRequest()
+                    try onRefusal(item, error, unit)
+                    unit.endRequest()
+                    try unit.flush()
                     outcomes.append(.refused(error))
                     break
                 }
@@ -328,8 +339,10 @@ public final class PostgresStore: Sendable {
         public var rateLimits = 0
         /// One-time codes past their lifetime.
         public var codes = 0
+        /// Audit rows past their retention.
+        public var auditRows = 0
 
-        public var total: Int { requests + events + throttles + rateLimits + codes }
+        public var total: Int { requests + events + throttles + rateLimits + codes + auditRows }
     }
 
     /// One stored password hash of the most common kind (algorithm and parameters), for making
@@ -352,9 +365,10 @@ public final class PostgresStore: Sendable {
 
     /// Forgets what has expired: request ids past their expiry, throttle rows whose failures and
     /// lock are over, rate-limit buckets whose window has passed, one-time codes past theirs.
-    public func purgeExpired(at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval) async throws
-        -> Purge
-    {
+    public func purgeExpired(
+        at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval,
+        auditRetention: TimeInterval = 400 * 86_400
+    ) async throws -> Purge {
         let results = try await pool.withConnection { connection in
             try connection.pipeline([
                 "DELETE FROM processed_requests WHERE expires_at < \(date)",
@@ -364,16 +378,30 @@ public final class PostgresStore: Sendable {
                 """,
                 "DELETE FROM rate_limits WHERE window_start < \(date - rateLimitWindow)",
                 "DELETE FROM one_time_codes WHERE expires_at < \(date)",
+                "DELETE FROM audit_log WHERE at < \(date - auditRetention)",
             ])
         }
         var purge = Purge()
-        if results.count == 4 {
+        if results.count == 5 {
             purge.requests = results[0].affectedRows
             purge.throttles = results[1].affectedRows
             purge.rateLimits = results[2].affectedRows
             purge.codes = results[3].affectedRows
+            purge.auditRows = results[4].affectedRows
         }
         return purge
+    }
+
+    /// A user's audit trail, oldest first (`auth-worker users audit`).
+    public func auditTrail(userID: UUID, since: Date?) async throws -> [AuditEntry] {
+        try await pool.withConnection { connection in
+            try connection.query(
+                """
+                \(unsafeRaw: PostgresUnitOfWork.auditColumns)
+                WHERE user_id = \(userID) AND at >= \(since ?? Date(timeIntervalSince1970: 0)) ORDER BY at, id
+                """
+            ).map(Decode.audit)
+        }
     }
 
     // MARK: - Operators

@@ -316,10 +316,17 @@ final class PostgresUnitOfWork: UnitOfWork {
                 method: try row.decode("method"), status: try row.decode("status"),
                 processedAt: try row.decode("processed_at"))
         }
+        let audit = try query("\(unsafeRaw: Self.auditColumns) WHERE user_id = \(userID) ORDER BY at, id").map(
+            Decode.audit)
         return AccountRecords(
             identities: identities, factor: try mfaFactor(userID: userID), unusedRecoveryCodes: unused, codes: codes,
-            requests: requests)
+            requests: requests, audit: audit)
     }
+
+    static let auditColumns = """
+        SELECT at, user_id, action, outcome, request_id, client_id, device_name, device_platform, ip, user_agent, actor
+        FROM audit_log
+        """
 
     static let codeColumns =
         "SELECT id, user_id, purpose, email, code_hmac, attempts, expires_at, used_at FROM one_time_codes"
@@ -532,6 +539,10 @@ final class PostgresUnitOfWork: UnitOfWork {
         current.events.append(event)
     }
 
+    func recordAudit(_ entry: AuditEntry) throws {
+        current.audits.append(entry)
+    }
+
     func recordRequest(_ record: RequestRecord) throws {
         current.requests.append(record)
     }
@@ -630,10 +641,11 @@ private struct Writes {
     var rateLimitCounts: [String: Int] = [:]
     var rateLimitWindows: [String: (at: Date, window: TimeInterval)] = [:]
     var events: [OutboxEvent] = []
+    var audits: [AuditEntry] = []
 
     var count: Int {
         requests.count + users.count + identities.count + sessions.count + accessTokens.count + refreshTokens.count
-            + statements.count + rateLimitCounts.count + events.count
+            + statements.count + rateLimitCounts.count + events.count + audits.count
     }
 
     mutating func append(_ other: Writes) {
@@ -647,6 +659,7 @@ private struct Writes {
         for (bucket, count) in other.rateLimitCounts { rateLimitCounts[bucket, default: 0] += count }
         for (bucket, window) in other.rateLimitWindows { rateLimitWindows[bucket] = window }
         events += other.events
+        audits += other.audits
     }
 
     /// The statements that write all of it: one multi-row insert per table, parents before
@@ -749,6 +762,19 @@ private struct Writes {
         }
         out += statements
         out += rateLimitStatements()
+        if !audits.isEmpty {
+            out.append(
+                """
+                INSERT INTO audit_log (at, user_id, action, outcome, request_id, client_id, device_name, device_platform,
+                                       ip, user_agent, actor)
+                SELECT * FROM unnest(\(PGArray(audits.map(\.at)))::timestamptz[], \(PGArray(audits.map(\.userID)))::uuid[],
+                                     \(PGArray(audits.map(\.action)))::text[], \(PGArray(audits.map(\.outcome)))::text[],
+                                     \(PGArray(audits.map(\.requestID)))::text[], \(PGArray(audits.map(\.clientID)))::text[],
+                                     \(PGArray(audits.map(\.deviceName)))::text[],
+                                     \(PGArray(audits.map(\.devicePlatform)))::text[], \(PGArray(audits.map(\.ip)))::text[],
+                                     \(PGArray(audits.map(\.userAgent)))::text[], \(PGArray(audits.map(\.actor)))::text[])
+                """)
+        }
         if !events.isEmpty {
             out.append(
                 """
@@ -1014,6 +1040,18 @@ enum Decode {
             email: try row.decode("email"), codeHMAC: try row.decode("code_hmac", as: PGBytes.self).bytes,
             attempts: try row.decode("attempts"), expiresAt: try row.decode("expires_at"),
             usedAt: try row.decode("used_at", as: Date?.self))
+    }
+
+    static func audit(_ row: PGRow) throws -> AuditEntry {
+        AuditEntry(
+            at: try row.decode("at"), userID: try row.decode("user_id", as: UUID?.self),
+            action: try row.decode("action"),
+            outcome: try row.decode("outcome"), requestID: try row.decode("request_id", as: String?.self),
+            clientID: try row.decode("client_id", as: String?.self),
+            deviceName: try row.decode("device_name", as: String?.self),
+            devicePlatform: try row.decode("device_platform", as: String?.self),
+            ip: try row.decode("ip", as: String?.self),
+            userAgent: try row.decode("user_agent", as: String?.self), actor: try row.decode("actor"))
     }
 
     static func rateLimit(_ row: PGRow) throws -> RateLimitRow {

@@ -37,6 +37,8 @@ public struct UserReport: Codable, Sendable {
     }
 
     var user: [String: String]
+    /// The user's id.
+    public var userID: UUID? { user["id"].flatMap(UUID.init(uuidString:)) }
     var identities: [Identity]
     var sessions: [Session]
 

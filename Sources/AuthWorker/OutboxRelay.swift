@@ -20,6 +20,7 @@ public final class OutboxRelay: Service {
     private let grace: TimeInterval
     private let throttleWindow: TimeInterval
     private let rateLimitWindow: TimeInterval
+    private let auditRetention: TimeInterval
     private let passwords: PasswordService?
     private let stopping = Atomic<Bool>(false)
 
@@ -28,11 +29,14 @@ public final class OutboxRelay: Service {
     ///   - grace: how old an unpublished event must be to be taken. Default: 30 s.
     ///   - throttleWindow: how long failed password attempts count. Default: a day.
     ///   - rateLimitWindow: the longest rate-limit window. Default: an hour.
+    ///   - auditRetention: how long audit rows are kept. Default: 400 days.
     public init(
         store: PostgresStore, producer: KafkaProducer, clock: any WorkerClock, logger: Logger,
         interval: Duration = .seconds(5), grace: TimeInterval = 30, throttleWindow: TimeInterval = 86400,
-        rateLimitWindow: TimeInterval = 3600, passwords: PasswordService? = nil
+        rateLimitWindow: TimeInterval = 3600, auditRetention: TimeInterval = 400 * 86_400,
+        passwords: PasswordService? = nil
     ) {
+        self.auditRetention = auditRetention
         self.passwords = passwords
         self.throttleWindow = throttleWindow
         self.rateLimitWindow = rateLimitWindow
@@ -57,13 +61,14 @@ public final class OutboxRelay: Service {
                 if ContinuousClock.now - lastPurge > .seconds(600) {
                     lastPurge = ContinuousClock.now
                     let purged = try await store.purgeExpired(
-                        at: clock.now(), throttleWindow: throttleWindow, rateLimitWindow: rateLimitWindow)
+                        at: clock.now(), throttleWindow: throttleWindow, rateLimitWindow: rateLimitWindow,
+                        auditRetention: auditRetention)
                     if purged.total > 0 {
                         logger.info(
                             "Forgot expired rows",
                             metadata: [
                                 "purge.requests": String(purged.requests), "purge.throttles": String(purged.throttles),
-                                "purge.rate_limits": String(purged.rateLimits),
+                                "purge.rate_limits": String(purged.rateLimits), "purge.audit": String(purged.auditRows),
                             ])
                     }
                     try await calibratePasswords()

@@ -86,7 +86,7 @@ public struct WorkerApplication: Sendable {
             rateLimitWindow: max(
                 configuration.accounts.longestRateLimitWindow, configuration.emailCodes.sendLimit.window,
                 configuration.emailCodes.resetLimit.window, configuration.mfa.attempts.window,
-                configuration.mfa.lockoutHorizon), passwords: passwords)
+                configuration.mfa.lockoutHorizon), auditRetention: configuration.auditRetention, passwords: passwords)
         let readiness = Readiness(
             database: DatabaseProbe(conninfo: configuration.databaseURL), producer: producer,
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,

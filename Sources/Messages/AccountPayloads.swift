@@ -46,10 +46,12 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     public var secondFactor: SecondFactor?
     public var oneTimeCodes: [OneTimeCode]
     public var requests: [Request]
+    /// The audit trail: every sign-in and change recorded for the user.
+    public var audit: [AuditRecord]
 
     public init(
         exportedAt: String, user: UserPayload, identities: [Identity], sessions: [Session],
-        secondFactor: SecondFactor?, oneTimeCodes: [OneTimeCode], requests: [Request]
+        secondFactor: SecondFactor?, oneTimeCodes: [OneTimeCode], requests: [Request], audit: [AuditRecord]
     ) {
         self.exportedAt = exportedAt
         self.user = user
@@ -58,6 +60,42 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
         self.secondFactor = secondFactor
         self.oneTimeCodes = oneTimeCodes
         self.requests = requests
+        self.audit = audit
+    }
+
+    /// One row of the audit trail.
+    public struct AuditRecord: Codable, Sendable, Equatable {
+        public var at: String
+        public var action: String
+        public var outcome: String
+        public var requestId: String?
+        public var clientId: String?
+        public var device: LoginRequestData.Device?
+        public var ip: String?
+        public var userAgent: String?
+        public var actor: String
+
+        public init(
+            at: String, action: String, outcome: String, requestId: String?, clientId: String?,
+            device: LoginRequestData.Device?, ip: String?, userAgent: String?, actor: String
+        ) {
+            self.at = at
+            self.action = action
+            self.outcome = outcome
+            self.requestId = requestId
+            self.clientId = clientId
+            self.device = device
+            self.ip = ip
+            self.userAgent = userAgent
+            self.actor = actor
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case at, action, outcome, device, ip, actor
+            case requestId = "request_id"
+            case clientId = "client_id"
+            case userAgent = "user_agent"
+        }
     }
 
     /// A way of signing in: provider, its subject, its e-mail; never a password hash or token.
@@ -191,7 +229,7 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case user, identities, sessions, requests
+        case user, identities, sessions, requests, audit
         case exportedAt = "exported_at"
         case secondFactor = "second_factor"
         case oneTimeCodes = "one_time_codes"

@@ -34,6 +34,25 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
     public var recoveryCode: String?
     /// The session to end (`session_revoke`): an `id` from `sessions_list`.
     public var sessionID: String?
+    /// Where the request came from, as the gateway saw it (an addition to the contract): kept in
+    /// the audit trail only.
+    public var context: Context?
+
+    /// The client's network address and user agent, as the gateway saw them.
+    public struct Context: Codable, Sendable, Equatable {
+        public var ip: String?
+        public var userAgent: String?
+
+        public init(ip: String?, userAgent: String?) {
+            self.ip = ip
+            self.userAgent = userAgent
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case ip
+            case userAgent = "user_agent"
+        }
+    }
 
     /// The name Apple sends on first authorization only.
     public struct Profile: Codable, Sendable, Equatable {
@@ -76,6 +95,7 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
         case mfaToken = "mfa_token"
         case recoveryCode = "recovery_code"
         case sessionID = "session_id"
+        case context
     }
 
     public init(method: String) {

@@ -188,6 +188,7 @@ extension LoginRequestData: JSONWritable {
             out.member("access_token", accessToken)
             out.member("client_id", clientID)
             out.member("code", code)
+            out.member("context", context)
             out.member("device", device)
             out.member("email", email)
             out.member("identity_token", identityToken)
@@ -206,6 +207,15 @@ extension LoginRequestData: JSONWritable {
             out.member("reply_key", replyKey)
             out.member("scope", scope)
             out.member("session_id", sessionID)
+        }
+    }
+}
+
+extension LoginRequestData.Context: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("ip", ip)
+            out.member("user_agent", userAgent)
         }
     }
 }

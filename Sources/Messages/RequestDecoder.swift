@@ -161,6 +161,9 @@ public struct RequestDecoder: Sendable {
         if let device = try data.optionalObject("device") {
             request.device = .init(name: try device.optional("name"), platform: try device.optional("platform"))
         }
+        if let context = try data.optionalObject("context") {
+            request.context = .init(ip: try context.optional("ip"), userAgent: try context.optional("user_agent"))
+        }
         guard let method = LoginMethod(rawValue: methodName) else {
             throw RequestValidationError(
                 field: "data.method", reason: "unknown method \"\(methodName.prefix(32))\"", code: .unsupportedMethod)
@@ -388,6 +391,16 @@ public struct RequestDecoder: Sendable {
         try limit(data.profile?.familyName, "profile.family_name", max: maxFieldBytes)
         try limit(data.device?.name, "device.name", max: maxFieldBytes)
         try limit(data.device?.platform, "device.platform", max: maxFieldBytes)
+        try limit(data.context?.userAgent, "context.user_agent", max: maxFieldBytes)
+        if let ip = data.context?.ip,
+            ip.utf8.count > 45
+                || !ip.utf8.allSatisfy({ byte in
+                    (0x30...0x39).contains(byte) || (0x61...0x66).contains(byte) || (0x41...0x46).contains(byte)
+                        || byte == UInt8(ascii: ".") || byte == UInt8(ascii: ":")
+                })
+        {
+            throw RequestValidationError(field: "data.context.ip", reason: "must be an IPv4 or IPv6 address")
+        }
     }
 
     /// `version-traceid-parentid-flags`, lower-case hex (W3C Trace Context).

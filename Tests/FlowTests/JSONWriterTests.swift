@@ -91,10 +91,11 @@ extension JSONWriterTests {
         request.replyKey = "k"
         request.clientID = "c"
         request.sessionID = "0193"
+        request.context = .init(ip: "203.0.113.7", userAgent: "Mozilla/5.0 (X11)")
         try Self.same(request)
         let encoded = try #require(
             try JSONSerialization.jsonObject(with: Data(try Self.encoder(request))) as? [String: Any])
-        #expect(encoded.count == 21, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
+        #expect(encoded.count == 22, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
 
         var error = ErrorPayload(
             code: .mfaRequired, message: "m", retriable: false, field: "f", retryAfter: "t", retryAfterSeconds: 1)

@@ -391,9 +391,21 @@ import Testing
             String(decoding: purgeOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).hasPrefix(
                 "purged 1 guest"))
 
+        let (audit, auditOutput, _) = try launch(["users", "audit", "member@example.com"], environment: environment)
+        await audit.exited()
+        #expect(audit.terminationStatus == 0)
+        let trail = String(decoding: auditOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(trail.split(separator: "\n").count == 1 && trail.contains(#""action":"register""#), "\(trail)")
+
         let (delete, _, _) = try launch(["users", "delete", member], environment: environment)
         await delete.exited()
         #expect(delete.terminationStatus == 0)
+        // The trail outlives the account, read by its id.
+        let (after, afterOutput, _) = try launch(["users", "audit", member, "--since", "1h"], environment: environment)
+        await after.exited()
+        let afterTrail = String(decoding: afterOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(after.terminationStatus == 0)
+        #expect(afterTrail.contains(#""action":"user_deleted""#) && afterTrail.contains(#""actor":"operator""#))
 
         let remaining = try connection.query("SELECT id FROM users").map {
             try $0.decode("id", as: UUID.self).lowercasedString

@@ -87,13 +87,22 @@ final class FlowHarness: Sendable {
                 prepared.append(.failure(error))
             }
         }
-        let items = prepared.compactMap { try? $0.get() }.map(WriteItem.login)
+        let now = clock.now()
+        // As the pipeline does: a request refused before its write leaves its audit row.
+        var items = prepared.compactMap { try? $0.get() }.map(WriteItem.login)
+        for (request, preparation) in zip(requests, prepared) {
+            if case .failure(let error) = preparation, let audit = AuditEntry.refused(request, error: error, at: now) {
+                items.append(.audit(audit))
+            }
+        }
         var prefetch = Prefetch()
         for case .success(let work) in prepared { prefetch.merge(work.prepared.prefetch) }
-        let now = clock.now()
         let resultsKey = configuration.resultsKey
         let remembered = now + configuration.sessions.idempotencyLifetime
-        var outcomes = try await store.runBatch(items, prefetch: prefetch) { item, unit in
+        var outcomes = try await store.runBatch(
+            items, prefetch: prefetch,
+            onRefusal: { item, error, unit in try RequestPipeline.recordRefusal(item, error, unit, at: now) }
+        ) { item, unit in
             try RequestPipeline.write(item, unit, resultsKey: resultsKey, rememberedUntil: remembered, at: now)
         }.makeIterator()
         return prepared.map { preparation in

@@ -20,7 +20,7 @@ import Testing
     }
 
     private func ready(_ job: Job, _ state: inout LoopState) {
-        state.move(job, to: .ready(.publish([], outcome: "ok")))
+        state.move(job, to: .ready(.publish([], outcome: "ok", audit: nil)))
     }
 
     @Test func acknowledgedEventsWaitForTheNextTransactionFromTheFirstAcknowledgement() throws {

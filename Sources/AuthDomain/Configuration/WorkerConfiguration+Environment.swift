@@ -210,6 +210,9 @@ extension WorkerConfiguration {
         if let value = try reader.bool("AUTH_EMAIL_CODE_SIGNUP") { config.emailCodes.signUp = value }
         if let value = try reader.bool("AUTH_REQUIRE_VERIFIED_EMAIL") { config.accounts.requireVerifiedEmail = value }
         if let value = try reader.seconds("AUTH_REAUTH_MAX_AGE_SECONDS") { config.accounts.reauthMaxAge = value }
+        if let days = try reader.integer("AUTH_AUDIT_RETENTION_DAYS") {
+            config.auditRetention = TimeInterval(days) * 86_400
+        }
         if let issuer = reader.string("AUTH_MFA_ISSUER") { config.mfa.issuer = issuer }
         if let value = try reader.seconds("AUTH_MFA_TOKEN_TTL_SECONDS") {
             guard value >= 30 else {

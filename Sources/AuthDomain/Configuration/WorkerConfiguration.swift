@@ -153,6 +153,10 @@ public struct WorkerConfiguration: Sendable {
         public init() {}
     }
 
+    /// How long the audit trail keeps a row; the outbox relay purges older ones.
+    /// Env: `AUTH_AUDIT_RETENTION_DAYS`. Default: 400 days.
+    public var auditRetention: TimeInterval = 400 * 86_400
+
     /// The account rules.
     public struct Accounts: Sendable, Equatable {
         /// Argon2id parameters of new password hashes. Env: `AUTH_ARGON2_MEMORY_KIB` (19456),

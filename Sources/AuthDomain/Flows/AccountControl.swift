@@ -201,6 +201,14 @@ struct AccountExport: PreparedWrite {
             },
             requests: records.requests.map {
                 .init(method: $0.method, status: $0.status, processedAt: Timestamp.format($0.processedAt))
+            },
+            audit: records.audit.map { entry in
+                .init(
+                    at: Timestamp.format(entry.at), action: entry.action, outcome: entry.outcome,
+                    requestId: entry.requestID, clientId: entry.clientID,
+                    device: entry.deviceName == nil && entry.devicePlatform == nil
+                        ? nil : .init(name: entry.deviceName, platform: entry.devicePlatform),
+                    ip: entry.ip, userAgent: entry.userAgent, actor: entry.actor)
             })
         var result = LoginResultData.accepted(requestID: requestID, user: user.payload)
         result.sealedExport = try JWE.sealECDHES(try MessageCoding.encode(export), to: replyKey)

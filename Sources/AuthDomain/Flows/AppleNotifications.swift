@@ -158,6 +158,11 @@ public enum AccountDeletion {
             }
             try unit.appendEvent(try events.userDeleted(user: id, reason: reason))
             summary.events += 1
+            // The trail outlives the account: who deleted it, and why.
+            try unit.recordAudit(
+                AuditEntry(
+                    at: events.now, userID: id, action: "user_deleted", outcome: reason,
+                    actor: reason == "apple_account_deleted" ? "apple" : "operator"))
         }
         try unit.deleteUsers(ids)
         summary.users = ids.count

@@ -139,7 +139,10 @@ extension LoginFlows {
             logger.info(
                 "Password login refused",
                 metadata: [LogKey.requestID: request.id, "auth.failures": String(attempt.failures)])
-            throw LoginError(.invalidCredentials, "wrong e-mail address or password")
+            var wrong = LoginError(.invalidCredentials, "wrong e-mail address or password")
+            // The audit trail names the account a wrong password was tried for; the answer never does.
+            wrong.accountID = attempt.credential?.userID
+            throw wrong
         }
         let identity = NewIdentity(
             provider: "password", subject: email, email: nil, emailVerified: false, isPrivateEmail: false,

@@ -128,8 +128,9 @@ enum Phase {
 
 /// What a ready job still needs.
 enum Step: Sendable {
-    /// Nothing to write: publish these records.
-    case publish([ProducerRecord], outcome: String)
+    /// Nothing to write but its audit row, if any (in the next batch's transaction): publish
+    /// these records.
+    case publish([ProducerRecord], outcome: String, audit: AuditEntry?)
     case writeLogin(PreparedRequest)
     case writeNotification(AppleNotification)
 }
@@ -147,12 +148,15 @@ enum Prepared: Sendable {
 enum WriteItem: Sendable {
     case login(PreparedRequest)
     case notification(AppleNotification)
+    /// A refusal's audit row: the refusal wrote nothing else.
+    case audit(AuditEntry)
 }
 
 enum WriteOutput: Sendable {
     /// The answer, with its JSON (written once, for keeping and for publishing).
     case login(LoginResultData, json: [UInt8])
     case notification(events: Int)
+    case audited
 }
 
 /// A stage of the loop running in the background: a batch being written, or published.

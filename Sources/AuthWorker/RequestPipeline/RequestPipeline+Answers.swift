@@ -64,6 +64,14 @@ extension RequestPipeline {
         ]
     }
 
+    /// A refused request's step: its error result, and its audit row (ridden in the next batch's
+    /// transaction: no round trip of its own).
+    func refused(_ error: any Error, job: Job, request: LoginRequest) -> Step {
+        .publish(
+            refusal(error, job: job, request: request), outcome: Self.outcome(of: error),
+            audit: AuditEntry.refused(request, error: error, at: clock.now()))
+    }
+
     static func outcome(of error: any Error) -> String {
         (error as? LoginError)?.code.rawValue ?? ErrorCode.internalError.rawValue
     }

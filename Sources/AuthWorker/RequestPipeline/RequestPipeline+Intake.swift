@@ -45,7 +45,8 @@ extension RequestPipeline {
                     "dlq.reason": reason, LogKey.topic: message.topic, LogKey.partition: String(message.partition),
                     LogKey.offset: String(message.offset),
                 ])
-            return .ready(.publish([deadLetter(message, reason: reason, text: text)], outcome: "dead_letter"))
+            return .ready(
+                .publish([deadLetter(message, reason: reason, text: text)], outcome: "dead_letter", audit: nil))
         case .invalid(let id, let traceparent, let error):
             let failure = LoginError(error.code, error.description, field: error.field)
             return .ready(
@@ -55,7 +56,7 @@ extension RequestPipeline {
                             .failure(requestID: id, error: failure.payload), requestID: id, traceparent,
                             tag: Self.refusalTag(
                                 failure, digest: HMACSHA256.mac(key: digestKey, message: message.value)))
-                    ], outcome: failure.code.rawValue))
+                    ], outcome: failure.code.rawValue, audit: nil))
         case .valid(var request):
             request.partitionKey = message.key.flatMap { String(validating: $0, as: UTF8.self) }
             let digest = (try? MessageCoding.encode(request.data)).map { HMACSHA256.mac(key: digestKey, message: $0) }
@@ -127,7 +128,9 @@ extension RequestPipeline {
             }
             // The kept answer comes first: a processed request is answered again, however late.
             if let kept = kept[request.id] {
-                state.move(job, to: .ready(.publish(replay(kept, job: job, request: request), outcome: "replayed")))
+                state.move(
+                    job, to: .ready(.publish(replay(kept, job: job, request: request), outcome: "replayed", audit: nil))
+                )
                 continue
             }
             let sent = request.time ?? job.message.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) }
@@ -138,7 +141,12 @@ extension RequestPipeline {
                 let expired = LoginError(
                     .internalError, "the request expired before it could be processed; send a new one",
                     retriable: true)
-                state.move(job, to: .ready(.publish(refusal(expired, job: job, request: request), outcome: "expired")))
+                state.move(
+                    job,
+                    to: .ready(
+                        .publish(
+                            refusal(expired, job: job, request: request), outcome: "expired",
+                            audit: AuditEntry.refused(request, error: expired, at: now))))
                 continue
             }
             if request.method == .guest, let guests {
@@ -146,10 +154,7 @@ extension RequestPipeline {
                     let error = LoginError.tooManyAttempts(
                         until: guests.windowEnd, now: now,
                         message: "too many guest sign-ups right now; try again later")
-                    state.move(
-                        job,
-                        to: .ready(
-                            .publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error))))
+                    state.move(job, to: .ready(refused(error, job: job, request: request)))
                     continue
                 }
                 guestsAllowed -= 1
@@ -158,9 +163,7 @@ extension RequestPipeline {
             do {
                 replyKey = try request.replyKey(required: configuration.sessions.requireReplyKey)
             } catch {
-                state.move(
-                    job,
-                    to: .ready(.publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error))))
+                state.move(job, to: .ready(refused(error, job: job, request: request)))
                 continue
             }
             let preparation = Preparation(seq: job.seq, request: request, digest: job.digest, replyKey: replyKey)
@@ -274,7 +277,7 @@ extension RequestPipeline {
             return .ready(.writeLogin(work))
         case .refused(let error):
             guard let request = job.request else { return .abandoned }
-            return .ready(.publish(refusal(error, job: job, request: request), outcome: Self.outcome(of: error)))
+            return .ready(refused(error, job: job, request: request))
         case .notification(let notification):
             return .ready(.writeNotification(notification))
         case .notificationRefused(let reason):
@@ -287,7 +290,7 @@ extension RequestPipeline {
             return .ready(
                 .publish(
                     [deadLetter(job.message, reason: "notification_refused", text: String(reason.prefix(200)))],
-                    outcome: "dead_letter"))
+                    outcome: "dead_letter", audit: nil))
         case .abandoned:
             return .abandoned
         }

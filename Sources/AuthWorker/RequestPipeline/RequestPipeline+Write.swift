@@ -27,6 +27,8 @@ extension RequestPipeline {
             case .ready(.writeNotification(let notification)):
                 items.append(.notification(notification))
                 prefetch.merge(notification.prefetch)
+            case .ready(.publish(_, _, .some(let audit))):
+                items.append(.audit(audit))
             default:
                 break
             }
@@ -50,8 +52,10 @@ extension RequestPipeline {
         let batchIDs = ready.compactMap { $0.request?.id }
         return Stage(wake: wake) {
             let outcomes = try await self.retrying("write the batch", requestIDs: batchIDs) {
-                try await self.store.runBatch(batchItems, head: head, prefetch: batchPrefetch, writer: writer) {
-                    item, unit in
+                try await self.store.runBatch(
+                    batchItems, head: head, prefetch: batchPrefetch, writer: writer,
+                    onRefusal: { item, error, unit in try Self.recordRefusal(item, error, unit, at: now) }
+                ) { item, unit in
                     try Self.write(
                         item, unit, resultsKey: resultsKey, rememberedUntil: now + idempotencyLifetime, at: now)
                 }
@@ -67,7 +71,9 @@ extension RequestPipeline {
         for (seq, step) in written.steps {
             guard let job = state.jobs[seq] else { continue }
             switch step {
-            case .publish(let published, let outcome):
+            case .publish(let published, let outcome, let audit):
+                // Its audit row was an item of the transaction: its outcome is passed over.
+                if audit != nil { _ = next.next() }
                 records.append(JobRecords(job: job, records: published, events: [], outcome: outcome))
             case .writeLogin(let work):
                 guard let outcome = next.next() else { continue }
@@ -112,7 +118,15 @@ extension RequestPipeline {
         case .login(let work):
             let (result, json) = try work.write(unit, resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
             return .login(result, json: json)
+        case .audit(let entry):
+            try unit.recordAudit(entry)
+            return .audited
         }
+    }
+
+    /// What a refused item leaves in the transaction, its own writes dropped: a login's audit row.
+    static func recordRefusal(_ item: WriteItem, _ error: any Error, _ unit: any UnitOfWork, at now: Date) throws {
+        if case .login(let work) = item { try work.recordRefusal(error, in: unit, at: now) }
     }
 
     func loginRecords(_ outcome: PostgresStore.ItemOutcome<WriteOutput>, job: Job, work: PreparedRequest)
@@ -128,7 +142,7 @@ extension RequestPipeline {
                         result, json: json, requestID: request.id, request.traceparent,
                         tag: Self.answerTag(digest: work.digest))
                 ], events: events, outcome: result.error?.code.rawValue ?? "ok")
-        case .written(.notification, _):
+        case .written(.notification, _), .written(.audited, _):
             return JobRecords(job: job, records: [], events: [], outcome: "internal_error")
         case .refused(let error):
             return JobRecords(
