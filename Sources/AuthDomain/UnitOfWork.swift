@@ -46,6 +46,8 @@ public protocol UnitOfWork: AnyObject {
     func sessionDetails(userID: UUID, live: Bool, at date: Date) throws -> [SessionDetails]
     /// Everything else stored about a user, for the export (sessions come from `sessionDetails`).
     func accountRecords(userID: UUID) throws -> AccountRecords
+    /// The Apple refresh token kept for an Apple subject.
+    func appleToken(subject: String) throws -> AppleTokenRecord?
 
     // MARK: - Writes
 
@@ -98,6 +100,10 @@ public protocol UnitOfWork: AnyObject {
     func appendEvent(_ event: OutboxEvent) throws
     /// Adds a row to the audit trail.
     func recordAudit(_ entry: AuditEntry) throws
+    /// Queues a job for Apple's REST API, due at once.
+    func enqueueAppleJob(_ job: AppleJob) throws
+    /// Forgets the Apple refresh token of a subject.
+    func deleteAppleToken(subject: String) throws
     /// Records a processed request (or notification) with its sealed answer, so a redelivery is
     /// answered again and never acted on twice.
     func recordRequest(_ record: RequestRecord) throws

@@ -5,8 +5,35 @@ import PGStore
 public enum Migrations {
     public static let all: [PGMigration] = [
         initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
-        oneTimeCodes, secondFactors, reservationsThatLock, auditTrail,
+        oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens,
     ]
+
+    /// Sign in with Apple's refresh tokens (sealed), by the Apple subject they belong to, and the
+    /// durable jobs that exchange authorization codes for them and revoke them at deletion.
+    /// Neither names a user: a revocation outlives the account it was for.
+    static let appleTokens = PGMigration(
+        version: 11, name: "apple tokens",
+        sql: """
+            CREATE TABLE apple_tokens (
+                subject              text PRIMARY KEY,
+                client_id            text NOT NULL,
+                refresh_token_sealed bytea NOT NULL,
+                updated_at           timestamptz NOT NULL
+            );
+            CREATE TABLE apple_jobs (
+                id              uuid PRIMARY KEY,
+                kind            text NOT NULL CHECK (kind IN ('exchange', 'revoke')),
+                subject         text NOT NULL,
+                client_id       text NOT NULL,
+                secret_sealed   bytea NOT NULL,
+                attempts        integer NOT NULL DEFAULT 0,
+                next_attempt_at timestamptz NOT NULL,
+                created_at      timestamptz NOT NULL,
+                finished_at     timestamptz,
+                outcome         text
+            );
+            CREATE INDEX apple_jobs_due ON apple_jobs (next_attempt_at) WHERE finished_at IS NULL;
+            """)
 
     /// Who signed in when, and every other security-relevant outcome, written in the transaction
     /// of its effect. `user_id` is no foreign key: an account's rows outlive its deletion (the

@@ -392,6 +392,110 @@ public final class PostgresStore: Sendable {
         return purge
     }
 
+    // MARK: - Apple's REST API
+
+    /// Takes up to `limit` due jobs, each leased for `lease` (another replica skips them, and
+    /// takes them again if this one dies before it finishes).
+    public func claimAppleJobs(limit: Int, at date: Date, lease: TimeInterval) async throws -> [AppleJob] {
+        try await pool.withConnection { connection in
+            try connection.query(
+                """
+                UPDATE apple_jobs SET next_attempt_at = \(date + lease)
+                WHERE id IN (SELECT id FROM apple_jobs WHERE finished_at IS NULL AND next_attempt_at <= \(date)
+                             ORDER BY next_attempt_at, id LIMIT \(limit) FOR UPDATE SKIP LOCKED)
+                RETURNING id, kind, subject, client_id, secret_sealed, attempts, created_at
+                """
+            ).map { row in
+                AppleJob(
+                    id: try row.decode("id"), kind: AppleJob.Kind(rawValue: try row.decode("kind")) ?? .revoke,
+                    subject: try row.decode("subject"), clientID: try row.decode("client_id"),
+                    secretSealed: try row.decode("secret_sealed", as: PGBytes.self).bytes,
+                    attempts: try row.decode("attempts"), createdAt: try row.decode("created_at"))
+            }
+        }
+    }
+
+    /// Ends a job for good (done, or definitely refused), with its audit row.
+    public func finishAppleJob(_ job: AppleJob, outcome: String, at date: Date) async throws {
+        try await pool.withConnection { connection in
+            try connection.pipeline([
+                "BEGIN",
+                "UPDATE apple_jobs SET finished_at = \(date), outcome = \(outcome) WHERE id = \(job.id)",
+                """
+                INSERT INTO audit_log (at, action, outcome, request_id, actor)
+                VALUES (\(date), \("apple_" + job.kind.rawValue), \(outcome), \(job.id.lowercasedString), 'worker')
+                """,
+                "COMMIT",
+            ])
+        }
+    }
+
+    /// Tries a job again at `next`.
+    public func retryAppleJob(_ job: AppleJob, at next: Date) async throws {
+        try await pool.withConnection { connection in
+            _ = try connection.query(
+                "UPDATE apple_jobs SET attempts = attempts + 1, next_attempt_at = \(next) WHERE id = \(job.id)")
+        }
+    }
+
+    /// Keeps the refresh token an exchange brought, and finishes the exchange, in one
+    /// transaction; when the Apple identity is gone meanwhile (the account was deleted before the
+    /// exchange ran), queues its revocation instead.
+    /// - Returns: true when kept, false when its revocation was queued.
+    public func keepAppleToken(
+        from exchange: AppleJob, refreshTokenSealed: [UInt8], revocationID: UUID, at date: Date
+    ) async throws -> Bool {
+        try await pool.withConnection { connection in
+            try connection.execute(unsafeSQL: "BEGIN")
+            do {
+                let exists = try !connection.query(
+                    "SELECT 1 AS found FROM identities WHERE provider = 'apple' AND subject = \(exchange.subject) FOR UPDATE"
+                ).isEmpty
+                var statements: [PGQuery] = [
+                    """
+                    UPDATE apple_jobs SET finished_at = \(date), outcome = \(exists ? "exchanged" : "exchanged_after_deletion")
+                    WHERE id = \(exchange.id)
+                    """
+                ]
+                if exists {
+                    statements.append(
+                        """
+                        INSERT INTO apple_tokens (subject, client_id, refresh_token_sealed, updated_at)
+                        VALUES (\(exchange.subject), \(exchange.clientID), \(PGBytes(refreshTokenSealed)), \(date))
+                        ON CONFLICT (subject) DO UPDATE SET client_id = EXCLUDED.client_id,
+                            refresh_token_sealed = EXCLUDED.refresh_token_sealed, updated_at = EXCLUDED.updated_at
+                        """)
+                } else {
+                    statements.append(
+                        """
+                        INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, next_attempt_at, created_at)
+                        VALUES (\(revocationID), 'revoke', \(exchange.subject), \(exchange.clientID),
+                                \(PGBytes(refreshTokenSealed)), \(date), \(date))
+                        """)
+                }
+                statements.append("COMMIT")
+                try connection.pipeline(statements)
+                return exists
+            } catch {
+                _ = try? connection.execute(unsafeSQL: "ROLLBACK")
+                throw error
+            }
+        }
+    }
+
+    /// Jobs not finished, and the age of the oldest: the backlog an alert watches.
+    public func appleJobBacklog(at date: Date) async throws -> (count: Int, oldest: TimeInterval) {
+        try await pool.withConnection { connection in
+            let row = try connection.query(
+                """
+                SELECT count(*) AS n, COALESCE(EXTRACT(EPOCH FROM \(date) - min(created_at)), 0)::float8 AS oldest
+                FROM apple_jobs WHERE finished_at IS NULL
+                """
+            ).first
+            return (try row?.decode("n", as: Int.self) ?? 0, try row?.decode("oldest", as: Double.self) ?? 0)
+        }
+    }
+
     /// A user's audit trail, oldest first (`auth-worker users audit`).
     public func auditTrail(userID: UUID, since: Date?) async throws -> [AuditEntry] {
         try await pool.withConnection { connection in

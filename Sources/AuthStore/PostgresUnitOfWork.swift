@@ -323,6 +323,17 @@ final class PostgresUnitOfWork: UnitOfWork {
             requests: requests, audit: audit)
     }
 
+    func appleToken(subject: String) throws -> AppleTokenRecord? {
+        try query(
+            "SELECT subject, client_id, refresh_token_sealed FROM apple_tokens WHERE subject = \(subject) FOR UPDATE"
+        )
+        .first.map { row in
+            AppleTokenRecord(
+                subject: try row.decode("subject"), clientID: try row.decode("client_id"),
+                refreshTokenSealed: try row.decode("refresh_token_sealed", as: PGBytes.self).bytes)
+        }
+    }
+
     static let auditColumns = """
         SELECT at, user_id, action, outcome, request_id, client_id, device_name, device_platform, ip, user_agent, actor
         FROM audit_log
@@ -541,6 +552,19 @@ final class PostgresUnitOfWork: UnitOfWork {
 
     func recordAudit(_ entry: AuditEntry) throws {
         current.audits.append(entry)
+    }
+
+    func enqueueAppleJob(_ job: AppleJob) throws {
+        current.statements.append(
+            """
+            INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, attempts, next_attempt_at, created_at)
+            VALUES (\(job.id), \(job.kind.rawValue), \(job.subject), \(job.clientID), \(PGBytes(job.secretSealed)),
+                    \(job.attempts), \(job.createdAt), \(job.createdAt))
+            """)
+    }
+
+    func deleteAppleToken(subject: String) throws {
+        current.statements.append("DELETE FROM apple_tokens WHERE subject = \(subject)")
     }
 
     func recordRequest(_ record: RequestRecord) throws {

@@ -18,6 +18,8 @@ public struct WorkerApplication: Sendable {
     public let store: PostgresStore
     public let worker: RequestPipeline
     public let relay: OutboxRelay
+    /// Sign in with Apple's code exchanges and revocations; nil unless configured.
+    public let appleTokens: AppleTokenService?
     public let metrics: WorkerMetrics
     public let health: HealthServer?
     /// What `/readyz` answers, checked in the background.
@@ -97,10 +99,13 @@ public struct WorkerApplication: Sendable {
                 port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,
                 readiness: readiness, published: published, logger: logger.child(label: "auth.health"))
         }
+        let appleTokens = try AppleTokenService(
+            configuration: configuration, store: store, clock: clock, metrics: metrics,
+            logger: logger.child(label: "auth.apple"))
         return WorkerApplication(
             configuration: configuration, pool: pool, producer: producer, consumer: consumer, store: store,
             worker: worker,
-            relay: relay, metrics: metrics, health: health, readiness: readiness,
+            relay: relay, appleTokens: appleTokens, metrics: metrics, health: health, readiness: readiness,
             clients: SharedClients(producer: producer, store: store, logger: logger.child(label: "auth.lifecycle")),
             logger: logger)
     }
@@ -169,7 +174,8 @@ public struct WorkerApplication: Sendable {
     /// The service group for this application, so a caller can stop it.
     public func makeServiceGroup(signals: [Int32] = [SIGTERM, SIGINT]) -> ServiceGroup {
         ServiceGroup(
-            services: [clients] + (health.map { [$0, readiness] } ?? []) + [relay, worker], signals: signals,
+            services: [clients] + (health.map { [$0, readiness] } ?? []) + [relay] + (appleTokens.map { [$0] } ?? [])
+                + [worker], signals: signals,
             gracefulShutdownTimeout: configuration.shutdownTimeout,
             logger: logger.child(label: "auth.lifecycle"))
     }

@@ -30,6 +30,12 @@ public final class WorkerMetrics: Sendable {
     public let outboxBacklog: Gauge
     /// Argon2/bcrypt verifications, counted by the password service.
     public let passwordVerifications: Counter
+    /// `auth_apple_jobs_total{kind,outcome}`: Sign in with Apple code exchanges and revocations.
+    public let appleJobs: MetricFamily<Counter>
+    /// `auth_apple_jobs_backlog`: Apple token jobs not finished.
+    public let appleJobBacklog: Gauge
+    /// `auth_apple_jobs_oldest_seconds`: the age of the oldest unfinished Apple token job.
+    public let appleJobOldest: Gauge
 
     /// The request duration buckets: 1 ms to 10 s.
     public static let durationBounds: [Double] = [
@@ -71,6 +77,17 @@ public final class WorkerMetrics: Sendable {
         ).labels()
         outboxBacklog = registry.gauge(
             "auth_outbox_backlog_events", help: "Events written to the outbox and not yet acknowledged by the broker."
+        ).labels()
+        appleJobs = registry.counter(
+            "auth_apple_jobs_total",
+            help:
+                "Sign in with Apple jobs run: code exchanges and revocations, by outcome (retried, exchanged, revoked, refused).",
+            labels: ["kind", "outcome"])
+        appleJobBacklog = registry.gauge(
+            "auth_apple_jobs_backlog", help: "Sign in with Apple jobs (exchanges, revocations) not finished yet."
+        ).labels()
+        appleJobOldest = registry.gauge(
+            "auth_apple_jobs_oldest_seconds", help: "Age of the oldest unfinished Sign in with Apple job."
         ).labels()
         let verifications = passwordVerifications
         registry.collect(

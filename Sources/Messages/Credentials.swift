@@ -13,6 +13,7 @@ public enum CredentialField: String, CaseIterable, Sendable {
     case linkToken = "link_token"
     case mfaToken = "mfa_token"
     case recoveryCode = "recovery_code"
+    case authorizationCode = "authorization_code"
 
     /// Where the credential sits in a decoded request.
     public var keyPath: WritableKeyPath<LoginRequestData, String?> {
@@ -27,6 +28,7 @@ public enum CredentialField: String, CaseIterable, Sendable {
         case .linkToken: \.linkToken
         case .mfaToken: \.mfaToken
         case .recoveryCode: \.recoveryCode
+        case .authorizationCode: \.authorizationCode
         }
     }
 

@@ -32,6 +32,9 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
     public var mfaToken: String?
     /// One of the second factor's recovery codes, instead of `code` (`mfa_challenge`, `mfa_remove`).
     public var recoveryCode: String?
+    /// Sign in with Apple's authorization code (`apple`), beside the identity token: exchanged
+    /// for a refresh token after the login, so the account's deletion can revoke it.
+    public var authorizationCode: String?
     /// The session to end (`session_revoke`): an `id` from `sessions_list`.
     public var sessionID: String?
     /// Where the request came from, as the gateway saw it (an addition to the contract): kept in
@@ -96,6 +99,7 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
         case recoveryCode = "recovery_code"
         case sessionID = "session_id"
         case context
+        case authorizationCode = "authorization_code"
     }
 
     public init(method: String) {

@@ -186,6 +186,7 @@ extension LoginRequestData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
             out.member("access_token", accessToken)
+            out.member("authorization_code", authorizationCode)
             out.member("client_id", clientID)
             out.member("code", code)
             out.member("context", context)

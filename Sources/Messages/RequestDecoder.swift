@@ -153,6 +153,7 @@ public struct RequestDecoder: Sendable {
         request.mfaToken = try data.optional("mfa_token")
         request.recoveryCode = try data.optional("recovery_code")
         request.sessionID = try data.optional("session_id")
+        request.authorizationCode = try data.optional("authorization_code")
         try unseal(data, into: &request)
         if let profile = try data.optionalObject("profile") {
             request.profile = .init(
@@ -385,6 +386,7 @@ public struct RequestDecoder: Sendable {
         try limit(data.nonce, "nonce", max: maxFieldBytes)
         try limit(data.name, "name", max: maxFieldBytes)
         try limit(data.linkTo, "link_to", max: maxTokenBytes)
+        try limit(data.authorizationCode, "authorization_code", max: maxFieldBytes)
         try limit(data.replyKey, "reply_key", max: maxFieldBytes)
         try limit(data.clientID, "client_id", max: maxFieldBytes)
         try limit(data.profile?.givenName, "profile.given_name", max: maxFieldBytes)

@@ -95,7 +95,7 @@ extension JSONWriterTests {
         try Self.same(request)
         let encoded = try #require(
             try JSONSerialization.jsonObject(with: Data(try Self.encoder(request))) as? [String: Any])
-        #expect(encoded.count == 22, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
+        #expect(encoded.count == 23, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
 
         var error = ErrorPayload(
             code: .mfaRequired, message: "m", retriable: false, field: "f", retryAfter: "t", retryAfterSeconds: 1)

@@ -18,10 +18,9 @@ import Testing
         ).map { try $0.decode("table_name", as: String.self) }
         #expect(
             tables == [
-                "access_tokens", "audit_log", "identities", "login_throttle", "mfa_factors", "mfa_recovery_codes",
-                "one_time_codes",
-                "outbox", "processed_requests", "rate_limits", "refresh_tokens", "schema_migrations", "sessions",
-                "users",
+                "access_tokens", "apple_jobs", "apple_tokens", "audit_log", "identities", "login_throttle",
+                "mfa_factors", "mfa_recovery_codes", "one_time_codes", "outbox", "processed_requests", "rate_limits",
+                "refresh_tokens", "schema_migrations", "sessions", "users",
             ])
         let views = try connection.query(
             "SELECT table_name FROM information_schema.views WHERE table_schema = 'public' ORDER BY 1"

@@ -210,6 +210,11 @@ extension WorkerConfiguration {
         if let value = try reader.bool("AUTH_EMAIL_CODE_SIGNUP") { config.emailCodes.signUp = value }
         if let value = try reader.bool("AUTH_REQUIRE_VERIFIED_EMAIL") { config.accounts.requireVerifiedEmail = value }
         if let value = try reader.seconds("AUTH_REAUTH_MAX_AGE_SECONDS") { config.accounts.reauthMaxAge = value }
+        config.appleTokens.teamID = reader.string("AUTH_APPLE_TEAM_ID")
+        config.appleTokens.keyID = reader.string("AUTH_APPLE_KEY_ID")
+        config.appleTokens.privateKeyPath = reader.string("AUTH_APPLE_PRIVATE_KEY_FILE")
+        if let url = reader.string("AUTH_APPLE_TOKEN_URL") { config.appleTokens.tokenURL = url }
+        if let url = reader.string("AUTH_APPLE_REVOKE_URL") { config.appleTokens.revokeURL = url }
         if let days = try reader.integer("AUTH_AUDIT_RETENTION_DAYS") {
             config.auditRetention = TimeInterval(days) * 86_400
         }

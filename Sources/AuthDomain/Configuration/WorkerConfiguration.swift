@@ -153,6 +153,33 @@ public struct WorkerConfiguration: Sendable {
         public init() {}
     }
 
+    /// Sign in with Apple's REST API: the client secret's signing key and the endpoints.
+    public var appleTokens = AppleTokens()
+
+    /// What the worker needs to exchange Apple authorization codes and revoke Apple's tokens when
+    /// an account is deleted (App Store Review Guideline 5.1.1(v)): on when the team id, key id
+    /// and key file are all set (and `AUTH_RESULTS_KEY_FILE`, which seals the tokens at rest).
+    public struct AppleTokens: Sendable, Equatable {
+        /// Env: `AUTH_APPLE_TEAM_ID`. Default: none (off).
+        public var teamID: String?
+        /// Env: `AUTH_APPLE_KEY_ID`. Default: none (off).
+        public var keyID: String?
+        /// The Sign in with Apple private key (the `.p8` file, PKCS#8 PEM, P-256).
+        /// Env: `AUTH_APPLE_PRIVATE_KEY_FILE`. Default: none (off).
+        public var privateKeyPath: String?
+        /// Env: `AUTH_APPLE_TOKEN_URL`. Default: Apple's.
+        public var tokenURL = "https://appleid.apple.com/auth/token"
+        /// Env: `AUTH_APPLE_REVOKE_URL`. Default: Apple's.
+        public var revokeURL = "https://appleid.apple.com/auth/revoke"
+        /// The longest wait between two tries of a job. Default: an hour.
+        public var maxRetryDelay: TimeInterval = 3600
+
+        public init() {}
+
+        /// All three identity settings are there.
+        public var isEnabled: Bool { teamID != nil && keyID != nil && privateKeyPath != nil }
+    }
+
     /// How long the audit trail keeps a row; the outbox relay purges older ones.
     /// Env: `AUTH_AUDIT_RETENTION_DAYS`. Default: 400 days.
     public var auditRetention: TimeInterval = 400 * 86_400
@@ -348,6 +375,17 @@ public struct WorkerConfiguration: Sendable {
         }
         guard sessions.accessTokenLifetime > 0, sessions.refreshTokenLifetime > 0, sessions.sessionLifetime > 0 else {
             throw ConfigurationError(variable: "AUTH_ACCESS_TOKEN_TTL_SECONDS", reason: "lifetimes must be positive")
+        }
+        let apple = [appleTokens.teamID, appleTokens.keyID, appleTokens.privateKeyPath]
+        if apple.contains(where: { $0 != nil }), !appleTokens.isEnabled {
+            throw ConfigurationError(
+                variable: "AUTH_APPLE_TEAM_ID",
+                reason: "AUTH_APPLE_TEAM_ID, AUTH_APPLE_KEY_ID and AUTH_APPLE_PRIVATE_KEY_FILE go together")
+        }
+        if appleTokens.isEnabled, resultsKey == nil {
+            throw ConfigurationError(
+                variable: "AUTH_APPLE_TEAM_ID", reason: "needs AUTH_RESULTS_KEY_FILE: Apple's tokens are sealed at rest"
+            )
         }
     }
 

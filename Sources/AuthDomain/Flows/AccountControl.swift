@@ -150,6 +150,9 @@ struct AccountDelete: PreparedWrite {
         for id in try unit.liveSessions(userID: user.id, at: now) {
             try unit.appendEvent(try events.sessionRevoked(user: user.id, session: id, reason: "user_deleted"))
         }
+        // Apple's tokens are revoked after the answer, by a durable job (Apple being down never
+        // holds a deletion up).
+        try unit.queueAppleRevocations(userID: user.id, identifiers: events.identifiers, at: now)
         // Identities, sessions, tokens, factors and codes go with the user (ON DELETE CASCADE).
         try unit.deleteUsers([user.id])
         try unit.appendEvent(try events.userDeleted(user: user.id, reason: "user_request"))

@@ -156,6 +156,10 @@ public enum AccountDeletion {
                     summary.events += 1
                 }
             }
+            // Apple deleted the account itself: nothing of Apple's to revoke.
+            if reason != "apple_account_deleted" {
+                try unit.queueAppleRevocations(userID: id, identifiers: events.identifiers, at: events.now)
+            }
             try unit.appendEvent(try events.userDeleted(user: id, reason: reason))
             summary.events += 1
             // The trail outlives the account: who deleted it, and why.

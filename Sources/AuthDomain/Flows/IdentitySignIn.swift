@@ -34,10 +34,20 @@ extension LoginFlows {
         let identity = NewIdentity(
             provider: verified.provider, subject: verified.subject, email: verified.email,
             emailVerified: verified.emailVerified, isPrivateEmail: verified.isPrivateEmail, passwordHash: nil)
-        return try identitySignIn(
+        var signIn = try identitySignIn(
             request, mode: .findOrCreate, identity: identity, name: profileName ?? verified.name,
             newUserName: profileName ?? verified.name ?? Self.fallbackName(verified), linkTo: linkTo, at: now,
             linkByVerifiedEmail: configuration.accounts.linkByVerifiedEmail)
+        // Sign in with Apple's authorization code: exchanged after the login, never on its path,
+        // so the account's deletion can revoke Apple's tokens.
+        if request.method == .apple, let code = data.authorizationCode, let keys = appleTokenKeys,
+            let clientID = verified.audience
+        {
+            signIn.appleExchange = AppleJob(
+                id: try identifiers.uuid(), kind: .exchange, subject: verified.subject, clientID: clientID,
+                secretSealed: try keys.seal(code, .authorizationCode, subject: verified.subject), createdAt: now)
+        }
+        return signIn
     }
 
     /// Apple's first-authorization name, as the app received it.
@@ -236,6 +246,8 @@ struct IdentitySignIn: PreparedWrite {
     var requireVerifiedEmail = false
     /// How recent the `link_to` session's sign-in must be to add a way into a full account.
     var reauthMaxAge: TimeInterval = 300
+    /// Apple: the exchange of the login's authorization code, queued with the sign-in.
+    var appleExchange: AppleJob?
 
     var prefetch: Prefetch {
         var prefetch = Prefetch()
@@ -289,6 +301,7 @@ struct IdentitySignIn: PreparedWrite {
             kind = .created
         }
         if let throttleKey { try unit.resetThrottle(key: throttleKey) }
+        if let appleExchange { try unit.enqueueAppleJob(appleExchange) }
         if let verification, kind != .existing, let email = identity.email, !identity.emailVerified {
             try verification.issue(to: user.id, email: email, in: unit, events: events)
         }

@@ -95,6 +95,8 @@ public struct LoginFlows: Sendable {
     /// Derived once from the configuration's keys (nil when the feature is off), not per request.
     let emailCodeKeys: CodeKeys?
     let secondFactorKeys: FactorKeys?
+    /// Seals Apple's authorization codes and refresh tokens; nil unless Apple's REST API is configured.
+    let appleTokenKeys: AppleTokenKeys?
 
     public init(
         configuration: WorkerConfiguration, accessTokens: any AccessTokenIssuer,
@@ -111,6 +113,7 @@ public struct LoginFlows: Sendable {
         self.logger = logger
         emailCodeKeys = CodeKeys(configuration: configuration)
         secondFactorKeys = FactorKeys(configuration: configuration)
+        appleTokenKeys = configuration.appleTokens.isEnabled ? AppleTokenKeys(configuration: configuration) : nil
     }
 
     /// Validates and computes everything `request` needs before its write.

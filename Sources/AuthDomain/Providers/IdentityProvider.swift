@@ -15,6 +15,9 @@ public struct VerifiedIdentity: Sendable, Equatable {
     public var isPrivateEmail: Bool
     /// The name in the token (Google); Apple never puts one there.
     public var name: String?
+    /// The configured audience the token was issued to (Apple: the app's bundle or services id,
+    /// the `client_id` of Apple's token endpoints).
+    public var audience: String?
 
     public init(
         provider: String, subject: String, email: String?, emailVerified: Bool, isPrivateEmail: Bool, name: String?
@@ -77,10 +80,12 @@ public struct IdentityProvider: Sendable {
         let joined = [claims.givenName, claims.familyName].compactMap { $0?.trimmingWhitespace() }
             .filter { !$0.isEmpty }.joined(separator: " ")
         let name = claims.name?.trimmingWhitespace()
-        return VerifiedIdentity(
+        var identity = VerifiedIdentity(
             provider: configuration.name, subject: claims.subject ?? "", email: email?.isEmpty == true ? nil : email,
             emailVerified: claims.emailVerified ?? false, isPrivateEmail: (claims.isPrivateEmail ?? false) || relay,
             name: name?.isEmpty == false ? name : (joined.isEmpty ? nil : joined))
+        identity.audience = claims.audience.first { configuration.audiences.contains($0) }
+        return identity
     }
 }
 
