@@ -155,6 +155,60 @@ import Testing
         #expect(!dump.contains("$argon2"))
     }
 
+    /// The rest of the cases: a reset, a factor removed, a session ended by its user, an export,
+    /// and the account deleted by its owner, which outlives the account.
+    @Test func resetsFactorsSessionsExportsAndDeletionsAreRecordedToo() async throws {
+        let mail = try X25519.generateKeyPair()
+        let resultsKey = try SecureRandom.bytes(32)
+        let harness = try await FlowHarness(clock: clock, passwords: passwords) { config in
+            config.resultsKey = resultsKey
+            config.emailCodes.mailKey = mail.publicKey
+        }
+        let registered = try #require(
+            try await send(harness, .register) {
+                $0.email = "bo@example.com"
+                $0.password = "correct horse battery"
+            })
+        let user = try #require(registered.user?.id)
+        let session = try #require(registered.session)
+        let enrolled = try #require(try await send(harness, .mfaEnroll) { $0.accessToken = session.accessToken })
+        let uri = try #require(enrolled.mfa?.otpauthURI)
+        let code = try await appCode(uri: uri, at: clock.now())
+        let recovery = try #require(
+            try await send(harness, .mfaVerify) {
+                $0.accessToken = session.accessToken
+                $0.code = code
+            }?.mfa?.recoveryCodes)
+        _ = try await send(harness, .mfaRemove) {
+            $0.accessToken = session.accessToken
+            $0.recoveryCode = recovery[0]
+        }
+        let second = try #require(
+            try await send(harness, .password) {
+                $0.email = "bo@example.com"
+                $0.password = "correct horse battery"
+            }?.session)
+        let listed = try #require(
+            try await send(harness, .sessionsList) { $0.accessToken = session.accessToken }?.sessions)
+        _ = try await send(harness, .sessionRevoke) {
+            $0.accessToken = session.accessToken
+            $0.sessionID = listed.first { !$0.current }?.id
+        }
+        _ = try await send(harness, .accountExport) {
+            $0.accessToken = session.accessToken
+            $0.replyKey = Base64URL.encode(mail.publicKey)
+        }
+        _ = try await send(harness, .accountDelete) { $0.accessToken = session.accessToken }
+        #expect(second.accessToken != session.accessToken)
+        #expect(try await harness.count("users") == 0)
+        let trail = try await rows(harness).filter { $0.user == user }.map { "\($0.action):\($0.outcome)" }
+        #expect(
+            trail == [
+                "register:ok", "mfa_enroll:ok", "mfa_verify:ok", "mfa_remove:ok", "password:ok", "session_revoke:ok",
+                "account_export:ok", "account_delete:ok",
+            ], "sessions_list is routine and not recorded")
+    }
+
     @Test func anOperatorsDeletionOutlivesTheAccount() async throws {
         let harness = try await service()
         let guest = try #require(try await send(harness, .guest) { _ in })

@@ -2,6 +2,7 @@ import AuthCrypto
 import Foundation
 import JOSE
 import Messages
+import PGStore
 import ServiceKit
 import Testing
 
@@ -122,6 +123,58 @@ import Testing
             keysURL: try #require(URL(string: "http://127.0.0.1:\(port)/.well-known/jwks.json")),
             issuer: "https://auth.example.com", audience: "another-api")
         await #expect(throws: AccessTokenVerifier.Refusal.self) { try await otherAudience.verify(fresh) }
+
+        await client.close()
+        try await worker.stop()
+    }
+
+    /// An app's account screen through the worker: the devices listed and one signed out,
+    /// another user's session refused as unknown, the export opened, and the deletion asking for
+    /// the password once the sign-in is not recent.
+    @Test func theAccountScreenThroughTheWorker() async throws {
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        config.accounts.argon2 = fastArgon2
+        config.resultsKey = try SecureRandom.bytes(32)
+        let worker = try await RunningWorker(config)
+        var clientConfiguration = AuthClient.Configuration(brokers: [try #require(IntegrationEnvironment.kafkaBrokers)])
+        clientConfiguration.requestsTopic = topics.requests
+        clientConfiguration.resultsTopic = topics.results
+        let client = try await AuthClient.connect(clientConfiguration, logger: IntegrationEnvironment.quietLogger)
+        var register = LoginRequestData(method: "register")
+        register.email = "ada@example.com"
+        register.password = "correct horse battery"
+        register.device = .init(name: "iPhone 15", platform: "ios")
+        let phone = try #require(try await client.login(register).session)
+        var login = LoginRequestData(method: "password")
+        login.email = "ada@example.com"
+        login.password = "correct horse battery"
+        login.device = .init(name: "Firefox", platform: "web")
+        let laptop = try #require(try await client.login(login).session)
+        let stranger = try #require(try await client.login(LoginRequestData(method: "guest")).session)
+
+        let sessions = try #require(try await client.sessions(accessToken: phone.accessToken).data.sessions)
+        #expect(sessions.map(\.device?.name).sorted { ($0 ?? "") < ($1 ?? "") } == ["Firefox", "iPhone 15"])
+        let strangers = try #require(try await client.sessions(accessToken: stranger.accessToken).data.sessions)
+        let foreign = try await client.revokeSession(strangers[0].id, accessToken: phone.accessToken)
+        #expect(foreign.error?.code == .unknownSession)
+        let laptopID = try #require(sessions.first { !$0.current }?.id)
+        #expect(try await client.revokeSession(laptopID, accessToken: phone.accessToken).isOK)
+        #expect(try await client.introspect(laptop.accessToken) == .inactive)
+
+        let (exported, export) = try await client.exportAccount(accessToken: phone.accessToken)
+        #expect(exported.isOK && export?.user.email == "ada@example.com")
+        #expect(export?.sessions.count == 2 && export?.audit.isEmpty == false)
+
+        // Ten minutes later, by the session's age: the deletion asks for the password.
+        _ = try PGConnection(conninfo: databaseURL).query(
+            "UPDATE sessions SET created_at = created_at - interval '10 minutes' RETURNING id")
+        let stale = try await client.deleteAccount(accessToken: phone.accessToken)
+        #expect(stale.error?.code == .reauthenticationRequired)
+        let deleted = try await client.deleteAccount(accessToken: phone.accessToken, password: "correct horse battery")
+        #expect(deleted.isOK)
+        #expect(try await client.introspect(phone.accessToken) == .inactive)
 
         await client.close()
         try await worker.stop()
