@@ -82,7 +82,7 @@ let package = Package(
             name: "auth-bench",
             dependencies: [
                 "JOSE", "JOSEFixtures", "AuthCrypto", "AuthDomain", "AuthStore", "Passwords", "PGStore", "ServiceKit",
-                "Messages",
+                "Messages", "Kafka",
             ]),
 
         // MARK: - Tests

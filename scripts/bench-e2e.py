@@ -2,7 +2,7 @@
 """End-to-end benchmark of the auth worker through the broker and PostgreSQL.
 
 Run by `scripts/bench e2e` (which sets up the local services and builds the release worker).
-Every number comes from broker timestamps: a request's timestamp is when the gateway produced it,
+Every number comes from record create times: a request's is when the gateway produced it,
 a result's when the worker produced it, both on this machine's clock.
 
 Phases, each on a database and topics of its own:
@@ -51,18 +51,43 @@ def log(message):
 
 class Services:
     def __init__(self, args):
+        self.broker = args.broker
         self.brokers = args.brokers
         self.broker_admin = args.broker_admin
         self.pg_server = args.database_server
         self.worker = args.worker
+        self.bench = args.bench
         self.fresh_broker = args.fresh_broker
         self.tansu = os.path.join(ROOT, ".local", "tansu", "tansu")
         self.scratch = tempfile.mkdtemp(prefix="auth-bench-")
+        self.mock = None
+        if self.broker == "mock":
+            self.start_mock()
+
+    def start_mock(self):
+        """librdkafka's mock cluster in a process of its own (`auth-bench broker`), on the same
+        librdkafka as the worker: no proxy, and a fraction of Tansu's CPU."""
+        if self.mock is not None:
+            self.mock.stdin.close()
+            self.mock.wait(10)
+        self.mock = subprocess.Popen([self.bench, "broker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, bufsize=1)
+        self.brokers = self.mock.stdout.readline().strip()
+        if not self.brokers:
+            raise RuntimeError("auth-bench broker did not start")
+
+    def close(self):
+        if self.mock is not None:
+            self.mock.stdin.close()
+            self.mock.wait(10)
+            self.mock = None
 
     def fresh(self):
         """Starts a phase on an empty broker (an in-memory broker slows as it fills) and with no
         checkpoint of the previous phase's writes pending in PostgreSQL."""
-        if self.fresh_broker:
+        if self.broker == "mock":
+            self.start_mock()
+        elif self.fresh_broker:
             subprocess.run(self.fresh_broker, shell=True, check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
         self.psql("postgres", "CHECKPOINT")
@@ -130,6 +155,12 @@ class Services:
     def topics(self, suffix, partitions=4):
         names = {kind: f"bench.{kind}.{suffix}" for kind in ("requests", "results", "events", "notifications", "dlq")}
         for name in names.values():
+            if self.broker == "mock":
+                self.mock.stdin.write(f"create {name} {partitions}\n")
+                answer = self.mock.stdout.readline().strip()
+                if answer != "ok":
+                    raise RuntimeError(f"creating {name}: {answer}")
+                continue
             subprocess.run([self.tansu, "topic", "create", "--broker", f"tcp://{self.broker_admin}",
                             "--partitions", str(partitions), name], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
@@ -263,20 +294,29 @@ def producer(services, linger_ms=5):
                      "socket.nagle.disable": True})
 
 
+def now_ms():
+    return int(time.time() * 1000)
+
+
 def preload(services, topic, values):
-    """Produces (key, value) pairs; returns their broker timestamps by key."""
+    """Produces (key, value) pairs; returns their create times by key.
+
+    A request's time is the producer's create time (the `timestamp` it is produced with, which is
+    also the record's CreateTime): librdkafka's mock cluster answers delivery reports without a
+    broker timestamp, so the same clock serves both brokers."""
     stamps = {}
 
     def delivered(error, message):
         if error is not None:
             raise RuntimeError(f"produce failed: {error}")
-        stamps[message.key().decode()] = message.timestamp()[1]
 
     out = producer(services)
     for index, (key, value) in enumerate(values):
         while True:
             try:
-                out.produce(topic, key=key, value=value, on_delivery=delivered)
+                stamp = now_ms()
+                out.produce(topic, key=key, value=value, timestamp=stamp, on_delivery=delivered)
+                stamps[key.decode() if isinstance(key, bytes) else key] = stamp
                 break
             except BufferError:
                 out.poll(0.05)
@@ -522,12 +562,15 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     sent = {}
 
     def delivered(error, message):
-        if error is None:
-            sent[message.key().decode()] = message.timestamp()[1]
+        # The create time was taken at produce (see `preload`); a request the broker refused has none.
+        if error is not None:
+            sent.pop(message.key().decode(), None)
 
     # Until the worker answers (it has joined its group), then paced.
     warm = str(uuid.uuid4())
-    out.produce(topics["requests"], key=warm.encode(), value=request(warm, {"method": "guest"}), on_delivery=delivered)
+    sent[warm] = now_ms()
+    out.produce(topics["requests"], key=warm.encode(), value=request(warm, {"method": "guest"}),
+                timestamp=sent[warm], on_delivery=delivered)
     out.flush(10)
     if not reader.wait_for([warm], timeout=60):
         raise RuntimeError(f"latency: the {responder} never answered")
@@ -550,7 +593,10 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         delay = start + index * interval - time.perf_counter()
         if delay > 0.001:
             time.sleep(delay)
-        out.produce(topics["requests"], key=keys[index].encode(), value=bodies[index], on_delivery=delivered)
+        stamp = now_ms()
+        sent[keys[index]] = stamp
+        out.produce(topics["requests"], key=keys[index].encode(), value=bodies[index], timestamp=stamp,
+                    on_delivery=delivered)
         if index % 64 == 0:
             out.poll(0)
     out.flush(30)
@@ -785,8 +831,12 @@ def main():
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", required=True, help="the release auth-worker binary")
-    parser.add_argument("--brokers", required=True)
-    parser.add_argument("--broker-admin", required=True, help="the broker itself, for creating topics")
+    parser.add_argument("--broker", choices=("mock", "tansu"), default="mock",
+                        help="mock: librdkafka's mock cluster in a process of its own (auth-bench broker; the "
+                             "default); tansu: the local Tansu broker through its compatibility proxy")
+    parser.add_argument("--bench", help="the release auth-bench binary (hosts the mock broker)")
+    parser.add_argument("--brokers", help="with --broker tansu: the proxy's address")
+    parser.add_argument("--broker-admin", help="with --broker tansu: the broker itself, for creating topics")
     parser.add_argument("--database-server", required=True, help="postgres://user@host:port")
     parser.add_argument("--fresh-broker", help="a shell command that empties the broker before each phase")
     parser.add_argument("--requests", type=int, default=20000, help="preloaded requests per throughput phase")
@@ -808,8 +858,20 @@ def main():
                         help="with --latency-at: who answers (echo: the broker's own round trip)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
     args = parser.parse_args()
+    if args.broker == "mock" and not args.bench:
+        parser.error("--broker mock needs --bench (the auth-bench binary)")
+    if args.broker == "tansu" and not (args.brokers and args.broker_admin):
+        parser.error("--broker tansu needs --brokers and --broker-admin")
     os.makedirs(args.out, exist_ok=True)
     services = Services(args)
+    results = {"limits": {}, "broker": args.broker}
+    try:
+        run(args, services, results)
+    finally:
+        services.close()
+
+
+def run(args, services, results):
     # Each phase drops its database when it ends; those an interrupted run left behind are
     # dropped here, so they do not pile up on the disk.
     leftovers = services.value(
@@ -818,7 +880,6 @@ def main():
     for name in leftovers:
         services.psql("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     key_server = KeyServer()
-    results = {"limits": {}}
     if args.latency_at:
         entry = run_latency(services, key_server, args.latency_at, args.curve_seconds, responder=args.responder)
         print(json.dumps({k: v for k, v in entry.items() if k != "latencies_ms"}))

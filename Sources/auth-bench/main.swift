@@ -4,6 +4,7 @@ import AuthStore
 import Foundation
 import JOSE
 import JOSEFixtures
+import Kafka
 import Messages
 import PGStore
 import Passwords
@@ -212,8 +213,37 @@ if let index = arguments.firstIndex(of: "--rounds"), index + 1 < arguments.count
 }
 if arguments.contains("--help") {
     print("usage: auth-bench [jose] [passwords] [--seconds S] [--rounds N]")
+    print("       auth-bench broker")
     print("  passwords needs AUTH_BENCH_DATABASE_URL=postgres://… (scripts/bench sets it)")
+    print("  broker hosts librdkafka's mock cluster for the end-to-end benchmark: prints its bootstrap")
+    print("  servers on the first line, then creates a topic for each `create NAME PARTITIONS` line")
+    print("  read from standard input (answering `ok` or `error: …`), until standard input closes")
     exit(0)
+}
+if arguments.first == "broker" {
+    /// A line on standard output, written at once (the benchmark reads it while this runs).
+    func reply(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+    do {
+        let cluster = try KafkaMockCluster(brokers: 1)
+        reply(cluster.bootstrapServers)
+        while let line = readLine() {
+            let words = line.split(separator: " ")
+            guard words.count == 3, words[0] == "create", let partitions = Int32(words[2]), partitions > 0 else {
+                reply("error: expected `create NAME PARTITIONS`")
+                continue
+            }
+            do {
+                try cluster.createTopic(String(words[1]), partitions: partitions)
+                reply("ok")
+            } catch {
+                reply("error: \(error)")
+            }
+        }
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("auth-bench: \(error)\n".utf8))
+        exit(1)
+    }
 }
 let sections = Set(arguments.filter { !$0.hasPrefix("--") && Double($0) == nil })
 func wants(_ section: String) -> Bool { sections.isEmpty || sections.contains(section) }
