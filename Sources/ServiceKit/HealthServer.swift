@@ -30,7 +30,8 @@ public final class HealthServer: Service, @unchecked Sendable {
     private let boundPort = Atomic<Int>(0)
     /// How long a connection may take to send its request line. Default: 200 ms.
     public let requestTimeout: Duration
-    /// Connections open at once at most; beyond it, each new one closes the oldest. Default: 64.
+    /// Connections open at once at most; beyond it, each new one closes the oldest. Default: 256
+    /// (a few kilobytes each: room for a flood of idle sockets before eviction is needed at all).
     public let maximumConnections: Int
 
     /// - Parameters:
@@ -38,7 +39,7 @@ public final class HealthServer: Service, @unchecked Sendable {
     ///   - port: 0 picks a free port (tests).
     public init(
         host: String = "0.0.0.0", port: UInt16, routes: [String: Check], responses: [String: Respond] = [:],
-        logger: Logger, requestTimeout: Duration = .milliseconds(200), maximumConnections: Int = 64
+        logger: Logger, requestTimeout: Duration = .milliseconds(200), maximumConnections: Int = 256
     ) {
         self.responses = responses
         self.host = host
