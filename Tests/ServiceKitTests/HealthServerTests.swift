@@ -63,13 +63,14 @@ import Testing
         return (status, ContinuousClock.now - started)
     }
 
-    func start(_ routes: [String: HealthServer.Check], maximumConnections: Int = 256) async throws -> (
-        HealthServer, Task<Void, any Error>
-    ) {
+    func start(
+        _ routes: [String: HealthServer.Check], requestTimeout: Duration = .milliseconds(200),
+        maximumConnections: Int = 256
+    ) async throws -> (HealthServer, Task<Void, any Error>) {
         let server = HealthServer(
             host: "127.0.0.1", port: 0, routes: routes,
             logger: Logger(label: "test", level: .warning, handler: InMemoryLogHandler()),
-            maximumConnections: maximumConnections)
+            requestTimeout: requestTimeout, maximumConnections: maximumConnections)
         let task = Task { try await server.run() }
         for _ in 0..<200 where server.port == 0 { try await Task.sleep(for: .milliseconds(10)) }
         return (server, task)
@@ -122,18 +123,23 @@ import Testing
         #expect(answered == 40, "\(answered) of 40 probes answered")
     }
 
-    /// The same past the server's capacity: each new connection pushes the oldest out, so the
-    /// idle sockets churn among themselves and probes still get through (a probe is only pushed
-    /// out when its request is slower to arrive than a full round of the others' reconnects).
+    /// The same past the server's capacity, with idle sockets kept for seconds, so the server
+    /// stays full: each new connection pushes the oldest out, and probes still get through (a
+    /// probe is only pushed out when its request is slower to arrive than a full round of the
+    /// others' reconnects). A server that refused new connections when full answered none.
     @Test func pastCapacityTheOldestIdleSocketMakesRoom() async throws {
-        let answered = try await probes(answeredUnderAttackBy: 150, maximumConnections: 16)
+        let answered = try await probes(
+            answeredUnderAttackBy: 150, maximumConnections: 16, requestTimeout: .seconds(5))
         #expect(answered >= 36, "\(answered) of 40 probes answered")
     }
 
     /// How many of 40 probes are answered while `attackers` idle sockets reconnect as fast as
     /// they are closed.
-    func probes(answeredUnderAttackBy attackers: Int, maximumConnections: Int) async throws -> Int {
-        let (server, task) = try await start(["/livez": { (200, "ok\n") }], maximumConnections: maximumConnections)
+    func probes(
+        answeredUnderAttackBy attackers: Int, maximumConnections: Int, requestTimeout: Duration = .milliseconds(200)
+    ) async throws -> Int {
+        let (server, task) = try await start(
+            ["/livez": { (200, "ok\n") }], requestTimeout: requestTimeout, maximumConnections: maximumConnections)
         let port = server.port
         let stop = Flag()
         let finished = Flag()
