@@ -55,8 +55,9 @@ extension LoginFlows {
     }
 }
 
-/// The live session an access token stands for, and its user.
-private func signedIn(_ token: PresentedAccessToken, in unit: any UnitOfWork, at now: Date) throws -> (
+/// The live session an access token (`data.access_token`) stands for, and its user.
+/// - Throws: `invalid_token` naming `data.access_token`.
+func signedIn(_ token: PresentedAccessToken, in unit: any UnitOfWork, at now: Date) throws -> (
     SessionRecord, StoredUser
 ) {
     let session = try token.session(in: unit, at: now, allowExpired: false, field: "data.access_token")

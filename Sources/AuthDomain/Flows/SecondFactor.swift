@@ -286,10 +286,7 @@ struct FactorCheck {
 private func signedInMember(_ token: PresentedAccessToken, in unit: any UnitOfWork, at now: Date) throws -> (
     SessionRecord, StoredUser
 ) {
-    let session = try token.session(in: unit, at: now, allowExpired: false, field: "data.access_token")
-    guard let user = try unit.user(id: session.userID) else {
-        throw PresentedAccessToken.invalid(field: "data.access_token")
-    }
+    let (session, user) = try signedIn(token, in: unit, at: now)
     guard !user.isGuest else {
         throw LoginError(.malformedRequest, "a guest cannot have a second factor", field: "data.access_token")
     }
