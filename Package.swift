@@ -53,12 +53,14 @@ let package = Package(
         .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceKit"]),
         .target(name: "PGStore", dependencies: ["CLibPQ", "ServiceKit"]),
         .target(name: "Messages", dependencies: ["StrictJSON"]),
+        // Passkeys: the strict CBOR reader, COSE keys and the ceremonies' checks (WebAuthn L3 §7).
+        .target(name: "WebAuthn", dependencies: ["COpenSSL", "AuthCrypto", "JOSE", "StrictJSON"]),
         // The application, in layers the compiler holds apart (ARCHITECTURE.md): the domain
         // computes and writes through `UnitOfWork`; the store is the only SQL; the worker is the
         // only Kafka; the CLI is the operator's door.
         .target(
             name: "AuthDomain",
-            dependencies: ["ServiceKit", "AuthCrypto", "JOSE", "Passwords", "Messages", "StrictJSON"],
+            dependencies: ["ServiceKit", "AuthCrypto", "JOSE", "Passwords", "Messages", "StrictJSON", "WebAuthn"],
             swiftSettings: crossModule),
         .target(name: "AuthStore", dependencies: ["AuthDomain", "PGStore"], swiftSettings: crossModule),
         .target(
@@ -98,6 +100,7 @@ let package = Package(
         // One test target per module or layer, as the modules are laid out (ARCHITECTURE.md).
         .testTarget(
             name: "JOSETests", dependencies: ["JOSE", "JOSEFixtures", "AuthCrypto", "StrictJSON", "TestSupport"]),
+        .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "JOSE", "AuthCrypto", "TestSupport"]),
         .testTarget(name: "MessagesTests", dependencies: ["Messages", "StrictJSON", "TestSupport"]),
         .testTarget(name: "PasswordsTests", dependencies: ["Passwords", "ServiceKit", "TestSupport"]),
         .testTarget(name: "ServiceKitTests", dependencies: ["ServiceKit", "StrictJSON", "TestSupport"]),

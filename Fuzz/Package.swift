@@ -6,7 +6,7 @@
 //       -Xswiftc -Xclang-linker -Xswiftc -fuse-ld=lld --product fuzz-request-decoder
 import PackageDescription
 
-let targets = ["request-decoder", "json-reader", "compact-jose", "jwk-set", "pg-text"]
+let targets = ["request-decoder", "json-reader", "compact-jose", "jwk-set", "pg-text", "webauthn"]
 
 let package = Package(
     name: "auth-worker-fuzz",

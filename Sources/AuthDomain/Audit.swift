@@ -65,10 +65,12 @@ extension LoginMethod {
     /// the ones that only send a code.
     public var isAudited: Bool {
         switch self {
-        case .refresh, .introspect, .sessionsList, .sendVerification, .passwordResetRequest, .emailCodeRequest: false
+        case .refresh, .introspect, .sessionsList, .sendVerification, .passwordResetRequest, .emailCodeRequest,
+            .passkeyRegisterOptions, .passkeyLoginOptions, .passkeyList:
+            false
         case .apple, .google, .oidc, .password, .register, .guest, .logout, .verifyEmail, .passwordReset,
             .changePassword, .mfaEnroll, .mfaVerify, .mfaChallenge, .mfaRemove, .emailCode, .sessionRevoke,
-            .accountDelete, .accountExport:
+            .accountDelete, .accountExport, .passkeyRegister, .passkeyLogin, .passkeyRename, .passkeyRemove:
             true
         }
     }

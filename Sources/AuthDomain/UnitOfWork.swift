@@ -107,6 +107,89 @@ public protocol UnitOfWork: AnyObject {
     /// Records a processed request (or notification) with its sealed answer, so a redelivery is
     /// answered again and never acted on twice.
     func recordRequest(_ record: RequestRecord) throws
+
+    // MARK: Passkeys
+
+    /// The user's WebAuthn handle, when one was made.
+    func passkeyHandle(userID: UUID) throws -> [UInt8]?
+    /// The user a WebAuthn handle belongs to.
+    func userID(passkeyHandle handle: [UInt8]) throws -> UUID?
+    func insertPasskeyHandle(userID: UUID, handle: [UInt8]) throws
+    /// A ceremony's challenge by its SHA-256, locked; nil once answered (or purged).
+    func passkeyChallenge(hash: [UInt8]) throws -> PasskeyChallengeRecord?
+    func insertPasskeyChallenge(_ challenge: PasskeyChallengeRecord, at date: Date) throws
+    /// Answers a challenge: it cannot be used again.
+    func consumePasskeyChallenge(hash: [UInt8]) throws
+    /// The user's passkeys, oldest first.
+    func passkeys(userID: UUID) throws -> [PasskeyRecord]
+    /// A passkey by its credential id, locked.
+    func passkey(credentialID: [UInt8]) throws -> PasskeyRecord?
+    /// A passkey by its id, locked.
+    func passkey(id: UUID) throws -> PasskeyRecord?
+    func insertPasskey(_ passkey: PasskeyRecord) throws
+    /// A sign-in's new counter, backup state and time.
+    func recordPasskeyUse(id: UUID, signCount: UInt32, backedUp: Bool, at date: Date) throws
+    func renamePasskey(id: UUID, name: String) throws
+    func deletePasskey(id: UUID) throws
+}
+
+/// A passkey ceremony's challenge, stored by its SHA-256 until answered or expired.
+public struct PasskeyChallengeRecord: Sendable, Equatable {
+    public enum Purpose: String, Sendable {
+        case register, login
+    }
+
+    public var hash: [UInt8]
+    public var purpose: Purpose
+    /// Registration: the user it was issued to. Sign-in: the account named by e-mail, if any.
+    public var userID: UUID?
+    public var expiresAt: Date
+
+    public init(hash: [UInt8], purpose: Purpose, userID: UUID?, expiresAt: Date) {
+        self.hash = hash
+        self.purpose = purpose
+        self.userID = userID
+        self.expiresAt = expiresAt
+    }
+}
+
+/// A registered passkey: its public key (COSE, as the authenticator encoded it) and counter.
+public struct PasskeyRecord: Sendable, Equatable {
+    public var id: UUID
+    public var userID: UUID
+    public var credentialID: [UInt8]
+    public var publicKey: [UInt8]
+    public var algorithm: Int64
+    public var signCount: UInt32
+    public var transports: [String]
+    public var aaguid: [UInt8]
+    public var attestation: String
+    public var backupEligible: Bool
+    public var backedUp: Bool
+    public var name: String
+    public var createdAt: Date
+    public var lastUsedAt: Date?
+
+    public init(
+        id: UUID, userID: UUID, credentialID: [UInt8], publicKey: [UInt8], algorithm: Int64, signCount: UInt32,
+        transports: [String], aaguid: [UInt8], attestation: String, backupEligible: Bool, backedUp: Bool,
+        name: String, createdAt: Date, lastUsedAt: Date?
+    ) {
+        self.id = id
+        self.userID = userID
+        self.credentialID = credentialID
+        self.publicKey = publicKey
+        self.algorithm = algorithm
+        self.signCount = signCount
+        self.transports = transports
+        self.aaguid = aaguid
+        self.attestation = attestation
+        self.backupEligible = backupEligible
+        self.backedUp = backedUp
+        self.name = name
+        self.createdAt = createdAt
+        self.lastUsedAt = lastUsedAt
+    }
 }
 
 // MARK: - Records

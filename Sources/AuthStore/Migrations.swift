@@ -5,8 +5,45 @@ import PGStore
 public enum Migrations {
     public static let all: [PGMigration] = [
         initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
-        oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens,
+        oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens, passkeys,
     ]
+
+    /// Passkeys (WebAuthn): each user's random handle (the `user.id` authenticators keep, never
+    /// the user id), the credentials with their public keys and counters, and the ceremonies'
+    /// challenges, by their SHA-256, until answered once or expired (the relay purges those).
+    static let passkeys = PGMigration(
+        version: 12, name: "passkeys",
+        sql: """
+            CREATE TABLE passkey_users (
+                user_id uuid PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+                handle  bytea NOT NULL UNIQUE
+            );
+            CREATE TABLE passkeys (
+                id              uuid PRIMARY KEY,
+                user_id         uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                credential_id   bytea NOT NULL UNIQUE CHECK (octet_length(credential_id) BETWEEN 1 AND 1023),
+                public_key      bytea NOT NULL,
+                algorithm       integer NOT NULL,
+                sign_count      bigint NOT NULL,
+                transports      text[] NOT NULL,
+                aaguid          bytea NOT NULL,
+                attestation     text NOT NULL,
+                backup_eligible boolean NOT NULL,
+                backed_up       boolean NOT NULL,
+                name            text NOT NULL,
+                created_at      timestamptz NOT NULL,
+                last_used_at    timestamptz
+            );
+            CREATE INDEX passkeys_user ON passkeys (user_id);
+            CREATE TABLE webauthn_challenges (
+                challenge_hash bytea PRIMARY KEY,
+                purpose        text NOT NULL CHECK (purpose IN ('register', 'login')),
+                user_id        uuid REFERENCES users (id) ON DELETE CASCADE,
+                created_at     timestamptz NOT NULL,
+                expires_at     timestamptz NOT NULL
+            );
+            CREATE INDEX webauthn_challenges_expiry ON webauthn_challenges (expires_at);
+            """)
 
     /// Sign in with Apple's refresh tokens (sealed), by the Apple subject they belong to, and the
     /// durable jobs that exchange authorization codes for them and revoke them at deletion.

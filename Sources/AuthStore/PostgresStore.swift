@@ -341,8 +341,10 @@ public final class PostgresStore: Sendable {
         public var codes = 0
         /// Audit rows past their retention.
         public var auditRows = 0
+        /// Passkey ceremonies' challenges past their lifetime, never answered.
+        public var challenges = 0
 
-        public var total: Int { requests + events + throttles + rateLimits + codes + auditRows }
+        public var total: Int { requests + events + throttles + rateLimits + codes + auditRows + challenges }
     }
 
     /// One stored password hash of the most common kind (algorithm and parameters), for making
@@ -379,15 +381,17 @@ public final class PostgresStore: Sendable {
                 "DELETE FROM rate_limits WHERE window_start < \(date - rateLimitWindow)",
                 "DELETE FROM one_time_codes WHERE expires_at < \(date)",
                 "DELETE FROM audit_log WHERE at < \(date - auditRetention)",
+                "DELETE FROM webauthn_challenges WHERE expires_at < \(date)",
             ])
         }
         var purge = Purge()
-        if results.count == 5 {
+        if results.count == 6 {
             purge.requests = results[0].affectedRows
             purge.throttles = results[1].affectedRows
             purge.rateLimits = results[2].affectedRows
             purge.codes = results[3].affectedRows
             purge.auditRows = results[4].affectedRows
+            purge.challenges = results[5].affectedRows
         }
         return purge
     }

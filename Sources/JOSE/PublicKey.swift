@@ -102,6 +102,24 @@ public final class PublicKey: @unchecked Sendable {
         return key
     }
 
+    /// The public key of a DER X.509 certificate (a WebAuthn attestation's `x5c`), under the same
+    /// key policy. The whole input must be the certificate.
+    public static func certificate(der: [UInt8]) throws -> PublicKey {
+        let pointer: OpaquePointer? = der.withUnsafeBufferPointer { buffer in
+            guard let start = buffer.baseAddress else { return nil }
+            var cursor: UnsafePointer<UInt8>? = start
+            guard let certificate = d2i_X509(nil, &cursor, buffer.count) else { return nil }
+            defer { X509_free(certificate) }
+            guard cursor == start + buffer.count else { return nil }
+            return X509_get_pubkey(certificate)
+        }
+        ERR_clear_error()
+        guard let pointer else { throw JOSEError(.invalidKey, "not a DER certificate") }
+        let key = try PublicKey(taking: pointer)
+        try key.checkStrength()
+        return key
+    }
+
     /// The public key of a PEM X.509 certificate (the `{kid: certificate}` form of Firebase and
     /// Google's v1 endpoint) or a PEM SubjectPublicKeyInfo.
     public static func pem(_ text: String) throws -> PublicKey {

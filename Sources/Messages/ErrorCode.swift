@@ -35,6 +35,19 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
     /// `session_revoke` named no live session of the user: unknown, ended, or another user's
     /// (which answers alike, so ids of others' sessions cannot be probed).
     public static let unknownSession = ErrorCode(rawValue: "unknown_session")
+    /// A passkey's registration response failed a check of WebAuthn §7.1 (origin, RP ID, flags,
+    /// algorithm, attestation): `field` names the part.
+    public static let invalidPasskey = ErrorCode(rawValue: "invalid_passkey")
+    /// The ceremony's challenge is unknown, used, expired, or was issued for another purpose or
+    /// user: ask for new options.
+    public static let invalidChallenge = ErrorCode(rawValue: "invalid_challenge")
+    /// The credential is registered already (to this account or another).
+    public static let passkeyExists = ErrorCode(rawValue: "passkey_exists")
+    /// `passkey_rename` or `passkey_remove` named no passkey of the user (answered alike for
+    /// another user's).
+    public static let unknownPasskey = ErrorCode(rawValue: "unknown_passkey")
+    /// Removing it would leave the account with no way to sign in.
+    public static let lastSignInMethod = ErrorCode(rawValue: "last_sign_in_method")
 
     /// Every code the contract defines.
     public static let all: [ErrorCode] = [
@@ -42,7 +55,7 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
         .audienceMismatch, .nonceMismatch, .invalidCredentials, .emailTaken, .weakPassword, .tooManyAttempts,
         .invalidRefreshToken, .refreshTokenReused, .linkConflict, .providerUnavailable, .internalError, .invalidCode,
         .codeExpired, .mfaRequired, .emailNotVerified, .reauthenticationRequired,
-        .unknownSession,
+        .unknownSession, .invalidPasskey, .invalidChallenge, .passkeyExists, .unknownPasskey, .lastSignInMethod,
     ]
 
     public init(from decoder: any Decoder) throws {

@@ -40,6 +40,10 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
     /// Where the request came from, as the gateway saw it (an addition to the contract): kept in
     /// the audit trail only.
     public var context: Context?
+    /// A passkey ceremony's response (`passkey_register`, `passkey_login`).
+    public var credential: PasskeyCredential?
+    /// The passkey to rename or remove: an `id` from `passkey_list`.
+    public var passkeyID: String?
 
     /// The client's network address and user agent, as the gateway saw them.
     public struct Context: Codable, Sendable, Equatable {
@@ -100,6 +104,8 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
         case sessionID = "session_id"
         case context
         case authorizationCode = "authorization_code"
+        case credential
+        case passkeyID = "passkey_id"
     }
 
     public init(method: String) {
@@ -140,6 +146,13 @@ public enum LoginMethod: String, Sendable, CaseIterable {
     case sessionRevoke = "session_revoke"
     case accountDelete = "account_delete"
     case accountExport = "account_export"
+    case passkeyRegisterOptions = "passkey_register_options"
+    case passkeyRegister = "passkey_register"
+    case passkeyLoginOptions = "passkey_login_options"
+    case passkeyLogin = "passkey_login"
+    case passkeyList = "passkey_list"
+    case passkeyRename = "passkey_rename"
+    case passkeyRemove = "passkey_remove"
 }
 
 /// What is wrong with a request, naming the field.

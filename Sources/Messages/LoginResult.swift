@@ -19,10 +19,17 @@ public struct LoginResultData: Codable, Sendable, Equatable {
     /// The answer to `account_export`: the export (`AccountExportPayload`) as a compact JWE to the
     /// request's `reply_key`; it is never sent in clear.
     public var sealedExport: String?
+    /// The options of a passkey ceremony (`passkey_register_options`, `passkey_login_options`).
+    public var passkeyOptions: PasskeyOptionsPayload?
+    /// The passkey registered (`passkey_register`) or renamed (`passkey_rename`).
+    public var passkey: PasskeyPayload?
+    /// The user's passkeys (`passkey_list`).
+    public var passkeys: [PasskeyPayload]?
     public var error: ErrorPayload?
 
     enum CodingKeys: String, CodingKey {
-        case status, user, session, error, introspection, mfa, sessions
+        case status, user, session, error, introspection, mfa, sessions, passkey, passkeys
+        case passkeyOptions = "passkey_options"
         case sealedMFA = "sealed_mfa"
         case sealedExport = "sealed_export"
         case requestId = "request_id"

@@ -154,6 +154,10 @@ public struct RequestDecoder: Sendable {
         request.recoveryCode = try data.optional("recovery_code")
         request.sessionID = try data.optional("session_id")
         request.authorizationCode = try data.optional("authorization_code")
+        request.passkeyID = try data.optional("passkey_id")
+        if let credential = try data.optionalObject("credential") {
+            request.credential = try passkeyCredential(credential)
+        }
         try unseal(data, into: &request)
         if let profile = try data.optionalObject("profile") {
             request.profile = .init(
@@ -171,6 +175,37 @@ public struct RequestDecoder: Sendable {
         }
         try validateFields(request, method: method)
         return LoginRequest(id: id, source: source, time: time, traceparent: traceparent, method: method, data: request)
+    }
+
+    /// `data.credential`: the members of a `RegistrationResponseJSON` or `AuthenticationResponseJSON`
+    /// this worker reads, as strings (their base64url is decoded, and refused by field, by the
+    /// passkey flows). Other members (`clientExtensionResults`, members a later WebAuthn level adds)
+    /// are accepted and not read.
+    private func passkeyCredential(_ credential: Fields) throws -> PasskeyCredential {
+        let response = try credential.object("response")
+        var body = PasskeyCredential.Response(clientDataJSON: try response.required("clientDataJSON"))
+        body.attestationObject = try response.optional("attestationObject")
+        body.authenticatorData = try response.optional("authenticatorData")
+        body.signature = try response.optional("signature")
+        body.userHandle = try response.optional("userHandle")
+        body.transports = try response.optionalStrings("transports", maxCount: 8, maxBytes: 32)
+        var result = PasskeyCredential(
+            id: try credential.required("id"), rawId: try credential.required("rawId"),
+            type: try credential.required("type"), response: body)
+        result.authenticatorAttachment = try credential.optional("authenticatorAttachment")
+        guard result.type == "public-key" else {
+            throw RequestValidationError(field: "data.credential.type", reason: "must be \"public-key\"")
+        }
+        for (name, value) in [
+            ("id", result.id), ("rawId", result.rawId), ("response.clientDataJSON", body.clientDataJSON),
+            ("response.attestationObject", body.attestationObject ?? ""),
+            ("response.authenticatorData", body.authenticatorData ?? ""), ("response.signature", body.signature ?? ""),
+            ("response.userHandle", body.userHandle ?? ""),
+            ("authenticatorAttachment", result.authenticatorAttachment ?? ""),
+        ] where value.utf8.count > maxTokenBytes {
+            throw RequestValidationError(field: "data.credential.\(name)", reason: "longer than \(maxTokenBytes) bytes")
+        }
+        return result
     }
 
     /// Replaces the members of `data.sealed_credentials` by their plaintext, and refuses clear
@@ -248,6 +283,25 @@ public struct RequestDecoder: Sendable {
         static func containsNUL(_ value: String) -> Bool {
             var value = value
             return value.withUTF8 { bytes in bytes.baseAddress.map { memchr($0, 0, bytes.count) != nil } ?? false }
+        }
+
+        /// An array of short strings, or nil when absent.
+        func optionalStrings(_ key: String, maxCount: Int, maxBytes: Int) throws -> [String]? {
+            switch members[key] {
+            case nil, .null?: return nil
+            case .array(let values)?:
+                guard values.count <= maxCount else {
+                    throw RequestValidationError(field: name(key), reason: "has more than \(maxCount) items")
+                }
+                return try values.map { value in
+                    guard case .string(let text) = value, text.utf8.count <= maxBytes, !Self.containsNUL(text) else {
+                        throw RequestValidationError(
+                            field: name(key), reason: "must be strings of at most \(maxBytes) bytes")
+                    }
+                    return text
+                }
+            default: throw RequestValidationError(field: name(key), reason: "must be an array of strings")
+            }
         }
 
         func required(_ key: String) throws -> String {
@@ -375,6 +429,35 @@ public struct RequestDecoder: Sendable {
             try require(data.sessionID, "session_id", max: maxFieldBytes)
             guard let id = data.sessionID, UUID(uuidString: id) != nil else {
                 throw RequestValidationError(field: "data.session_id", reason: "must be a session id (a UUID)")
+            }
+        case .passkeyRegisterOptions, .passkeyList:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+        case .passkeyRegister:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+            guard let credential = data.credential else {
+                throw RequestValidationError(
+                    field: "data.credential", reason: "is required for method \(method.rawValue)")
+            }
+            try require(
+                credential.response.attestationObject, "credential.response.attestationObject", max: maxTokenBytes)
+        case .passkeyLoginOptions:
+            try limit(data.email, "email", max: maxFieldBytes)
+        case .passkeyLogin:
+            guard let credential = data.credential else {
+                throw RequestValidationError(
+                    field: "data.credential", reason: "is required for method \(method.rawValue)")
+            }
+            try require(
+                credential.response.authenticatorData, "credential.response.authenticatorData", max: maxTokenBytes)
+            try require(credential.response.signature, "credential.response.signature", max: maxTokenBytes)
+        case .passkeyRename, .passkeyRemove:
+            try require(data.accessToken, "access_token", max: maxTokenBytes)
+            try require(data.passkeyID, "passkey_id", max: maxFieldBytes)
+            guard let id = data.passkeyID, UUID(uuidString: id) != nil else {
+                throw RequestValidationError(field: "data.passkey_id", reason: "must be a passkey id (a UUID)")
+            }
+            if method == .passkeyRename {
+                try require(data.name, "name", max: 64)
             }
         case .accountDelete:
             try require(data.accessToken, "access_token", max: maxTokenBytes)

@@ -23,6 +23,13 @@ public enum UserEventType {
     public static let mfaLocked = "auth.mfa.locked"
     /// A way of signing in was taken off an account (`reason`: `account_claimed`).
     public static let identityUnlinked = "auth.identity.unlinked"
+    /// A passkey was registered to the account.
+    public static let passkeyAdded = "auth.passkey.added"
+    /// A passkey was removed by its user.
+    public static let passkeyRemoved = "auth.passkey.removed"
+    /// A passkey sign-in was refused because its signature counter went backwards: the
+    /// authenticator may have been cloned.
+    public static let passkeyCloneSuspected = "auth.passkey.clone_suspected"
 }
 
 /// `auth.mfa.locked`.

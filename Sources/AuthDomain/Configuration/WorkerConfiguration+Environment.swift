@@ -218,6 +218,47 @@ extension WorkerConfiguration {
         if let days = try reader.integer("AUTH_AUDIT_RETENTION_DAYS") {
             config.auditRetention = TimeInterval(days) * 86_400
         }
+        if let rpID = reader.string("AUTH_WEBAUTHN_RP_ID") {
+            guard !rpID.contains("/"), !rpID.contains(":"), rpID == rpID.lowercased() else {
+                throw ConfigurationError(
+                    variable: "AUTH_WEBAUTHN_RP_ID", reason: "must be a lower-case domain name, without scheme or port")
+            }
+            config.passkeys.rpID = rpID
+            config.passkeys.origins = ["https://\(rpID)"]
+        }
+        config.passkeys.rpName = reader.string("AUTH_WEBAUTHN_RP_NAME")
+        if let origins = reader.list("AUTH_WEBAUTHN_ORIGINS") {
+            for origin in origins
+            where
+                !(origin.hasPrefix("https://") || origin.hasPrefix("http://localhost")
+                || origin.hasPrefix("android:apk-key-hash:"))
+            {
+                throw ConfigurationError(
+                    variable: "AUTH_WEBAUTHN_ORIGINS",
+                    reason: "\(origin) is not an https origin, http://localhost, or android:apk-key-hash:…")
+            }
+            config.passkeys.origins = origins
+        }
+        if let value = reader.string("AUTH_WEBAUTHN_USER_VERIFICATION") {
+            guard ["required", "preferred", "discouraged"].contains(value) else {
+                throw ConfigurationError(
+                    variable: "AUTH_WEBAUTHN_USER_VERIFICATION", reason: "must be required, preferred or discouraged")
+            }
+            config.passkeys.userVerification = value
+        }
+        if let value = try reader.seconds("AUTH_WEBAUTHN_CHALLENGE_TTL_SECONDS") {
+            guard value >= 30, value <= 3600 else {
+                throw ConfigurationError(
+                    variable: "AUTH_WEBAUTHN_CHALLENGE_TTL_SECONDS", reason: "must be between 30 and 3600")
+            }
+            config.passkeys.challengeLifetime = value
+        }
+        if let value = reader.string("AUTH_WEBAUTHN_ATTESTATION") {
+            guard value == "none" || value == "direct" else {
+                throw ConfigurationError(variable: "AUTH_WEBAUTHN_ATTESTATION", reason: "must be none or direct")
+            }
+            config.passkeys.attestation = value
+        }
         if let issuer = reader.string("AUTH_MFA_ISSUER") { config.mfa.issuer = issuer }
         if let value = try reader.seconds("AUTH_MFA_TOKEN_TTL_SECONDS") {
             guard value >= 30 else {

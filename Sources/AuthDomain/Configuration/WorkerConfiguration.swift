@@ -180,6 +180,39 @@ public struct WorkerConfiguration: Sendable {
         public var isEnabled: Bool { teamID != nil && keyID != nil && privateKeyPath != nil }
     }
 
+    /// Passkeys (WebAuthn): off until the relying party's id is set.
+    public var passkeys = Passkeys()
+
+    /// The relying party passkeys are registered to, and the ceremonies' rules.
+    public struct Passkeys: Sendable, Equatable {
+        /// The RP ID: the registrable domain passkeys are bound to (`example.com`); iOS apps name
+        /// it in their associated domains. Env: `AUTH_WEBAUTHN_RP_ID`. Default: none (passkey
+        /// methods answer `unsupported_method`).
+        public var rpID: String?
+        /// Shown by the authenticator when a passkey is made. Env: `AUTH_WEBAUTHN_RP_NAME`.
+        /// Default: the RP ID.
+        public var rpName: String?
+        /// Origins a ceremony may run in: web origins (`https://example.com`) and Android apps
+        /// (`android:apk-key-hash:…`), comma-separated. Env: `AUTH_WEBAUTHN_ORIGINS`. Default:
+        /// `https://` and the RP ID.
+        public var origins: [String] = []
+        /// Whether the user must be verified (PIN, biometrics): `required`, `preferred` or
+        /// `discouraged`. Env: `AUTH_WEBAUTHN_USER_VERIFICATION`. Default: `required`.
+        public var userVerification = "required"
+        /// How long a ceremony's challenge can be answered. Env:
+        /// `AUTH_WEBAUTHN_CHALLENGE_TTL_SECONDS`. Default: 300.
+        public var challengeLifetime: TimeInterval = 300
+        /// The attestation asked for: `none` (the default: no authenticator make is judged) or
+        /// `direct`. Env: `AUTH_WEBAUTHN_ATTESTATION`.
+        public var attestation = "none"
+        /// Passkeys one account may hold. Default: 20.
+        public var maximumPerUser = 20
+
+        public init() {}
+
+        public var isEnabled: Bool { rpID != nil }
+    }
+
     /// How long the audit trail keeps a row; the outbox relay purges older ones.
     /// Env: `AUTH_AUDIT_RETENTION_DAYS`. Default: 400 days.
     public var auditRetention: TimeInterval = 400 * 86_400

@@ -104,6 +104,34 @@ package struct EventFactory: Sendable {
             user: user)
     }
 
+    func passkeyAdded(user: UUID, passkey: PasskeyRecord) throws -> OutboxEvent {
+        try make(
+            UserEventType.passkeyAdded,
+            PasskeyEventData(
+                userId: user.lowercasedString, passkeyId: passkey.id.lowercasedString, name: passkey.name, reason: nil),
+            user: user)
+    }
+
+    func passkeyRemoved(user: UUID, passkey: PasskeyRecord) throws -> OutboxEvent {
+        try make(
+            UserEventType.passkeyRemoved,
+            PasskeyEventData(
+                userId: user.lowercasedString, passkeyId: passkey.id.lowercasedString, name: passkey.name,
+                reason: "user"),
+            user: user)
+    }
+
+    func passkeyCloneSuspected(user: UUID, passkey: PasskeyRecord, stored: UInt32, presented: UInt32) throws
+        -> OutboxEvent
+    {
+        try make(
+            UserEventType.passkeyCloneSuspected,
+            PasskeyEventData(
+                userId: user.lowercasedString, passkeyId: passkey.id.lowercasedString, name: passkey.name,
+                reason: "sign count \(presented) after \(stored)"),
+            user: user)
+    }
+
     /// Events are keyed by their user, so one user's events stay in order.
     private func make<Payload: Codable & Sendable>(_ type: String, _ data: Payload, user: UUID) throws -> OutboxEvent {
         try make(type, data, key: user.lowercasedString)

@@ -3,6 +3,7 @@ import Foundation
 import JOSE
 import Messages
 import ServiceKit
+import WebAuthn
 
 /// A request prepared for its write: everything decided that needs no database.
 ///
@@ -97,6 +98,8 @@ public struct LoginFlows: Sendable {
     let secondFactorKeys: FactorKeys?
     /// Seals Apple's authorization codes and refresh tokens; nil unless Apple's REST API is configured.
     let appleTokenKeys: AppleTokenKeys?
+    /// The passkeys' relying party; nil unless `AUTH_WEBAUTHN_RP_ID` is set.
+    let relyingParty: RelyingParty?
 
     public init(
         configuration: WorkerConfiguration, accessTokens: any AccessTokenIssuer,
@@ -114,6 +117,12 @@ public struct LoginFlows: Sendable {
         emailCodeKeys = CodeKeys(configuration: configuration)
         secondFactorKeys = FactorKeys(configuration: configuration)
         appleTokenKeys = configuration.appleTokens.isEnabled ? AppleTokenKeys(configuration: configuration) : nil
+        let passkeys = configuration.passkeys
+        relyingParty = passkeys.rpID.map { id in
+            RelyingParty(
+                id: id, name: passkeys.rpName ?? id, origins: passkeys.origins,
+                userVerification: RelyingParty.UserVerification(rawValue: passkeys.userVerification) ?? .required)
+        }
     }
 
     /// Validates and computes everything `request` needs before its write.
@@ -142,6 +151,13 @@ public struct LoginFlows: Sendable {
         case .sessionRevoke: try prepareSessionRevoke(request)
         case .accountDelete: try await prepareAccountDelete(request)
         case .accountExport: try prepareAccountExport(request)
+        case .passkeyRegisterOptions: try preparePasskeyRegisterOptions(request)
+        case .passkeyRegister: try preparePasskeyRegister(request)
+        case .passkeyLoginOptions: try preparePasskeyLoginOptions(request)
+        case .passkeyLogin: try preparePasskeyLogin(request)
+        case .passkeyList: try preparePasskeyList(request)
+        case .passkeyRename: try preparePasskeyRename(request)
+        case .passkeyRemove: try await preparePasskeyRemove(request)
         }
     }
 
