@@ -199,6 +199,67 @@ public final class AuthClient: Sendable {
         return try await login(request, timeout: timeout)
     }
 
+    // MARK: - Passkeys (the gateway relays the W3C WebAuthn JSON forms as they are)
+
+    /// `passkey_register_options`: creation options for the signed-in user (a member or a guest),
+    /// in `passkeyOptions`, for `PublicKeyCredential.parseCreationOptionsFromJSON` or an app's
+    /// `ASAuthorizationPlatformPublicKeyCredentialProvider`.
+    public func passkeyRegistrationOptions(accessToken: String, timeout: Duration? = nil) async throws -> LoginResult {
+        var request = LoginRequestData(method: LoginMethod.passkeyRegisterOptions.rawValue)
+        request.accessToken = accessToken
+        return try await login(request, timeout: timeout)
+    }
+
+    /// `passkey_register`: the client's `RegistrationResponseJSON` for those options. A guest
+    /// becomes a member with the same user id and gets a member's session.
+    public func registerPasskey(
+        _ credential: PasskeyCredential, accessToken: String, name: String? = nil,
+        device: LoginRequestData.Device? = nil, timeout: Duration? = nil
+    ) async throws -> LoginResult {
+        var request = LoginRequestData(method: LoginMethod.passkeyRegister.rawValue)
+        request.accessToken = accessToken
+        request.credential = credential
+        request.name = name
+        request.device = device
+        return try await login(request, timeout: timeout)
+    }
+
+    /// `passkey_login_options`: request options; with `email`, its account's passkeys are listed
+    /// (`allowCredentials`), without one the sign-in is discoverable.
+    public func passkeyLoginOptions(email: String? = nil, timeout: Duration? = nil) async throws -> LoginResult {
+        var request = LoginRequestData(method: LoginMethod.passkeyLoginOptions.rawValue)
+        request.email = email
+        return try await login(request, timeout: timeout)
+    }
+
+    /// `passkey_login`: the client's `AuthenticationResponseJSON`; a session like any sign-in.
+    public func loginWithPasskey(
+        _ credential: PasskeyCredential, device: LoginRequestData.Device? = nil, timeout: Duration? = nil
+    ) async throws -> LoginResult {
+        var request = LoginRequestData(method: LoginMethod.passkeyLogin.rawValue)
+        request.credential = credential
+        request.device = device
+        return try await login(request, timeout: timeout)
+    }
+
+    /// `passkey_list`: the user's passkeys.
+    public func passkeys(accessToken: String, timeout: Duration? = nil) async throws -> LoginResult {
+        var request = LoginRequestData(method: LoginMethod.passkeyList.rawValue)
+        request.accessToken = accessToken
+        return try await login(request, timeout: timeout)
+    }
+
+    /// `passkey_remove`: past a recent sign-in, give the `password`; the last way in is kept.
+    public func removePasskey(
+        _ passkeyID: String, accessToken: String, password: String? = nil, timeout: Duration? = nil
+    ) async throws -> LoginResult {
+        var request = LoginRequestData(method: LoginMethod.passkeyRemove.rawValue)
+        request.accessToken = accessToken
+        request.passkeyID = passkeyID
+        request.password = password
+        return try await login(request, timeout: timeout)
+    }
+
     /// `account_delete`: deletes the user. Past a recent sign-in, give the `password` or a second
     /// factor's `code` (else `reauthentication_required`).
     public func deleteAccount(

@@ -92,10 +92,20 @@ extension JSONWriterTests {
         request.clientID = "c"
         request.sessionID = "0193"
         request.context = .init(ip: "203.0.113.7", userAgent: "Mozilla/5.0 (X11)")
+        request.passkeyID = "0194"
+        var credentialResponse = PasskeyCredential.Response(clientDataJSON: "cd")
+        credentialResponse.attestationObject = "ao"
+        credentialResponse.authenticatorData = "ad"
+        credentialResponse.signature = "sg"
+        credentialResponse.userHandle = "uh"
+        credentialResponse.transports = ["internal"]
+        var credential = PasskeyCredential(id: "i", rawId: "i", type: "public-key", response: credentialResponse)
+        credential.authenticatorAttachment = "platform"
+        request.credential = credential
         try Self.same(request)
         let encoded = try #require(
             try JSONSerialization.jsonObject(with: Data(try Self.encoder(request))) as? [String: Any])
-        #expect(encoded.count == 23, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
+        #expect(encoded.count == 25, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
 
         var error = ErrorPayload(
             code: .mfaRequired, message: "m", retriable: false, field: "f", retryAfter: "t", retryAfterSeconds: 1)
@@ -121,6 +131,24 @@ extension JSONWriterTests {
                 expiresAt: "t", current: true)
         ]
         result.sealedExport = "x"
+        var options = PasskeyOptionsPayload(challenge: "c", timeout: 300_000)
+        options.rp = .init(id: "example.com", name: "Example")
+        options.user = .init(id: "h", name: "n", displayName: "d")
+        options.pubKeyCredParams = [.init(alg: -7)]
+        options.excludeCredentials = [.init(id: "x", transports: ["usb"])]
+        options.authenticatorSelection = .init(userVerification: "required")
+        options.attestation = "none"
+        options.rpId = "example.com"
+        options.allowCredentials = [.init(id: "y", transports: nil)]
+        options.userVerification = "required"
+        options.hints = ["client-device"]
+        options.extensions = .init(credProps: true)
+        result.passkeyOptions = options
+        let passkey = PasskeyPayload(
+            id: "p", credentialId: "c", name: "n", createdAt: "t", lastUsedAt: "t", backupEligible: true,
+            backedUp: false, transports: ["internal"], algorithm: "ES256")
+        result.passkey = passkey
+        result.passkeys = [passkey]
         result.error = error
         let unset = Mirror(reflecting: result).children.filter { child in
             if case Optional<Any>.none = child.value as Any? { return false }

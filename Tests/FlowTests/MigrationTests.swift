@@ -19,8 +19,9 @@ import Testing
         #expect(
             tables == [
                 "access_tokens", "apple_jobs", "apple_tokens", "audit_log", "identities", "login_throttle",
-                "mfa_factors", "mfa_recovery_codes", "one_time_codes", "outbox", "processed_requests", "rate_limits",
-                "refresh_tokens", "schema_migrations", "sessions", "users",
+                "mfa_factors", "mfa_recovery_codes", "one_time_codes", "outbox", "passkey_users", "passkeys",
+                "processed_requests", "rate_limits",
+                "refresh_tokens", "schema_migrations", "sessions", "users", "webauthn_challenges",
             ])
         let views = try connection.query(
             "SELECT table_name FROM information_schema.views WHERE table_schema = 'public' ORDER BY 1"

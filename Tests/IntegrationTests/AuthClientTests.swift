@@ -180,6 +180,68 @@ import Testing
         try await worker.stop()
     }
 
+    /// Passkeys end to end through the broker and PostgreSQL: a guest adds one (the software
+    /// authenticator answering the worker's options) and becomes a member with the same id, then
+    /// signs in with it, discoverably; py_webauthn accepts both responses.
+    @Test(.requiresSoftAuthenticator) func aGuestAddsAPasskeyAndSignsInWithItThroughTheWorker() async throws {
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        config.resultsKey = try SecureRandom.bytes(32)
+        config.passkeys.rpID = "example.com"
+        config.passkeys.origins = ["https://example.com"]
+        let worker = try await RunningWorker(config)
+        var clientConfiguration = AuthClient.Configuration(brokers: [try #require(IntegrationEnvironment.kafkaBrokers)])
+        clientConfiguration.requestsTopic = topics.requests
+        clientConfiguration.resultsTopic = topics.results
+        let client = try await AuthClient.connect(clientConfiguration, logger: IntegrationEnvironment.quietLogger)
+        let guest = try await client.login(LoginRequestData(method: "guest"))
+        let guestToken = try #require(guest.session?.accessToken)
+        let guestID = try #require(guest.data.user?.id)
+
+        func authenticator(_ command: [String: Any]) async throws -> (PasskeyCredential, [String: Any]) {
+            let answer = try SoftAuthenticator.object(
+                try await SoftAuthenticator.run(try JSONSerialization.data(withJSONObject: command)))
+            let verdict = try #require(answer["py_webauthn"] as? [String: Any])
+            #expect(verdict["verified"] as? Bool == true, "py_webauthn: \(verdict)")
+            let response = try JSONSerialization.data(withJSONObject: try #require(answer["response"]))
+            return (try JSONDecoder().decode(PasskeyCredential.self, from: response), answer)
+        }
+
+        let creation = try #require(
+            try await client.passkeyRegistrationOptions(accessToken: guestToken).data.passkeyOptions)
+        #expect(creation.rp?.id == "example.com" && creation.pubKeyCredParams?.map(\.alg) == [-8, -7, -257])
+        #expect(creation.authenticatorSelection?.residentKey == "required")
+        let (made, answer) = try await authenticator([
+            "op": "create", "options": try SoftAuthenticator.json(creation), "origin": "https://example.com",
+            "alg": "ES256", "attestation": "packed-x5c",
+        ])
+        let registered = try await client.registerPasskey(made, accessToken: guestToken, name: "iPhone")
+        #expect(registered.isOK, "\(String(describing: registered.error))")
+        #expect(registered.data.user?.id == guestID && registered.data.user?.isGuest == false)
+        #expect(registered.data.passkey?.name == "iPhone")
+        let memberToken = try #require(registered.session?.accessToken, "the guest gets a member's session")
+
+        let request = try #require(try await client.passkeyLoginOptions().data.passkeyOptions)
+        #expect(request.rpId == "example.com" && request.allowCredentials == [])
+        let credential = try #require(answer["credential"] as? [String: Any])
+        let (assertion, _) = try await authenticator([
+            "op": "get", "options": try SoftAuthenticator.json(request), "origin": "https://example.com",
+            "credential": credential, "sign_count": 1,
+            "verify": ["public_key": credential["public_key"] ?? "", "sign_count": 0],
+        ])
+        let signedIn = try await client.loginWithPasskey(assertion, device: .init(name: "Safari", platform: "web"))
+        #expect(signedIn.isOK, "\(String(describing: signedIn.error))")
+        #expect(signedIn.data.user?.id == guestID && signedIn.session != nil)
+        let listed = try await client.passkeys(accessToken: memberToken)
+        #expect(listed.data.passkeys?.count == 1 && listed.data.passkeys?.first?.lastUsedAt != nil)
+        let replayed = try await client.loginWithPasskey(assertion)
+        #expect(replayed.error?.code == .invalidChallenge)
+
+        await client.close()
+        try await worker.stop()
+    }
+
     @Test func aLoginNobodyAnswersTimesOut() async throws {
         let topics = try await IntegrationEnvironment.makeTopics()
         var configuration = AuthClient.Configuration(brokers: [try #require(IntegrationEnvironment.kafkaBrokers)])

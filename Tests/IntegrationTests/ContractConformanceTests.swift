@@ -16,7 +16,7 @@ import Testing
 /// results and events as the worker publishes them, an Apple notification as a gateway forwards
 /// it), checked against `contract/schemas` by an independent JSON Schema validator, and the
 /// AsyncAPI document checked too (`scripts/check-contract.py`).
-@Suite(.requiresServices, .requiresIndependentJOSE, .serialized, .timeLimit(.minutes(3)))
+@Suite(.requiresServices, .requiresIndependentJOSE, .requiresSoftAuthenticator, .serialized, .timeLimit(.minutes(3)))
 struct ContractConformanceTests {
     static let root = ProjectPaths.root
 
@@ -34,6 +34,8 @@ struct ContractConformanceTests {
         let mail = try X25519.generateKeyPair()
         config.emailCodes.mailKey = mail.publicKey
         config.resultsKey = try SecureRandom.bytes(32)
+        config.passkeys.rpID = "example.com"
+        config.passkeys.origins = ["https://example.com"]
         // One wrong factor code locks for two seconds (auth.mfa.locked), not five minutes.
         config.mfa.attempts = .init(count: 1, window: 1)
         let worker = try await RunningWorker(config)
@@ -243,6 +245,59 @@ struct ContractConformanceTests {
         var delete = LoginRequestData(method: "account_delete")
         delete.accessToken = try await send(leaver).session?.accessToken
         #expect(try await send(delete).status == "ok")
+
+        // Passkeys: a guest adds one (options, registration), signs in with it, a clone is
+        // refused, a second is added, listed, renamed, and the first removed.
+        func authenticator(_ command: [String: Any]) async throws -> (PasskeyCredential, [String: Any]) {
+            var command = command
+            command["origin"] = "https://example.com"
+            let answer = try SoftAuthenticator.object(
+                try await SoftAuthenticator.run(try JSONSerialization.data(withJSONObject: command)))
+            let response = try JSONSerialization.data(withJSONObject: try #require(answer["response"]))
+            return (try JSONDecoder().decode(PasskeyCredential.self, from: response), answer)
+        }
+        func addPasskey(token: String?) async throws -> (LoginResultData, [String: Any]) {
+            var options = LoginRequestData(method: "passkey_register_options")
+            options.accessToken = token
+            let creation = try #require(try await send(options).passkeyOptions)
+            let (made, answer) = try await authenticator([
+                "op": "create", "options": try SoftAuthenticator.json(creation), "attestation": "packed-self",
+            ])
+            var register = LoginRequestData(method: "passkey_register")
+            register.accessToken = token
+            register.credential = made
+            register.name = "Phone"
+            return (try await send(register), try #require(answer["credential"] as? [String: Any]))
+        }
+        func passkeySignIn(_ credential: [String: Any], count: Int) async throws -> LoginResultData {
+            let request = try #require(try await send(LoginRequestData(method: "passkey_login_options")).passkeyOptions)
+            let (assertion, _) = try await authenticator([
+                "op": "get", "options": try SoftAuthenticator.json(request), "credential": credential,
+                "sign_count": count,
+            ])
+            var login = LoginRequestData(method: "passkey_login")
+            login.credential = assertion
+            return try await send(login)
+        }
+        var passkeyGuest = LoginRequestData(method: "guest")
+        passkeyGuest.clientID = "install-passkey"
+        let (added, firstKey) = try await addPasskey(token: try await send(passkeyGuest).session?.accessToken)
+        let memberToken = try #require(added.session?.accessToken)
+        #expect(try await passkeySignIn(firstKey, count: 5).session != nil)
+        #expect(try await passkeySignIn(firstKey, count: 4).error?.code == .invalidCredentials)
+        let (second, _) = try await addPasskey(token: memberToken)
+        var passkeyList = LoginRequestData(method: "passkey_list")
+        passkeyList.accessToken = memberToken
+        #expect(try await send(passkeyList).passkeys?.count == 2)
+        var rename = LoginRequestData(method: "passkey_rename")
+        rename.accessToken = memberToken
+        rename.passkeyID = second.passkey?.id
+        rename.name = "Laptop"
+        #expect(try await send(rename).passkey?.name == "Laptop")
+        var removePasskey = LoginRequestData(method: "passkey_remove")
+        removePasskey.accessToken = memberToken
+        removePasskey.passkeyID = added.passkey?.id
+        #expect(try await send(removePasskey).status == "ok")
         // Apple deletes the account: the user and its sessions go.
         let token = Signers.rsa2048.token(
             [
@@ -260,7 +315,8 @@ struct ContractConformanceTests {
             "auth.user.created", "auth.user.upgraded", "auth.identity.linked", "auth.session.revoked",
             "auth.user.deleted", "auth.email.verification_requested", "auth.password.reset_requested",
             "auth.user.email_verified", "auth.password.changed", "auth.mfa.enabled", "auth.mfa.disabled",
-            "auth.email.sign_in_requested", "auth.mfa.locked", "auth.identity.unlinked",
+            "auth.email.sign_in_requested", "auth.mfa.locked", "auth.identity.unlinked", "auth.passkey.added",
+            "auth.passkey.removed", "auth.passkey.clone_suspected",
         ]
         let seen = try await events.waitUntil { messages in
             Set(messages.compactMap { $0.json["type"] as? String }).isSuperset(of: types)
@@ -273,6 +329,8 @@ struct ContractConformanceTests {
             "auth.password.changed": "password-changed", "auth.mfa.enabled": "mfa-enabled",
             "auth.mfa.disabled": "mfa-disabled", "auth.email.sign_in_requested": "sign-in-requested",
             "auth.mfa.locked": "mfa-locked", "auth.identity.unlinked": "identity-unlinked",
+            "auth.passkey.added": "passkey-added", "auth.passkey.removed": "passkey-removed",
+            "auth.passkey.clone_suspected": "passkey-clone-suspected",
         ]
         for message in seen {
             let type = message.json["type"] as? String ?? "?"

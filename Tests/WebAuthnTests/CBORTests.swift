@@ -79,7 +79,8 @@ import Testing
         // An EC2 key whose point is not on P-256.
         let offCurve: CBORValue = .map([
             .init(key: .integer(1), value: .integer(2)), .init(key: .integer(3), value: .integer(-7)),
-            .init(key: .integer(-1), value: .integer(1)), .init(key: .integer(-2), value: .bytes([UInt8](repeating: 1, count: 32))),
+            .init(key: .integer(-1), value: .integer(1)),
+            .init(key: .integer(-2), value: .bytes([UInt8](repeating: 1, count: 32))),
             .init(key: .integer(-3), value: .bytes([UInt8](repeating: 2, count: 32))),
         ])
         #expect(throws: COSEKey.Failure.self) { try COSEKey(offCurve) }
