@@ -44,11 +44,11 @@ extension LoginMethod {
     public var answerCarriesSecret: Bool {
         switch self {
         case .logout, .introspect, .sendVerification, .verifyEmail, .passwordResetRequest, .changePassword, .mfaRemove,
-            .emailCodeRequest, .sessionsList, .sessionRevoke, .accountDelete, .passkeyRegisterOptions, .passkeyRegister,
+            .emailCodeRequest, .sessionsList, .sessionRevoke, .accountDelete, .passkeyRegisterOptions,
             .passkeyLoginOptions, .passkeyList, .passkeyRename, .passkeyRemove:
             false
         case .apple, .google, .oidc, .password, .register, .guest, .refresh, .passwordReset, .mfaEnroll, .mfaVerify,
-            .mfaChallenge, .emailCode, .accountExport, .passkeyLogin:
+            .mfaChallenge, .emailCode, .accountExport, .passkeyLogin, .passkeyRegister:
             true
         }
     }

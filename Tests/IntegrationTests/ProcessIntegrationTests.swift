@@ -212,8 +212,9 @@ import Testing
 
     /// The Python gateway example (`examples/python-gateway`, confluent-kafka + jwcrypto) against
     /// the real binary: a guest login with a sealed session, the token verified against the
-    /// worker's JWK Set over HTTP, introspected, logged out.
-    @Test(.requiresIndependentJOSE) func thePythonGatewayExampleRuns() async throws {
+    /// worker's JWK Set over HTTP, a passkey added and signed in with (the software authenticator
+    /// in the browser's place), introspected, logged out.
+    @Test(.requiresIndependentJOSE, .requiresSoftAuthenticator) func thePythonGatewayExampleRuns() async throws {
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let (keyPath, _) = try TestKeys.temporaryKeyFile(.es256)
@@ -228,6 +229,7 @@ import Testing
                 "AUTH_TOPIC_NOTIFICATIONS": topics.notifications, "AUTH_TOPIC_DLQ": topics.deadLetters,
                 "AUTH_SIGNING_KEYS": keyPath, "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000", "AUTH_HEALTH_PORT": "0",
                 "AUTH_HEALTH_ADDRESS": "127.0.0.1", "AUTH_REQUIRE_REPLY_KEY": "true",
+                "AUTH_WEBAUTHN_RP_ID": "example.com",
             ])
         let logs = LogCollector(output)
         defer {
@@ -241,13 +243,17 @@ import Testing
             environment: ProcessInfo.processInfo.environment.merging([
                 "AUTH_KAFKA_BROKERS": brokers, "AUTH_WORKER_URL": "http://127.0.0.1:\(port)",
                 "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
+                "AUTH_EXAMPLE_AUTHENTICATOR": DevEnvironmentTests.root.appendingPathComponent(
+                    "Tests/Tools/soft-authenticator.py"
+                ).path,
             ]) { $1 })
         let report = example.output
         #expect(example.status == 0, "\(report)")
         let steps = report.split(separator: "\n").compactMap {
             (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
         }
-        #expect(steps.map { $0["step"] as? String } == ["login", "verify", "introspect", "logout"], "\(report)")
+        #expect(
+            steps.map { $0["step"] as? String } == ["login", "verify", "passkey", "introspect", "logout"], "\(report)")
         #expect(steps.first?["session_opened"] as? Bool == true)
     }
 

@@ -8,9 +8,16 @@ Environment: AUTH_KAFKA_BROKERS; AUTH_WORKER_URL (the worker's HTTP port, for
 /.well-known/jwks.json); AUTH_TOKEN_ISSUER and AUTH_TOKEN_AUDIENCE as the worker has them;
 AUTH_TOPIC_REQUESTS and AUTH_TOPIC_RESULTS when the topics are renamed. Prints one JSON line per
 step and exits 0 when every step worked.
+
+Passkeys: with AUTH_EXAMPLE_AUTHENTICATOR set to a program that plays the browser's part (the
+project's software authenticator, Tests/Tools/soft-authenticator.py, reads the options on stdin and
+answers the credential), the guest also adds a passkey and signs in with it. A real gateway relays
+`passkey_options` to the page (`PublicKeyCredential.parseCreationOptionsFromJSON`) and the page's
+`credential.toJSON()` back, unchanged, as `data.credential`.
 """
 import json
 import os
+import subprocess
 import sys
 import time
 import urllib.request
@@ -25,6 +32,30 @@ REQUESTS = os.environ.get("AUTH_TOPIC_REQUESTS", "auth.login.requests")
 RESULTS = os.environ.get("AUTH_TOPIC_RESULTS", "auth.login.results")
 ISSUER = os.environ.get("AUTH_TOKEN_ISSUER", "auth-worker")
 AUDIENCE = os.environ.get("AUTH_TOKEN_AUDIENCE", "api")
+AUTHENTICATOR = os.environ.get("AUTH_EXAMPLE_AUTHENTICATOR")
+ORIGIN = os.environ.get("AUTH_EXAMPLE_ORIGIN", "https://example.com")
+
+
+def browser(command):
+    """What the page does with passkey_options: here, the software authenticator."""
+    answer = subprocess.run([sys.executable, AUTHENTICATOR], input=json.dumps({**command, "origin": ORIGIN}),
+                            capture_output=True, text=True, check=True)
+    return json.loads(answer.stdout)
+
+
+def passkey_sign_up_and_sign_in(gateway, guest_token):
+    """A guest adds a passkey (it becomes a member, same user id), then signs in with it."""
+    options = gateway.call({"method": "passkey_register_options", "access_token": guest_token})["passkey_options"]
+    made = browser({"op": "create", "options": options, "alg": "ES256"})
+    added = gateway.call({"method": "passkey_register", "access_token": guest_token,
+                          "credential": made["response"], "name": "Python example"})
+    assert added["status"] == "ok" and not added["user"]["is_guest"], added
+    options = gateway.call({"method": "passkey_login_options"})["passkey_options"]
+    asserted = browser({"op": "get", "options": options, "credential": made["credential"], "sign_count": 1})
+    signed_in = gateway.call({"method": "passkey_login", "credential": asserted["response"],
+                              "device": {"name": "Python example", "platform": "cli"}})
+    assert signed_in["status"] == "ok" and signed_in["user"]["id"] == added["user"]["id"], signed_in
+    return {"user": added["user"]["id"], "passkey": added["passkey"]["name"], "session_opened": "session" in signed_in}
 
 
 class AuthGateway:
@@ -98,6 +129,9 @@ def main():
         claims = json.loads(verified.claims)
         assert claims["sub"] == signed_in["user"]["id"], claims
         steps["verify"] = {"sub": claims["sub"], "abilities": claims["abilities"]}
+
+        if AUTHENTICATOR:
+            steps["passkey"] = passkey_sign_up_and_sign_in(gateway, access_token)
 
         introspected = gateway.call({"method": "introspect", "access_token": access_token})["introspection"]
         assert introspected["active"] and introspected["sid"] == claims["sid"], introspected
