@@ -249,7 +249,7 @@ public struct SessionDetails: Sendable, Equatable {
 
 /// The rows about a user an export shows, beside its sessions: metadata only (no hash, no
 /// secret). One member per table that refers to the user.
-public struct AccountRecords: Sendable, Equatable {
+public struct AccountRecords: Sendable {
     public struct Identity: Sendable, Equatable {
         public var record: IdentityRecord
         public var createdAt: Date
@@ -296,6 +296,8 @@ public struct AccountRecords: Sendable, Equatable {
     public var codes: [Code]
     public var requests: [Request]
     public var audit: [AuditEntry]
+    /// Passkey ceremonies' challenges not answered yet: purpose, created, expires.
+    public var passkeyChallenges: [(purpose: String, createdAt: Date, expiresAt: Date)] = []
 
     public init(
         identities: [Identity], factor: MFAFactorRecord?, unusedRecoveryCodes: Int, codes: [Code], requests: [Request],

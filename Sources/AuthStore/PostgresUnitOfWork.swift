@@ -318,9 +318,18 @@ final class PostgresUnitOfWork: UnitOfWork {
         }
         let audit = try query("\(unsafeRaw: Self.auditColumns) WHERE user_id = \(userID) ORDER BY at, id").map(
             Decode.audit)
-        return AccountRecords(
+        var records = AccountRecords(
             identities: identities, factor: try mfaFactor(userID: userID), unusedRecoveryCodes: unused, codes: codes,
             requests: requests, audit: audit)
+        records.passkeyChallenges = try query(
+            """
+            SELECT purpose, created_at, expires_at FROM webauthn_challenges
+            WHERE user_id = \(userID) ORDER BY created_at, challenge_hash
+            """
+        ).map { row in
+            (try row.decode("purpose"), try row.decode("created_at"), try row.decode("expires_at"))
+        }
+        return records
     }
 
     func appleToken(subject: String) throws -> AppleTokenRecord? {

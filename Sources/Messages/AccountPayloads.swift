@@ -48,6 +48,31 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     public var requests: [Request]
     /// The audit trail: every sign-in and change recorded for the user.
     public var audit: [AuditRecord]
+    /// The user's passkeys (public metadata; the public keys stay with the service).
+    public var passkeys: [PasskeyPayload]?
+    /// The random handle the user's passkeys carry as their `user.id` (base64url), if one was made.
+    public var passkeyHandle: String?
+    /// Passkey ceremonies asked for and not answered yet.
+    public var passkeyChallenges: [PasskeyChallenge]?
+
+    /// A passkey ceremony's challenge, pending: what for and until when (never the challenge).
+    public struct PasskeyChallenge: Codable, Sendable, Equatable {
+        public var purpose: String
+        public var createdAt: String
+        public var expiresAt: String
+
+        public init(purpose: String, createdAt: String, expiresAt: String) {
+            self.purpose = purpose
+            self.createdAt = createdAt
+            self.expiresAt = expiresAt
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case purpose
+            case createdAt = "created_at"
+            case expiresAt = "expires_at"
+        }
+    }
 
     public init(
         exportedAt: String, user: UserPayload, identities: [Identity], sessions: [Session],
@@ -233,6 +258,9 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
         case exportedAt = "exported_at"
         case secondFactor = "second_factor"
         case oneTimeCodes = "one_time_codes"
+        case passkeys
+        case passkeyHandle = "passkey_handle"
+        case passkeyChallenges = "passkey_challenges"
     }
 }
 

@@ -196,6 +196,24 @@ import Testing
         _ = try await handle(harness, .logout) { $0.accessToken = laptop.accessToken }
         _ = try await handle(harness, .mfaEnroll) { $0.accessToken = phone.accessToken }
         _ = try await handle(harness, .emailCodeRequest) { $0.email = "ada@example.com" }
+        // A passkey, the user's WebAuthn handle, and a ceremony not answered yet.
+        let user = try #require(UUID(uuidString: userID))
+        _ = try await harness.query(
+            """
+            INSERT INTO passkey_users (user_id, handle) VALUES (\(user), '\\x0102');
+            """)
+        _ = try await harness.query(
+            """
+            INSERT INTO passkeys (id, user_id, credential_id, public_key, algorithm, sign_count, transports, aaguid,
+                                  attestation, backup_eligible, backed_up, name, created_at)
+            VALUES (\(UUID()), \(user), '\\x0a0b', '\\x00', -7, 0, '{internal}', '\\x00', 'none', true, true, 'Key',
+                    now())
+            """)
+        _ = try await harness.query(
+            """
+            INSERT INTO webauthn_challenges (challenge_hash, purpose, user_id, created_at, expires_at)
+            VALUES ('\\x0c', 'register', \(user), now(), now() + interval '5 minutes')
+            """)
 
         let unsealed = try await refusal(harness, .accountExport) { $0.accessToken = phone.accessToken }
         #expect(unsealed.code == .malformedRequest && unsealed.field == "data.reply_key")
@@ -223,7 +241,9 @@ import Testing
             "mfa_factors": export.secondFactor == nil ? 0 : 1,
             "mfa_recovery_codes": export.secondFactor?.recoveryCodesLeft ?? 0,
             "one_time_codes": export.oneTimeCodes.count, "processed_requests": export.requests.count,
-            "audit_log": export.audit.count,
+            "audit_log": export.audit.count, "passkeys": export.passkeys?.count ?? 0,
+            "passkey_users": export.passkeyHandle == nil ? 0 : 1,
+            "webauthn_challenges": export.passkeyChallenges?.count ?? 0,
         ]
         for table in tables {
             // The export's own request is kept (and audited) after its document is made.
@@ -236,6 +256,8 @@ import Testing
         #expect(export.sessions.count == 2 && export.sessions.contains { $0.revokedReason == "logout" })
         #expect(export.secondFactor?.active == false, "enrolled, not verified")
         #expect(export.identities.map(\.provider) == ["password"] && export.identities[0].hasPassword)
+        #expect(export.passkeys?.map(\.name) == ["Key"] && export.passkeyHandle == "AQI")
+        #expect(export.passkeyChallenges?.map(\.purpose) == ["register"])
 
         // No secret: no hash, no token, no code.
         let text = String(decoding: json, as: UTF8.self)

@@ -175,7 +175,7 @@ struct AccountExport: PreparedWrite {
         let (session, user) = try signedIn(token, in: unit, at: now)
         let records = try unit.accountRecords(userID: user.id)
         let sessions = try unit.sessionDetails(userID: user.id, live: false, at: now)
-        let export = AccountExportPayload(
+        var export = AccountExportPayload(
             exportedAt: Timestamp.format(now), user: user.payload,
             identities: records.identities.map { identity in
                 .init(
@@ -214,6 +214,13 @@ struct AccountExport: PreparedWrite {
                         ? nil : .init(name: entry.deviceName, platform: entry.devicePlatform),
                     ip: entry.ip, userAgent: entry.userAgent, actor: entry.actor)
             })
+        export.passkeys = try unit.passkeys(userID: user.id).map(\.payload)
+        export.passkeyHandle = try unit.passkeyHandle(userID: user.id).map(Base64URL.encode)
+        export.passkeyChallenges = records.passkeyChallenges.map {
+            AccountExportPayload.PasskeyChallenge(
+                purpose: $0.purpose, createdAt: Timestamp.format($0.createdAt),
+                expiresAt: Timestamp.format($0.expiresAt))
+        }
         var result = LoginResultData.accepted(requestID: requestID, user: user.payload)
         result.sealedExport = try JWE.sealECDHES(try MessageCoding.encode(export), to: replyKey)
         return FlowAnswer(result: result, userID: user.id, sessionID: session.id)
