@@ -809,8 +809,17 @@ private struct Writes {
     ///
     /// Updates can follow the inserts: a request only updates a row it read, and a read of a row
     /// an earlier request wrote sends that request's writes first.
+    ///
+    /// Rows with a unique key another writer may insert too (a request id, a handle, an
+    /// identity) go in the order of that key: two batches inserting the same keys then wait for
+    /// each other in one order, and never deadlock (`40P01`) the way opposite orders do.
     func queries() -> [PGQuery] {
         var out: [PGQuery] = []
+        let requests = requests.sorted { $0.requestID < $1.requestID }
+        let users = users.sorted { $0.handle < $1.handle }
+        let identities = identities.sorted {
+            ($0.identity.provider, $0.identity.subject) < ($1.identity.provider, $1.identity.subject)
+        }
         if !requests.isEmpty {
             out.append(
                 """

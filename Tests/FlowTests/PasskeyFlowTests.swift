@@ -14,7 +14,7 @@ import Testing
 /// and py_webauthn judging each response beside the worker: they must agree on every accept and
 /// every refusal (where py_webauthn, which keeps no state, cannot know a challenge was used, it is
 /// given what a relying party built on it would hold then: another challenge).
-@Suite(.requiresDatabase, .requiresSoftAuthenticator) struct PasskeyFlowTests {
+@Suite(.requiresDatabase, .requiresSoftAuthenticator, .serialized) struct PasskeyFlowTests {
     let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
     let passwords: PasswordService
     static let origin = "https://example.com"
