@@ -77,6 +77,8 @@ import Testing
         clientConfiguration.requestsTopic = topics.requests
         clientConfiguration.resultsTopic = topics.results
         clientConfiguration.source = "/gateway/tests"
+        // What this test checks is not latency: room for a parallel run that keeps both cores busy.
+        clientConfiguration.timeout = .seconds(30)
         let client = try await AuthClient.connect(clientConfiguration, logger: IntegrationEnvironment.quietLogger)
 
         // A guest login: the worker requires a reply key, the client makes one and opens the session.
