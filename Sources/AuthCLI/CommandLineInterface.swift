@@ -80,6 +80,21 @@ public struct CommandLineInterface: Sendable {
             words: ["users", "delete"], arguments: "ID",
             summary: "delete a user and its sessions; emits auth.user.deleted", positionals: 1...1),
         Command(
+            words: ["users", "disable"], arguments: "ID_OR_EMAIL",
+            summary: "disable a user: its sessions end, its sign-ins and refreshes answer account_disabled",
+            positionals: 1...1),
+        Command(
+            words: ["users", "enable"], arguments: "ID_OR_EMAIL", summary: "enable a disabled user again",
+            positionals: 1...1),
+        Command(
+            words: ["admins", "grant"], arguments: "EMAIL --role support|admin",
+            summary: "let a password account use the admin console (support: read, end sessions; admin: all)",
+            options: ["--role"], positionals: 1...1),
+        Command(
+            words: ["admins", "revoke"], arguments: "EMAIL", summary: "take an account's console role away",
+            positionals: 1...1),
+        Command(words: ["admins", "list"], arguments: "", summary: "print the console's users, one JSON line each"),
+        Command(
             words: ["guests", "purge"], arguments: "--older-than DURATION",
             summary: "delete guests older than DURATION (30d, 12h) that never signed up", options: ["--older-than"]),
         Command(
@@ -211,6 +226,16 @@ public struct CommandLineInterface: Sendable {
                 return try await showAudit(parsed, usage: command.usage)
             case ["guests", "purge"]:
                 return try await purgeGuests(parsed, usage: command.usage)
+            case ["users", "disable"]:
+                return try await setDisabled(parsed.positionals[0], disabled: true)
+            case ["users", "enable"]:
+                return try await setDisabled(parsed.positionals[0], disabled: false)
+            case ["admins", "grant"]:
+                return try await grantAdmin(parsed, usage: command.usage)
+            case ["admins", "revoke"]:
+                return try await revokeAdmin(parsed.positionals[0])
+            case ["admins", "list"]:
+                return try await listAdmins()
             case ["token", "verify"]:
                 return try await verifyToken(parsed, usage: command.usage)
             default:
@@ -572,6 +597,68 @@ public struct CommandLineInterface: Sendable {
         }
         await publishNow(store: store, configuration: configuration)
         output("deleted user \(id.lowercasedString); revoked \(deletion.sessionsRevoked) session(s)")
+        return 0
+    }
+
+    // MARK: - users disable|enable, admins
+
+    private func setDisabled(_ argument: String, disabled: Bool) async throws -> Int32 {
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        guard let id = try await store.userReport(argument)?.userID,
+            let change = try await AccountAdministration.setDisabled(
+                id, disabled: disabled, actor: "operator", store: store, configuration: configuration,
+                clock: SystemClock())
+        else {
+            errorOutput("auth-worker: no user \(argument)")
+            return 1
+        }
+        await publishNow(store: store, configuration: configuration)
+        let state = disabled ? "disabled" : "enabled"
+        output(
+            change.changed
+                ? "\(state) user \(id.lowercasedString); ended \(change.sessionsEnded) session(s)"
+                : "user \(id.lowercasedString) was \(state) already")
+        return 0
+    }
+
+    private func grantAdmin(_ arguments: Arguments, usage: String) async throws -> Int32 {
+        guard let role = arguments.values["--role"].flatMap(AccountAdministration.Role.init(rawValue:)) else {
+            throw UsageError(message: usage)
+        }
+        let store = operatorStore(try configuration(needs: [.database]))
+        let email = arguments.positionals[0]
+        switch try await store.grantAdminRole(email: email, role: role, by: "operator", at: Date()) {
+        case .granted(let id):
+            output("\(email) (user \(id.lowercasedString)) may use the admin console as \(role.rawValue)")
+            return 0
+        case .noPasswordAccount:
+            errorOutput(
+                "auth-worker: no account signs in with a password at \(email): the console's sign-in is the password and a second factor"
+            )
+            return 1
+        }
+    }
+
+    private func revokeAdmin(_ email: String) async throws -> Int32 {
+        let store = operatorStore(try configuration(needs: [.database]))
+        guard try await store.revokeAdminRole(email: email, by: "operator", at: Date()) else {
+            errorOutput("auth-worker: \(email) has no console role")
+            return 1
+        }
+        output("\(email) may no longer use the admin console")
+        return 0
+    }
+
+    private func listAdmins() async throws -> Int32 {
+        let store = operatorStore(try configuration(needs: [.database]))
+        for grant in try await store.adminGrants() {
+            let line = [
+                "email": grant.email, "role": grant.role, "user_id": grant.userID.lowercasedString,
+                "granted_at": Timestamp.format(grant.grantedAt), "granted_by": grant.grantedBy,
+            ]
+            output(String(decoding: try MessageCoding.encode(line), as: UTF8.self))
+        }
         return 0
     }
 

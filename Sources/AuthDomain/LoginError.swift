@@ -16,6 +16,10 @@ public struct LoginError: Error, Equatable, CustomStringConvertible {
     /// account): for the audit trail only, never in the answer.
     public var accountID: UUID?
 
+    /// A disabled account's sign-in or refresh.
+    static let accountDisabled = LoginError(
+        .accountDisabled, "this account is disabled: no sign-in until support enables it again")
+
     public init(_ code: ErrorCode, _ message: String, retriable: Bool = false, field: String? = nil) {
         self.code = code
         self.message = message

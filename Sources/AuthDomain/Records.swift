@@ -67,6 +67,8 @@ public struct StoredUser: Sendable, Equatable {
     public var isGuest: Bool
     public var providers: [String]
     public var createdAt: Date
+    /// Disabled by support or an operator: its sign-ins and refreshes answer `account_disabled`.
+    public var isDisabled = false
 
     public init(
         id: UUID, handle: String, name: String?, email: String?, emailVerified: Bool, isPrivateEmail: Bool,

@@ -131,6 +131,11 @@ public protocol UnitOfWork: AnyObject {
     func recordPasskeyUse(id: UUID, signCount: UInt32, backedUp: Bool, at date: Date) throws
     func renamePasskey(id: UUID, name: String) throws
     func deletePasskey(id: UUID) throws
+
+    // MARK: Administration
+
+    /// Disables the user (`at` a date) or enables it again (nil).
+    func setUserDisabled(_ id: UUID, at date: Date?) throws
 }
 
 /// A passkey ceremony's challenge, stored by its SHA-256 until answered or expired.
@@ -298,6 +303,10 @@ public struct AccountRecords: Sendable {
     public var audit: [AuditEntry]
     /// Passkey ceremonies' challenges not answered yet: purpose, created, expires.
     public var passkeyChallenges: [(purpose: String, createdAt: Date, expiresAt: Date)] = []
+    /// The account's admin console role, if an operator granted one.
+    public var consoleRole: String?
+    /// When the account was disabled, if it is.
+    public var disabledAt: Date?
 
     public init(
         identities: [Identity], factor: MFAFactorRecord?, unusedRecoveryCodes: Int, codes: [Code], requests: [Request],
@@ -342,6 +351,8 @@ public struct SessionRecord: Sendable, Equatable {
     public var abilities: [String]
     public var deviceName: String?
     public var userIsGuest: Bool
+    /// Whether the session's user is disabled.
+    public var userIsDisabled = false
 
     public init(
         id: UUID, userID: UUID, createdAt: Date, expiresAt: Date, revokedAt: Date?, abilities: [String],

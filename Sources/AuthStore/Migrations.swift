@@ -6,7 +6,22 @@ public enum Migrations {
     public static let all: [PGMigration] = [
         initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
         oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens, passkeys,
+        accountAdministration,
     ]
+
+    /// What support staff and operators need: a disabled account (its sign-ins and refreshes
+    /// refused with `account_disabled`), and the roles that open the admin console.
+    static let accountAdministration = PGMigration(
+        version: 13, name: "account administration",
+        sql: """
+            ALTER TABLE users ADD COLUMN disabled_at timestamptz;
+            CREATE TABLE admin_roles (
+                user_id    uuid PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+                role       text NOT NULL CHECK (role IN ('support', 'admin')),
+                granted_at timestamptz NOT NULL,
+                granted_by text NOT NULL
+            );
+            """)
 
     /// Passkeys (WebAuthn): each user's random handle (the `user.id` authenticators keep, never
     /// the user id), the credentials with their public keys and counters, and the ceremonies'

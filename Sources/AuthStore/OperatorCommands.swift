@@ -45,3 +45,19 @@ extension AccountDeletion {
         }
     }
 }
+
+extension AccountAdministration {
+    /// Disables or enables one user (`auth-worker users disable|enable`).
+    /// - Returns: nil when there is no such user.
+    public static func setDisabled(
+        _ id: UUID, disabled: Bool, actor: String, store: PostgresStore, configuration: WorkerConfiguration,
+        clock: any WorkerClock
+    ) async throws -> Change? {
+        let events = EventFactory(
+            identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
+            source: configuration.eventSource, traceparent: nil, now: clock.now())
+        return try await store.transaction { unit in
+            try setDisabled(id, disabled: disabled, actor: actor, unit: unit, events: events)
+        }
+    }
+}

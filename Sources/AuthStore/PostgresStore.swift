@@ -7,7 +7,7 @@ import PGStore
 ///
 /// All of the service's SQL lives in this folder.
 public final class PostgresStore: Sendable {
-    private let pool: PGPool
+    let pool: PGPool
     /// The connections batches are written on: never queued behind lookups and password attempts.
     private let writers: [PGDedicatedConnection]
     /// Password attempts have connections of their own: a burst of password logins never

@@ -329,6 +329,9 @@ final class PostgresUnitOfWork: UnitOfWork {
         ).map { row in
             (try row.decode("purpose"), try row.decode("created_at"), try row.decode("expires_at"))
         }
+        records.consoleRole = try query("SELECT role FROM admin_roles WHERE user_id = \(userID)").first?.decode("role")
+        records.disabledAt = try query("SELECT disabled_at FROM users WHERE id = \(userID)").first?.decode(
+            "disabled_at", as: Date?.self)
         return records
     }
 
@@ -688,6 +691,11 @@ final class PostgresUnitOfWork: UnitOfWork {
     func deletePasskey(id: UUID) throws {
         current.statements.append("DELETE FROM passkeys WHERE id = \(id)")
     }
+
+    func setUserDisabled(_ id: UUID, at date: Date?) throws {
+        current.statements.append("UPDATE users SET disabled_at = \(date) WHERE id = \(id)")
+        cache.users[id] = nil
+    }
 }
 
 /// Why the store could not do what was asked; never caused by a request's content.
@@ -975,23 +983,25 @@ struct PrefetchQueries {
                            WHERE user_id = u.id AND NOT (provider = 'password' AND password_hash IS NULL)
                            UNION ALL SELECT 'passkey', created_at FROM passkeys WHERE user_id = u.id) AS ways
                      GROUP BY provider ORDER BY min(created_at), provider) AS providers,
-               EXISTS (SELECT 1 FROM mfa_factors f WHERE f.user_id = u.id) AS has_factor
+               EXISTS (SELECT 1 FROM mfa_factors f WHERE f.user_id = u.id) AS has_factor,
+               u.disabled_at IS NOT NULL AS disabled
         FROM users u
         """
     static let sessionColumns = """
-        SELECT s.id, s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest
+        SELECT s.id, s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest,
+               u.disabled_at IS NOT NULL AS user_disabled
         FROM sessions s JOIN users u ON u.id = s.user_id
         """
     static let refreshColumns = """
         SELECT r.id AS token_id, r.token_hash, r.expires_at AS token_expires_at, r.used_at, r.successor_sealed,
                s.id AS session_id, s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name,
-               u.is_guest
+               u.is_guest, u.disabled_at IS NOT NULL AS user_disabled
         FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id JOIN users u ON u.id = s.user_id
         """
     static let accessTokenColumns = """
         SELECT a.id AS token_id, a.token_hash, a.expires_at AS token_expires_at,
                s.id AS session_id, s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name,
-               u.is_guest
+               u.is_guest, u.disabled_at IS NOT NULL AS user_disabled
         FROM access_tokens a JOIN sessions s ON s.id = a.session_id JOIN users u ON u.id = s.user_id
         """
 
@@ -1157,19 +1167,23 @@ enum Decode {
     }
 
     static func user(_ row: PGRow) throws -> StoredUser {
-        StoredUser(
+        var user = StoredUser(
             id: try row.decode("id"), handle: try row.decode("handle"), name: try row.decode("name", as: String?.self),
             email: try row.decode("email", as: String?.self), emailVerified: try row.decode("email_verified"),
             isPrivateEmail: try row.decode("is_private_email"), isGuest: try row.decode("is_guest"),
             providers: try row.decode("providers", as: [String].self), createdAt: try row.decode("created_at"))
+        user.isDisabled = try row.decode("disabled")
+        return user
     }
 
     static func session(_ row: PGRow, idColumn: String) throws -> SessionRecord {
-        SessionRecord(
+        var session = SessionRecord(
             id: try row.decode(idColumn), userID: try row.decode("user_id"), createdAt: try row.decode("created_at"),
             expiresAt: try row.decode("expires_at"),
             revokedAt: try row.decode("revoked_at", as: Date?.self), abilities: try row.decode("abilities"),
             deviceName: try row.decode("device_name", as: String?.self), userIsGuest: try row.decode("is_guest"))
+        session.userIsDisabled = try row.decode("user_disabled")
+        return session
     }
 
     static func refreshToken(_ row: PGRow) throws -> RefreshTokenRecord {

@@ -54,6 +54,10 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     public var passkeyHandle: String?
     /// Passkey ceremonies asked for and not answered yet.
     public var passkeyChallenges: [PasskeyChallenge]?
+    /// The admin console role an operator granted the account (`support`, `admin`), if any.
+    public var consoleRole: String?
+    /// When support or an operator disabled the account, if it is disabled.
+    public var disabledAt: String?
 
     /// A passkey ceremony's challenge, pending: what for and until when (never the challenge).
     public struct PasskeyChallenge: Codable, Sendable, Equatable {
@@ -261,6 +265,8 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
         case passkeys
         case passkeyHandle = "passkey_handle"
         case passkeyChallenges = "passkey_challenges"
+        case consoleRole = "console_role"
+        case disabledAt = "disabled_at"
     }
 }
 

@@ -48,6 +48,9 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
     public static let unknownPasskey = ErrorCode(rawValue: "unknown_passkey")
     /// Removing it would leave the account with no way to sign in.
     public static let lastSignInMethod = ErrorCode(rawValue: "last_sign_in_method")
+    /// The account was disabled by support or an operator: no sign-in or refresh until it is
+    /// enabled again.
+    public static let accountDisabled = ErrorCode(rawValue: "account_disabled")
 
     /// Every code the contract defines.
     public static let all: [ErrorCode] = [
@@ -56,6 +59,7 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
         .invalidRefreshToken, .refreshTokenReused, .linkConflict, .providerUnavailable, .internalError, .invalidCode,
         .codeExpired, .mfaRequired, .emailNotVerified, .reauthenticationRequired,
         .unknownSession, .invalidPasskey, .invalidChallenge, .passkeyExists, .unknownPasskey, .lastSignInMethod,
+        .accountDisabled,
     ]
 
     public init(from decoder: any Decoder) throws {

@@ -244,6 +244,7 @@ import Testing
             "audit_log": export.audit.count, "passkeys": export.passkeys?.count ?? 0,
             "passkey_users": export.passkeyHandle == nil ? 0 : 1,
             "webauthn_challenges": export.passkeyChallenges?.count ?? 0,
+            "admin_roles": export.consoleRole == nil ? 0 : 1,
         ]
         for table in tables {
             // The export's own request is kept (and audited) after its document is made.

@@ -187,7 +187,7 @@ import Testing
     }
 
     @Test func everyContractErrorCodeIsDefinedOnce() {
-        #expect(Set(ErrorCode.all).count == 28)
+        #expect(Set(ErrorCode.all).count == 29)
         #expect(ErrorCode.all.map(\.rawValue).contains("provider_unavailable"))
         #expect(ErrorCode.all.map(\.rawValue).contains("reauthentication_required"))
     }

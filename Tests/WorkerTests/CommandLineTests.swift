@@ -1,4 +1,6 @@
 import Foundation
+import Messages
+import Passwords
 import Synchronization
 import Testing
 
@@ -39,12 +41,58 @@ import Testing
         ["version", "extra"], ["keys", "generate"], ["keys", "generate", "a.pem", "--size", "4096"],
         ["users", "show"], ["config", "check", "--strict"], ["guests", "purge", "--older-than"],
         ["token", "verify", "--provider", "apple"], ["request", "guest", "--count", "3"],
-        ["topics", "create", "--partitions", "0"], ["topics", "create", "extra"],
+        ["topics", "create", "--partitions", "0"], ["topics", "create", "extra"], ["users", "disable"],
+        ["admins", "grant", "ada@example.com"], ["admins", "grant", "ada@example.com", "--role", "root"],
+        ["admins", "list", "extra"],
     ])
     func whatACommandDoesNotTakeIsRefusedWithItsUsage(arguments: [String]) async {
         let (status, _, err) = await run(arguments)
         #expect(status == 2)
         #expect(err.contains("usage: auth-worker \(arguments[0])"), "\(err)")
+    }
+
+    /// `users disable|enable` and `admins grant|list|revoke` against a database, as an operator
+    /// runs them.
+    @Test(.requiresDatabase) func operatorsDisableUsersAndGrantConsoleRoles() async throws {
+        let harness = try await FlowHarness(
+            clock: SystemClock(), passwords: try PasswordService(parameters: fastArgon2, threads: 1))
+        var register = LoginRequestData(method: "register")
+        register.email = "ada@example.com"
+        register.password = "correct horse battery"
+        let registered = try #require(
+            try await harness.handle(
+                LoginRequest(
+                    id: UUID().uuidString, source: "/t", time: nil, traceparent: nil, method: .register,
+                    data: register)))
+        let userID = try #require(registered.result.user?.id)
+        let environment = [
+            "AUTH_DATABASE_URL": harness.databaseURL,
+            "AUTH_KAFKA_BROKERS": IntegrationEnvironment.kafkaBrokers ?? "127.0.0.1:1",
+        ]
+        let (disabled, out, err) = await run(["users", "disable", "ada@example.com"], environment: environment)
+        #expect(disabled == 0, "\(err)")
+        #expect(out.contains("disabled user \(userID); ended 1 session(s)"))
+        let (again, repeated, _) = await run(["users", "disable", userID], environment: environment)
+        #expect(again == 0 && repeated.contains("was disabled already"))
+        #expect(try await harness.count("users", where: "disabled_at IS NOT NULL") == 1)
+        let (enabled, _, _) = await run(["users", "enable", userID], environment: environment)
+        #expect(enabled == 0)
+        #expect(try await harness.count("users", where: "disabled_at IS NOT NULL") == 0)
+        let (missing, _, missingErr) = await run(["users", "disable", "nobody@example.com"], environment: environment)
+        #expect(missing == 1 && missingErr.contains("no user"))
+
+        let (granted, grantOut, _) = await run(
+            ["admins", "grant", "ada@example.com", "--role", "support"], environment: environment)
+        #expect(granted == 0 && grantOut.contains("as support"))
+        let (listed, list, _) = await run(["admins", "list"], environment: environment)
+        #expect(listed == 0 && list.contains("\"role\":\"support\"") && list.contains(userID))
+        let (revoked, _, _) = await run(["admins", "revoke", "ada@example.com"], environment: environment)
+        #expect(revoked == 0)
+        let (none, _, noneErr) = await run(["admins", "revoke", "ada@example.com"], environment: environment)
+        #expect(none == 1 && noneErr.contains("has no console role"))
+        let (stranger, _, strangerErr) = await run(
+            ["admins", "grant", "eve@example.com", "--role", "admin"], environment: environment)
+        #expect(stranger == 1 && strangerErr.contains("no account signs in with a password"))
     }
 
     @Test func unknownCommandsAreRefused() async {

@@ -216,6 +216,8 @@ struct AccountExport: PreparedWrite {
             })
         export.passkeys = try unit.passkeys(userID: user.id).map(\.payload)
         export.passkeyHandle = try unit.passkeyHandle(userID: user.id).map(Base64URL.encode)
+        export.consoleRole = records.consoleRole
+        export.disabledAt = records.disabledAt.map(Timestamp.format)
         export.passkeyChallenges = records.passkeyChallenges.map {
             AccountExportPayload.PasskeyChallenge(
                 purpose: $0.purpose, createdAt: Timestamp.format($0.createdAt),

@@ -309,6 +309,8 @@ struct PendingSession: Sendable {
         for user: StoredUser, provider: String, device: LoginRequestData.Device?, newUser: Bool, requestID: String,
         in unit: any UnitOfWork
     ) throws -> FlowAnswer {
+        // Every sign-in ends here: a disabled account gets no session, whatever proved it.
+        guard !user.isDisabled else { throw LoginError.accountDisabled }
         let accessToken = try accessToken(for: user.id)
         try unit.insertSession(session(provider: provider, device: device, accessToken: accessToken), userID: user.id)
         return FlowAnswer(

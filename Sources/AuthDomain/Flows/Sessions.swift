@@ -60,7 +60,10 @@ struct RefreshRotation: PreparedWrite {
     }
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
-        guard let token = try unit.refreshToken(hash: tokenHash), token.session.revokedAt == nil else { throw invalid }
+        guard let token = try unit.refreshToken(hash: tokenHash) else { throw invalid }
+        // Disabling ended the account's sessions; their holders learn why.
+        if token.session.userIsDisabled { throw LoginError.accountDisabled }
+        guard token.session.revokedAt == nil else { throw invalid }
         let session = token.session
         if let usedAt = token.usedAt {
             // Two tabs refreshing at once, or a retry after a lost answer: the same successor.
