@@ -506,6 +506,17 @@ import Testing
         #expect(presence.result.error?.mfaToken != nil)
     }
 
+    @Test func signInOptionsAreRateLimitedPerClient() async throws {
+        let harness = try await service()
+        for _ in 0..<30 {
+            #expect(try await send(harness, .passkeyLoginOptions, ["client_id": "install-1"]).result.status == "ok")
+        }
+        let (limited, _) = try await send(harness, .passkeyLoginOptions, ["client_id": "install-1"])
+        #expect(limited.error?.code == .tooManyAttempts && limited.error?.retryAfterSeconds != nil)
+        #expect(try await send(harness, .passkeyLoginOptions, ["client_id": "install-2"]).result.status == "ok")
+        #expect(try await harness.count("webauthn_challenges") == 31, "a refused request writes no challenge")
+    }
+
     @Test func withoutAnRPIDThePasskeyMethodsAreUnsupported() async throws {
         let harness = try await service(rpID: nil)
         let (result, _) = try await send(harness, .passkeyLoginOptions, [:])

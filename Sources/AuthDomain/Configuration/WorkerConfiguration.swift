@@ -207,6 +207,11 @@ public struct WorkerConfiguration: Sendable {
         public var attestation = "none"
         /// Passkeys one account may hold. Default: 20.
         public var maximumPerUser = 20
+        /// `passkey_login_options` per client (the gateway's `client_id`, else the request's Kafka
+        /// key) per window: each writes a challenge row, and asks for no credential. A count of 0
+        /// turns it off. Env: `AUTH_WEBAUTHN_OPTIONS_RATE_LIMIT` as `COUNT/SECONDS` (at most an
+        /// hour). Default: 30 per minute.
+        public var optionsRateLimit = RateLimit(count: 30, window: 60)
 
         public init() {}
 

@@ -67,9 +67,13 @@ extension LoginFlows {
     /// listed in `allowCredentials`, without one the sign-in is discoverable.
     func preparePasskeyLoginOptions(_ request: LoginRequest) throws -> any PreparedWrite {
         let rp = try passkeyPolicy()
+        let limit = configuration.passkeys.optionsRateLimit
+        let client = request.data.clientID ?? request.partitionKey
         return PasskeyLoginOptions(
             requestID: request.id, email: request.data.email?.trimmedOfWhitespace.nilIfEmpty, rp: rp,
-            settings: configuration.passkeys, challenge: try SecureRandom.bytes(32), now: clock.now())
+            settings: configuration.passkeys, challenge: try SecureRandom.bytes(32),
+            limitBucket: limit.count > 0 ? client.flatMap(\.nilIfEmpty).map { "passkey-options:" + $0 } : nil,
+            now: clock.now())
     }
 
     /// `passkey_login`: an assertion, checked (§7.2) up to the stored credential, which the write
@@ -252,11 +256,26 @@ struct PasskeyLoginOptions: PreparedWrite {
     let rp: RelyingParty
     let settings: WorkerConfiguration.Passkeys
     let challenge: [UInt8]
+    /// The client's rate-limit bucket, when it is limited.
+    let limitBucket: String?
     let now: Date
 
-    var prefetch: Prefetch { Prefetch() }
+    var prefetch: Prefetch {
+        var prefetch = Prefetch()
+        prefetch.rateLimitBuckets = limitBucket.map { [$0] } ?? []
+        return prefetch
+    }
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
+        if let limitBucket {
+            let limit = settings.optionsRateLimit
+            guard try unit.rateLimitUsage(bucket: limitBucket, at: now, window: limit.window) < limit.count else {
+                throw LoginError.tooManyAttempts(
+                    until: now + limit.window, now: now, message: "too many passkey sign-ins asked for from this client"
+                )
+            }
+            try unit.recordRateLimitedUse(bucket: limitBucket, at: now, window: limit.window)
+        }
         var passkeys: [PasskeyRecord] = []
         var account: UUID?
         if let email {
