@@ -392,7 +392,7 @@ def percentile(values, fraction):
 
 def run_throughput(services, key_server, kind, count, extra=None, label=None):
     services.fresh()
-    suffix = f"{kind}{uuid.uuid4().hex[:6]}"
+    suffix = f"{kind.replace('-', '_')}{uuid.uuid4().hex[:6]}"
     database = services.database(f"auth_bench_{suffix}")
     topics = services.topics(suffix)
     log(f"{label or kind}: preloading {count} requests")
@@ -406,8 +406,11 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
             import hashlib
             nonce = uuid.uuid4().hex
             token = key_server.token(f"bench.{suffix}.{index}", hashlib.sha256(nonce.encode()).hexdigest(), now)
-            data = {"method": "apple", "identity_token": token, "nonce": nonce,
-                    "profile": {"given_name": "Bench", "family_name": f"User{index}"}}
+            data = {"method": "apple", "identity_token": token, "nonce": nonce}
+            # A first Sign in with Apple often carries no name (Apple sends it once, and only if
+            # the user shares it): `apple-nameless` measures that case, handles chosen without one.
+            if kind == "apple":
+                data["profile"] = {"given_name": "Bench", "family_name": f"User{index}"}
         values.append((request_id.encode(), request(request_id, data)))
     preload(services, topics["requests"], values)
     keys = [key.decode() for key, _ in values]
@@ -759,7 +762,8 @@ def report(results):
     ceiling = limits["pgbench"]["logins_per_second"]
     openssl = limits["openssl"]
     latency, floor = results["latency"], limits["broker_echo"]
-    duplicates = results["guest"]["duplicates"] + results["apple"]["duplicates"] + latency["duplicates"]
+    duplicates = (results["guest"]["duplicates"] + results["apple"]["duplicates"]
+                  + results["apple_nameless"]["duplicates"] + latency["duplicates"])
     def spread(kind):
         runs = results[kind].get("runs", [])
         if len(runs) < 2:
@@ -781,6 +785,9 @@ def report(results):
         f"{spread('apple')} | "
         f"{openssl.get('rsa2048_verify_per_s', 0):,.0f} RSA-2048 verifies/s (openssl speed, one core) | "
         f"{results['apple']['rate'] / max(openssl.get('rsa2048_verify_per_s', 1), 1):.2f} |",
+        f"| the same without a profile name ({results['apple_nameless']['count']:,}) | "
+        f"{results['apple_nameless']['rate']:,.0f}{spread('apple_nameless')} | | "
+        f"{results['apple_nameless']['rate'] / max(openssl.get('rsa2048_verify_per_s', 1), 1):.2f} |",
         f"| guest latency at {latency['achieved_rate']:,.0f}/s, p50 / p99 | "
         f"{latency['p50_ms']} / {latency['p99_ms']} ms | broker echo at the same rate: "
         f"{floor['p50_ms']} / {floor['p99_ms']} ms{echo_left} | "
@@ -808,12 +815,12 @@ def report(results):
         limit = f"broker echo: {echo['p50_ms']} / {echo['p99_ms']} ms{stolen(echo)}" if echo else ""
         lines.append(f"| guest latency at {entry['offered_rate']:,.0f}/s, p50 / p99 | "
                      f"{entry['p50_ms']} / {entry['p99_ms']} ms{stolen(entry)} | {limit} | |")
-    for kind, label in (("guest", "guest"), ("apple", "Apple")):
+    for kind, label in (("guest", "guest"), ("apple", "Apple"), ("apple_nameless", "nameless Apple")):
         cpu_us = results[kind].get("worker_cpu_us_per_login")
         if cpu_us:
             lines.append(f"| worker CPU per {label} login (start-up included) | {cpu_us:,.0f} µs | "
                          f"one core: {1e6 / cpu_us:,.0f} logins/s | |")
-    for kind, label in (("guest", "guest"), ("apple", "Apple")):
+    for kind, label in (("guest", "guest"), ("apple", "Apple"), ("apple_nameless", "nameless Apple")):
         pg_us, wal = results[kind].get("postgres_cpu_us_per_login"), results[kind].get("wal_bytes_per_login")
         if pg_us is not None:
             lines.append(f"| PostgreSQL CPU / WAL per {label} login | {pg_us:,.0f} µs / {wal:,.0f} bytes | "
@@ -850,6 +857,8 @@ def main():
     parser.add_argument("--pgbench-seconds", type=int, default=15)
     parser.add_argument("--guest-only", action="store_true",
                         help="only the guest throughput phase (to compare two builds quickly)")
+    parser.add_argument("--apple-nameless-only", action="store_true",
+                        help="only the Apple phase with requests that carry no profile name")
     parser.add_argument("--apple-only", action="store_true",
                         help="only the Apple throughput phase (to compare two builds quickly)")
     parser.add_argument("--latency-at", type=float, metavar="RATE",
@@ -884,8 +893,8 @@ def run(args, services, results):
         entry = run_latency(services, key_server, args.latency_at, args.curve_seconds, responder=args.responder)
         print(json.dumps({k: v for k, v in entry.items() if k != "latencies_ms"}))
         return
-    if args.guest_only or args.apple_only:
-        kind = "guest" if args.guest_only else "apple"
+    if args.guest_only or args.apple_only or args.apple_nameless_only:
+        kind = "guest" if args.guest_only else "apple" if args.apple_only else "apple-nameless"
         entry = run_throughput(services, key_server, kind, args.requests if args.guest_only else args.apple_requests)
         print(json.dumps(entry))
         return
@@ -893,6 +902,8 @@ def run(args, services, results):
     results["limits"]["pgbench"] = run_pgbench(services, args.pgbench_seconds)
     results["guest"] = run_throughput_repeated(services, key_server, "guest", args.requests, args.repeats)
     results["apple"] = run_throughput_repeated(services, key_server, "apple", args.apple_requests, args.repeats)
+    results["apple_nameless"] = run_throughput_repeated(
+        services, key_server, "apple-nameless", args.apple_requests, args.repeats)
     half = results["guest"]["rate"] / 2
     results["latency"] = run_latency(services, key_server, half, args.latency_seconds)
     results["limits"]["broker_echo"] = run_latency(services, key_server, half, args.latency_seconds, responder="echo")
