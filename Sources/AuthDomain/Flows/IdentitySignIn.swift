@@ -37,7 +37,8 @@ extension LoginFlows {
         var signIn = try identitySignIn(
             request, mode: .findOrCreate, identity: identity, name: profileName ?? verified.name,
             newUserName: profileName ?? verified.name ?? Self.fallbackName(verified), linkTo: linkTo, at: now,
-            linkByVerifiedEmail: configuration.accounts.linkByVerifiedEmail)
+            linkByVerifiedEmail: configuration.accounts.linkByVerifiedEmail,
+            sharedName: profileName == nil && verified.name == nil)
         // Sign in with Apple's authorization code: exchanged after the login, never on its path,
         // so the account's deletion can revoke Apple's tokens.
         if request.method == .apple, let code = data.authorizationCode, let keys = appleTokenKeys,
@@ -175,7 +176,7 @@ extension LoginFlows {
 
     func identitySignIn(
         _ request: LoginRequest, mode: SignInMode, identity: NewIdentity, name: String?, newUserName: String,
-        linkTo: PresentedAccessToken?, at now: Date, linkByVerifiedEmail: Bool = false
+        linkTo: PresentedAccessToken?, at now: Date, linkByVerifiedEmail: Bool = false, sharedName: Bool = false
     ) throws -> IdentitySignIn {
         var signIn = IdentitySignIn(
             requestID: request.id, mode: mode, identity: identity, name: name,
@@ -183,7 +184,7 @@ extension LoginFlows {
                 id: try identifiers.uuid(), name: newUserName, email: identity.email,
                 emailVerified: identity.emailVerified, isPrivateEmail: identity.isPrivateEmail, isGuest: false,
                 createdAt: now),
-            handles: try handleCandidates(name: newUserName, isGuest: false), linkTo: linkTo,
+            handles: try handleCandidates(name: newUserName, isGuest: false, shared: sharedName), linkTo: linkTo,
             linkByVerifiedEmail: linkByVerifiedEmail, pending: try pendingSession(at: now, isGuest: false),
             device: request.data.device, events: events(for: request, at: now), now: now)
         signIn.mfa = mfaGate()

@@ -176,13 +176,14 @@ public struct LoginFlows: Sendable {
     }
 
     /// Handles to try for a new user, shortest first: the random part grows until one is free,
-    /// so a handle is always found however crowded a name is. Users without a name (guests, and
-    /// a first Sign in with Apple that shares none), who are many and all `guest_…` or `user_…`,
-    /// start where collisions are rare: with two bytes, one nameless sign-up in six collided
-    /// after 10,000 of them, each collision a round trip, and two writers inserting the same
-    /// handle had to wait for each other.
-    func handleCandidates(name: String?, isGuest: Bool) throws -> [String] {
-        let named = name.map { !Identifiers.slug($0).isEmpty } ?? false
+    /// so a handle is always found however crowded a name is. Users without a name of their own
+    /// (guests, and a first Sign in with Apple that shares none, all `apple_user_…`), who are
+    /// many under one prefix, start where collisions are rare: with two bytes, one such sign-up in
+    /// six collided after 10,000 of them, each collision a round trip, and two writers inserting
+    /// the same handle had to wait for each other.
+    /// - Parameter shared: `name` is a stand-in many users get (`Apple user`), not the user's.
+    func handleCandidates(name: String?, isGuest: Bool, shared: Bool = false) throws -> [String] {
+        let named = !shared && (name.map { !Identifiers.slug($0).isEmpty } ?? false)
         return try (named ? [2, 3, 4, 6] : [4, 6, 8]).map {
             try identifiers.handle(name: name, isGuest: isGuest, bytes: $0)
         }
