@@ -5,10 +5,13 @@ import Testing
 /// emits: if ours and theirs agree, a gateway's library will too. `scripts/dev-env install`
 /// installs them; without them these tests are skipped (a failure when integration is required).
 enum IndependentJOSE {
-    static let isAvailable: Bool = {
+    static let isAvailable = canImport("jwcrypto, jwt")
+
+    /// Whether `python3` can import these modules (a comma-separated list).
+    static func canImport(_ modules: String) -> Bool {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", "import jwcrypto, jwt"]
+        process.arguments = ["python3", "-c", "import \(modules)"]
         process.standardError = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
         do {
@@ -18,7 +21,7 @@ enum IndependentJOSE {
         } catch {
             return false
         }
-    }()
+    }
 
     struct Failure: Error, CustomStringConvertible {
         var description: String

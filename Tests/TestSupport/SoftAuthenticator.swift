@@ -6,20 +6,7 @@ import Testing
 /// (Python `cryptography`, `cbor2` and py_webauthn, installed by `scripts/dev-env install`): makes
 /// real WebAuthn responses from the worker's options and says whether py_webauthn accepts them.
 enum SoftAuthenticator {
-    static let isAvailable: Bool = {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", "import cbor2, webauthn, cryptography"]
-        process.standardError = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        do {
-            try process.run()
-            process.waitUntilExit()
-            return process.terminationStatus == 0
-        } catch {
-            return false
-        }
-    }()
+    static let isAvailable = IndependentJOSE.canImport("cbor2, webauthn, cryptography")
 
     static let script = ProjectPaths.root.appendingPathComponent("Tests/Tools/soft-authenticator.py").path
 

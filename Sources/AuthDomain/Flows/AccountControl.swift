@@ -50,7 +50,8 @@ extension LoginFlows {
             requestID: request.id, token: try accountToken(request, at: now), replyKey: replyKey, now: now)
     }
 
-    private func accountToken(_ request: LoginRequest, at now: Date) throws -> PresentedAccessToken {
+    /// The signed-in user's `data.access_token`, checked as far as it can be without the database.
+    func accountToken(_ request: LoginRequest, at now: Date) throws -> PresentedAccessToken {
         try presentedToken(request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now)
     }
 }

@@ -25,7 +25,7 @@ extension LoginFlows {
         let rp = try passkeyPolicy()
         let now = clock.now()
         return PasskeyRegisterOptions(
-            requestID: request.id, token: try passkeyToken(request, at: now), rp: rp,
+            requestID: request.id, token: try accountToken(request, at: now), rp: rp,
             settings: configuration.passkeys, challenge: try SecureRandom.bytes(32),
             newHandle: try SecureRandom.bytes(32), now: now)
     }
@@ -35,7 +35,7 @@ extension LoginFlows {
     func preparePasskeyRegister(_ request: LoginRequest) throws -> any PreparedWrite {
         let rp = try passkeyPolicy()
         let now = clock.now()
-        let token = try passkeyToken(request, at: now)
+        let token = try accountToken(request, at: now)
         guard let credential = request.data.credential else {
             throw LoginError(.malformedRequest, "credential is required", field: "data.credential")
         }
@@ -112,7 +112,7 @@ extension LoginFlows {
     func preparePasskeyList(_ request: LoginRequest) throws -> any PreparedWrite {
         _ = try passkeyPolicy()
         let now = clock.now()
-        return PasskeyList(requestID: request.id, token: try passkeyToken(request, at: now), now: now)
+        return PasskeyList(requestID: request.id, token: try accountToken(request, at: now), now: now)
     }
 
     /// `passkey_rename`.
@@ -123,7 +123,7 @@ extension LoginFlows {
             throw LoginError(.malformedRequest, "name must not be empty", field: "data.name")
         }
         return PasskeyRename(
-            requestID: request.id, token: try passkeyToken(request, at: now), passkeyID: try passkeyID(request),
+            requestID: request.id, token: try accountToken(request, at: now), passkeyID: try passkeyID(request),
             name: String(name.prefix(64)), now: now)
     }
 
@@ -131,15 +131,11 @@ extension LoginFlows {
     func preparePasskeyRemove(_ request: LoginRequest) async throws -> any PreparedWrite {
         _ = try passkeyPolicy()
         let now = clock.now()
-        let token = try passkeyToken(request, at: now)
+        let token = try accountToken(request, at: now)
         return PasskeyRemove(
             requestID: request.id, token: token, passkeyID: try passkeyID(request),
             reauthentication: try await reauthentication(request, token: token, at: now),
             events: events(for: request, at: now), now: now)
-    }
-
-    private func passkeyToken(_ request: LoginRequest, at now: Date) throws -> PresentedAccessToken {
-        try presentedToken(request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now)
     }
 
     private func passkeyID(_ request: LoginRequest) throws -> UUID {
