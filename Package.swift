@@ -38,6 +38,12 @@ let package = Package(
             pkgConfig: "libargon2",
             providers: [.apt(["libargon2-dev"])]
         ),
+        // The admin console's HTTP server (GNU libmicrohttpd).
+        .systemLibrary(
+            name: "CMicroHTTPD",
+            pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]
+        ),
         .systemLibrary(
             name: "CCrypt",
             pkgConfig: "libxcrypt",
@@ -70,11 +76,15 @@ let package = Package(
                 "Messages",
             ],
             swiftSettings: crossModule),
+        // The admin console (`auth-worker admin`): pages and a JSON API for support staff.
+        .target(
+            name: "AdminConsole",
+            dependencies: ["CMicroHTTPD", "AuthDomain", "AuthStore", "AuthCrypto", "Messages", "ServiceKit"]),
         .target(
             name: "AuthCLI",
             dependencies: [
-                "AuthWorker", "AuthDomain", "AuthStore", "AuthClient", "AuthCrypto", "JOSE", "Kafka", "PGStore",
-                "Messages", "ServiceKit",
+                "AdminConsole", "AuthWorker", "AuthDomain", "AuthStore", "AuthClient", "AuthCrypto", "JOSE", "Kafka", "PGStore",
+                "Messages", "Passwords", "ServiceKit",
             ]),
         .target(
             name: "AuthClient", dependencies: ["AuthCrypto", "JOSE", "Kafka", "Messages", "ServiceKit", "StrictJSON"]),
@@ -106,6 +116,12 @@ let package = Package(
         .testTarget(name: "ServiceKitTests", dependencies: ["ServiceKit", "StrictJSON", "TestSupport"]),
         .testTarget(name: "PGStoreTests", dependencies: ["PGStore", "TestSupport"]),
         .testTarget(name: "KafkaTests", dependencies: ["Kafka", "TestSupport"]),
+        .testTarget(
+            name: "ConsoleTests",
+            dependencies: [
+                "AdminConsole", "AuthDomain", "AuthStore", "AuthCrypto", "Messages", "PGStore", "ServiceKit",
+                "TestSupport",
+            ]),
         .testTarget(
             name: "FlowTests",
             dependencies: [

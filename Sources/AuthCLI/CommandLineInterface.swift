@@ -1,3 +1,4 @@
+import AdminConsole
 import AuthClient
 import AuthCrypto
 import AuthDomain
@@ -8,6 +9,7 @@ import JOSE
 import Kafka
 import Messages
 import PGStore
+import Passwords
 import ServiceKit
 
 #if canImport(Glibc)
@@ -40,6 +42,10 @@ public struct CommandLineInterface: Sendable {
 
     static let commands: [Command] = [
         Command(words: ["run"], arguments: "", summary: "consume and answer login requests until SIGTERM"),
+        Command(
+            words: ["admin"], arguments: "",
+            summary:
+                "serve the admin console (pages and JSON API) on AUTH_CONSOLE_ADDRESS:AUTH_CONSOLE_PORT until SIGTERM"),
         Command(
             words: ["migrate"], arguments: "[--status | --dry-run]",
             summary: "bring the database schema up to date, then exit; with an option, only say what would be applied",
@@ -86,6 +92,13 @@ public struct CommandLineInterface: Sendable {
         Command(
             words: ["users", "enable"], arguments: "ID_OR_EMAIL", summary: "enable a disabled user again",
             positionals: 1...1),
+        Command(
+            words: ["users", "end-sessions"], arguments: "ID_OR_EMAIL [SESSION_ID]",
+            summary: "end one session of a user's, or all of them; emits auth.session.revoked (reason admin)",
+            positionals: 1...2),
+        Command(
+            words: ["users", "remove-factor"], arguments: "ID_OR_EMAIL",
+            summary: "remove a user's second factor (a lost phone); emits auth.mfa.disabled", positionals: 1...1),
         Command(
             words: ["admins", "grant"], arguments: "EMAIL --role support|admin",
             summary: "let a password account use the admin console (support: read, end sessions; admin: all)",
@@ -200,6 +213,8 @@ public struct CommandLineInterface: Sendable {
             switch command.words {
             case ["run"]:
                 try await runWorker()
+            case ["admin"]:
+                try await runConsole()
             case ["migrate"]:
                 try await migrate(apply: parsed.flag == nil)
             case ["config", "check"]:
@@ -230,6 +245,10 @@ public struct CommandLineInterface: Sendable {
                 return try await setDisabled(parsed.positionals[0], disabled: true)
             case ["users", "enable"]:
                 return try await setDisabled(parsed.positionals[0], disabled: false)
+            case ["users", "end-sessions"]:
+                return try await endSessions(parsed.positionals, usage: command.usage)
+            case ["users", "remove-factor"]:
+                return try await removeFactor(parsed.positionals[0])
             case ["admins", "grant"]:
                 return try await grantAdmin(parsed, usage: command.usage)
             case ["admins", "revoke"]:
@@ -322,6 +341,54 @@ public struct CommandLineInterface: Sendable {
     }
 
     // MARK: - run, migrate
+
+    /// `auth-worker admin`: the console, in a process of its own. It needs PostgreSQL only: the
+    /// events its actions cause wait in the outbox for the worker's relay to publish.
+    private func runConsole() async throws {
+        let configuration = try configuration(needs: [.database])
+        try configuration.validate()
+        let logger = logger(configuration)
+        let console = configuration.console
+        if !console.isLoopback && !console.behindTLS {
+            throw ConfigurationError(
+                variable: "AUTH_CONSOLE_BEHIND_TLS",
+                reason:
+                    "the console's cookies are Secure: set it to true when TLS ends in front of the console "
+                    + "(an ingress, a proxy), or listen on 127.0.0.1 for development")
+        }
+        if console.isLoopback {
+            logger.warning(
+                "The admin console serves plain HTTP on loopback: for development only; put TLS in front of it "
+                    + "(AUTH_CONSOLE_BEHIND_TLS) anywhere else",
+                metadata: ["http.address": console.address, "http.port": String(console.port)])
+        }
+        let clock = SystemClock()
+        let identifiers = Identifiers(clock: clock)
+        var passwordPolicy = PasswordPolicy()
+        passwordPolicy.contextWords = configuration.accounts.passwordContextWords
+        let passwords = try PasswordService(
+            parameters: configuration.accounts.argon2, threads: configuration.accounts.hashingThreads,
+            policy: passwordPolicy)
+        let store = PostgresStore(
+            pool: PGPool(
+                conninfo: configuration.databaseURL, size: 4,
+                preparesStatements: configuration.processing.preparedStatements))
+        if configuration.migrateOnStart { try await store.migrate() }
+        let flows = LoginFlows(
+            configuration: configuration,
+            accessTokens: try WorkerApplication.makeAccessTokenIssuer(configuration, identifiers: identifiers),
+            passwords: passwords, attempts: store, clock: clock, identifiers: identifiers,
+            logger: logger.child(label: "auth.flows"))
+        let service = try ConsoleService(
+            console: AdminConsole(
+                configuration: configuration, store: store, flows: flows, clock: clock,
+                logger: logger.child(label: "auth.console")),
+            host: console.address, port: console.port, logger: logger.child(label: "auth.console.http"))
+        logger.info(
+            "Admin console listening",
+            metadata: ["http.address": console.address, "http.port": String(service.port)])
+        try await ServiceGroup(services: [service], logger: logger).run()
+    }
 
     private func runWorker() async throws {
         let configuration = try configuration()
@@ -619,6 +686,41 @@ public struct CommandLineInterface: Sendable {
             change.changed
                 ? "\(state) user \(id.lowercasedString); ended \(change.sessionsEnded) session(s)"
                 : "user \(id.lowercasedString) was \(state) already")
+        return 0
+    }
+
+    private func endSessions(_ positionals: [String], usage: String) async throws -> Int32 {
+        var only: UUID?
+        if positionals.count > 1 {
+            guard let session = UUID(uuidString: positionals[1]) else { throw UsageError(message: usage) }
+            only = session
+        }
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        guard let id = try await store.userReport(positionals[0])?.userID,
+            let ended = try await AccountAdministration.endSessions(
+                id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+        else {
+            errorOutput("auth-worker: no user \(positionals[0])")
+            return 1
+        }
+        await publishNow(store: store, configuration: configuration)
+        output("ended \(ended) session(s) of user \(id.lowercasedString)")
+        return 0
+    }
+
+    private func removeFactor(_ argument: String) async throws -> Int32 {
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        guard let id = try await store.userReport(argument)?.userID,
+            let removed = try await AccountAdministration.removeFactor(
+                id, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+        else {
+            errorOutput("auth-worker: no user \(argument)")
+            return 1
+        }
+        await publishNow(store: store, configuration: configuration)
+        output(removed ? "removed the second factor of user \(id.lowercasedString)" : "user \(id.lowercasedString) has no second factor")
         return 0
     }
 

@@ -115,3 +115,16 @@ extension LoginRequest {
         }
     }
 }
+
+extension PreparedRequest {
+    /// The flow's write and its audit row, for a door that answers at once (the admin console's
+    /// sign-in): nothing is kept for a redelivery, since nothing redelivers it.
+    package func writeAnswer(_ unit: any UnitOfWork, at now: Date) throws -> FlowAnswer {
+        let answer = try prepared.write(unit)
+        if request.method.isAudited {
+            try unit.recordAudit(
+                AuditEntry(request, userID: answer.userID, outcome: answer.result.error?.code.rawValue ?? "ok", at: now))
+        }
+        return answer
+    }
+}

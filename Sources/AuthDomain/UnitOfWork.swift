@@ -307,6 +307,8 @@ public struct AccountRecords: Sendable {
     public var consoleRole: String?
     /// When the account was disabled, if it is.
     public var disabledAt: Date?
+    /// The admin console's sessions the account holds: the client, opened, last seen.
+    public var consoleSessions: [(client: String, createdAt: Date, lastSeenAt: Date)] = []
 
     public init(
         identities: [Identity], factor: MFAFactorRecord?, unusedRecoveryCodes: Int, codes: [Code], requests: [Request],

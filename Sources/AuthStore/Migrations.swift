@@ -6,8 +6,24 @@ public enum Migrations {
     public static let all: [PGMigration] = [
         initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
         oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens, passkeys,
-        accountAdministration,
+        accountAdministration, consoleSessions,
     ]
+
+    /// The admin console's sign-in sessions: the SHA-256 of the cookie's random id (never the id),
+    /// its holder, the login session its sign-in opened, and both timeouts' clocks.
+    static let consoleSessions = PGMigration(
+        version: 14, name: "console sessions",
+        sql: """
+            CREATE TABLE console_sessions (
+                id_hash      bytea PRIMARY KEY CHECK (octet_length(id_hash) = 32),
+                user_id      uuid NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                session_id   uuid NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                client       text NOT NULL,
+                created_at   timestamptz NOT NULL,
+                last_seen_at timestamptz NOT NULL
+            );
+            CREATE INDEX console_sessions_user ON console_sessions (user_id);
+            """)
 
     /// What support staff and operators need: a disabled account (its sign-ins and refreshes
     /// refused with `account_disabled`), and the roles that open the admin console.

@@ -61,3 +61,49 @@ extension AccountAdministration {
         }
     }
 }
+
+extension AccountAdministration {
+    /// Ends one session of a user's, or all of them (the console; `auth-worker users end-sessions`).
+    /// - Returns: how many ended; nil when there is no such user.
+    public static func endSessions(
+        _ id: UUID, only: UUID?, actor: String, reason: String = "admin", store: PostgresStore,
+        configuration: WorkerConfiguration, clock: any WorkerClock
+    ) async throws -> Int? {
+        let events = operatorEvents(configuration, clock)
+        return try await store.transaction { unit in
+            try endSessions(id, only: only, actor: actor, reason: reason, unit: unit, events: events)
+        }
+    }
+
+    /// Removes a user's second factor (the console; `auth-worker users remove-factor`).
+    /// - Returns: whether there was one; nil when there is no such user.
+    public static func removeFactor(
+        _ id: UUID, actor: String, store: PostgresStore, configuration: WorkerConfiguration, clock: any WorkerClock
+    ) async throws -> Bool? {
+        let events = operatorEvents(configuration, clock)
+        return try await store.transaction { unit in try removeFactor(id, actor: actor, unit: unit, events: events) }
+    }
+
+    /// Deletes a user on behalf of `actor` (the console). - Returns: false when there is no such user.
+    public static func deleteUser(
+        _ id: UUID, actor: String, store: PostgresStore, configuration: WorkerConfiguration, clock: any WorkerClock
+    ) async throws -> Bool {
+        let events = operatorEvents(configuration, clock)
+        return try await store.transaction { unit in try deleteUser(id, actor: actor, unit: unit, events: events) }
+    }
+
+    /// Resends a user's verification code. - Returns: whether one was sent; nil when there is no such user.
+    /// - Throws: `LoginError` (no address, codes not enabled, the account's limit reached).
+    public static func resendVerification(
+        _ id: UUID, actor: String, flows: LoginFlows, store: PostgresStore
+    ) async throws -> Bool? {
+        let resend = try flows.verificationResend(userID: id, actor: actor)
+        return try await store.transaction { unit in try resend.write(unit) }
+    }
+
+    private static func operatorEvents(_ configuration: WorkerConfiguration, _ clock: any WorkerClock) -> EventFactory {
+        EventFactory(
+            identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
+            source: configuration.eventSource, traceparent: nil, now: clock.now())
+    }
+}

@@ -330,6 +330,14 @@ final class PostgresUnitOfWork: UnitOfWork {
             (try row.decode("purpose"), try row.decode("created_at"), try row.decode("expires_at"))
         }
         records.consoleRole = try query("SELECT role FROM admin_roles WHERE user_id = \(userID)").first?.decode("role")
+        records.consoleSessions = try query(
+            """
+            SELECT client, created_at, last_seen_at FROM console_sessions
+            WHERE user_id = \(userID) ORDER BY created_at, id_hash
+            """
+        ).map { row in
+            (try row.decode("client"), try row.decode("created_at"), try row.decode("last_seen_at"))
+        }
         records.disabledAt = try query("SELECT disabled_at FROM users WHERE id = \(userID)").first?.decode(
             "disabled_at", as: Date?.self)
         return records

@@ -152,7 +152,7 @@ public struct WorkerApplication: Sendable {
         return documents
     }
 
-    static func makeAccessTokenIssuer(_ configuration: WorkerConfiguration, identifiers: Identifiers) throws
+    public static func makeAccessTokenIssuer(_ configuration: WorkerConfiguration, identifiers: Identifiers) throws
         -> any AccessTokenIssuer
     {
         switch configuration.accessTokenFormat {

@@ -58,6 +58,27 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     public var consoleRole: String?
     /// When support or an operator disabled the account, if it is disabled.
     public var disabledAt: String?
+    /// The admin console's sign-ins the account holds open (a console user's own).
+    public var consoleSessions: [ConsoleSession]?
+
+    /// A sign-in to the admin console: from where, opened and last seen (never its id).
+    public struct ConsoleSession: Codable, Sendable, Equatable {
+        public var client: String
+        public var createdAt: String
+        public var lastSeenAt: String
+
+        public init(client: String, createdAt: String, lastSeenAt: String) {
+            self.client = client
+            self.createdAt = createdAt
+            self.lastSeenAt = lastSeenAt
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case client
+            case createdAt = "created_at"
+            case lastSeenAt = "last_seen_at"
+        }
+    }
 
     /// A passkey ceremony's challenge, pending: what for and until when (never the challenge).
     public struct PasskeyChallenge: Codable, Sendable, Equatable {
@@ -267,6 +288,7 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
         case passkeyChallenges = "passkey_challenges"
         case consoleRole = "console_role"
         case disabledAt = "disabled_at"
+        case consoleSessions = "console_sessions"
     }
 }
 

@@ -245,6 +245,7 @@ import Testing
             "passkey_users": export.passkeyHandle == nil ? 0 : 1,
             "webauthn_challenges": export.passkeyChallenges?.count ?? 0,
             "admin_roles": export.consoleRole == nil ? 0 : 1,
+            "console_sessions": export.consoleSessions?.count ?? 0,
         ]
         for table in tables {
             // The export's own request is kept (and audited) after its document is made.

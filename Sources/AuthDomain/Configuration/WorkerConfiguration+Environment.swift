@@ -266,6 +266,33 @@ extension WorkerConfiguration {
             }
             config.passkeys.attestation = value
         }
+        if let text = reader.string("AUTH_CONSOLE_ADDRESS") {
+            var address = in_addr()
+            guard inet_pton(AF_INET, text, &address) == 1 else {
+                throw ConfigurationError(variable: "AUTH_CONSOLE_ADDRESS", reason: "must be an IPv4 address")
+            }
+            config.console.address = text
+        }
+        if let text = reader.string("AUTH_CONSOLE_PORT") {
+            guard let port = UInt16(text) else {
+                throw ConfigurationError(variable: "AUTH_CONSOLE_PORT", reason: "must be a port number")
+            }
+            config.console.port = port
+        }
+        if let value = try reader.bool("AUTH_CONSOLE_BEHIND_TLS") { config.console.behindTLS = value }
+        if let value = try reader.seconds("AUTH_CONSOLE_IDLE_SECONDS") {
+            guard value >= 1, value <= 86400 else {
+                throw ConfigurationError(variable: "AUTH_CONSOLE_IDLE_SECONDS", reason: "must be between 1 and 86400")
+            }
+            config.console.idleLifetime = value
+        }
+        if let value = try reader.seconds("AUTH_CONSOLE_ABSOLUTE_SECONDS") {
+            guard value >= 60, value <= 7 * 86400 else {
+                throw ConfigurationError(
+                    variable: "AUTH_CONSOLE_ABSOLUTE_SECONDS", reason: "must be between 60 and 604800")
+            }
+            config.console.absoluteLifetime = value
+        }
         if let issuer = reader.string("AUTH_MFA_ISSUER") { config.mfa.issuer = issuer }
         if let value = try reader.seconds("AUTH_MFA_TOKEN_TTL_SECONDS") {
             guard value >= 30 else {

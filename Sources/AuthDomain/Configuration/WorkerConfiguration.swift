@@ -183,6 +183,26 @@ public struct WorkerConfiguration: Sendable {
     /// Passkeys (WebAuthn): off until the relying party's id is set.
     public var passkeys = Passkeys()
 
+    /// The admin console (`auth-worker admin`): where it listens and how long its sign-ins last.
+    public var console = Console()
+
+    public struct Console: Sendable, Equatable {
+        /// The IPv4 address it listens on. Env: `AUTH_CONSOLE_ADDRESS`. Default: 127.0.0.1.
+        public var address = "127.0.0.1"
+        /// Env: `AUTH_CONSOLE_PORT`. Default: 8090.
+        public var port: UInt16 = 8090
+        /// Set when TLS ends in front of the console (an ingress, a proxy): required to listen on
+        /// anything but loopback, since its cookies are `Secure`. Env: `AUTH_CONSOLE_BEHIND_TLS`.
+        public var behindTLS = false
+        /// A sign-in unused this long ends. Env: `AUTH_CONSOLE_IDLE_SECONDS`. Default: 15 minutes.
+        public var idleLifetime: TimeInterval = 15 * 60
+        /// A sign-in ends this long after it began, used or not. Env: `AUTH_CONSOLE_ABSOLUTE_SECONDS`. Default: 8 hours.
+        public var absoluteLifetime: TimeInterval = 8 * 3600
+
+        /// Whether the address is a loopback one (plain HTTP there is for development).
+        public var isLoopback: Bool { address.hasPrefix("127.") }
+    }
+
     /// The relying party passkeys are registered to, and the ceremonies' rules.
     public struct Passkeys: Sendable, Equatable {
         /// The RP ID: the registrable domain passkeys are bound to (`example.com`); iOS apps name

@@ -219,6 +219,10 @@ struct AccountExport: PreparedWrite {
         export.passkeyHandle = try unit.passkeyHandle(userID: user.id).map(Base64URL.encode)
         export.consoleRole = records.consoleRole
         export.disabledAt = records.disabledAt.map(Timestamp.format)
+        export.consoleSessions = records.consoleSessions.map {
+            AccountExportPayload.ConsoleSession(
+                client: $0.client, createdAt: Timestamp.format($0.createdAt), lastSeenAt: Timestamp.format($0.lastSeenAt))
+        }
         export.passkeyChallenges = records.passkeyChallenges.map {
             AccountExportPayload.PasskeyChallenge(
                 purpose: $0.purpose, createdAt: Timestamp.format($0.createdAt),

@@ -50,3 +50,93 @@ public enum AccountAdministration {
         return Change(changed: true, sessionsEnded: ended)
     }
 }
+
+extension AccountAdministration {
+    /// Ends one of a user's live sessions (`only` given) or all of them, each announced as
+    /// `auth.session.revoked` with `reason` (`admin`; `logout` for a console user's own sign-out):
+    /// its refresh token is refused from then on.
+    /// - Returns: how many ended; nil when there is no such user.
+    package static func endSessions(
+        _ id: UUID, only: UUID?, actor: String, reason: String = "admin", unit: any UnitOfWork, events: EventFactory
+    ) throws -> Int? {
+        guard try unit.user(id: id) != nil else { return nil }
+        let now = events.now
+        var sessions = try unit.liveSessions(userID: id, at: now)
+        if let only { sessions = sessions.filter { $0 == only } }
+        try unit.revokeSessions(sessions, reason: reason, at: now)
+        for session in sessions {
+            try unit.appendEvent(try events.sessionRevoked(user: id, session: session, reason: reason))
+        }
+        let action =
+            reason == "logout" ? "console.sign_out" : only == nil ? "operator.sessions_end" : "operator.session_end"
+        try unit.recordAudit(
+            AuditEntry(
+                at: now, userID: id, action: action, outcome: sessions.isEmpty ? "none" : "ok", actor: actor))
+        return sessions.count
+    }
+
+    /// Removes a user's second factor (and its recovery codes), for one who lost it: announced as
+    /// `auth.mfa.disabled`, as when the user removes it.
+    /// - Returns: whether there was one; nil when there is no such user.
+    package static func removeFactor(_ id: UUID, actor: String, unit: any UnitOfWork, events: EventFactory) throws
+        -> Bool?
+    {
+        guard try unit.user(id: id) != nil else { return nil }
+        guard try unit.mfaFactor(userID: id) != nil else { return false }
+        try unit.deleteFactor(userID: id)
+        try unit.appendEvent(try events.mfaChanged(user: id, enabled: false))
+        try unit.recordAudit(
+            AuditEntry(at: events.now, userID: id, action: "operator.mfa_remove", outcome: "ok", actor: actor))
+        return true
+    }
+
+    /// Deletes a user as `AccountDeletion` does for every door (sessions announced, Apple's
+    /// tokens revoked, `auth.user.deleted` with reason `admin`), naming who acted.
+    /// - Returns: false when there is no such user.
+    package static func deleteUser(_ id: UUID, actor: String, unit: any UnitOfWork, events: EventFactory) throws
+        -> Bool
+    {
+        guard try unit.user(id: id) != nil else { return false }
+        _ = try AccountDeletion.delete([id], reason: "admin", revokeSessions: true, actor: actor, unit: unit, events: events)
+        return true
+    }
+}
+
+extension LoginFlows {
+    /// Resends a user's address-verification code (support, for a user whose mail went astray):
+    /// the same code, limit and `auth.email.verification_requested` event as `send_verification`.
+    /// - Returns: a write answering whether a code was sent (false: verified already); its write
+    ///   returns nil when there is no such user, and throws `LoginError` when the account has no
+    ///   address, codes are not enabled or the limit is reached.
+    package func verificationResend(userID: UUID, actor: String) throws -> VerificationResend {
+        let keys = try codeKeys()
+        let now = clock.now()
+        return VerificationResend(
+            userID: userID, actor: actor, code: try pendingCode(.verifyEmail, keys: keys, at: now),
+            limit: configuration.emailCodes.sendLimit,
+            events: EventFactory(
+                identifiers: identifiers, topic: configuration.topics.events, source: configuration.eventSource,
+                traceparent: nil, now: now), now: now)
+    }
+}
+
+/// A resend of the verification code, ready to write in the caller's transaction.
+package struct VerificationResend: Sendable {
+    let userID: UUID
+    let actor: String
+    let code: PendingCode
+    let limit: WorkerConfiguration.RateLimit
+    let events: EventFactory
+    let now: Date
+
+    package func write(_ unit: any UnitOfWork) throws -> Bool? {
+        guard let user = try unit.user(id: userID) else { return nil }
+        let sent = try SendVerification.send(
+            code, to: user, limit: limit, unit: unit, events: events, at: now, field: "user")
+        try unit.recordAudit(
+            AuditEntry(
+                at: now, userID: userID, action: "operator.verification_resend", outcome: sent ? "ok" : "verified",
+                actor: actor))
+        return sent
+    }
+}

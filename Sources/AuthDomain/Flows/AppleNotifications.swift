@@ -145,7 +145,8 @@ public enum AccountDeletion {
     }
 
     package static func delete(
-        _ ids: [UUID], reason: String, revokeSessions: Bool, unit: any UnitOfWork, events: EventFactory
+        _ ids: [UUID], reason: String, revokeSessions: Bool, actor: String? = nil, unit: any UnitOfWork,
+        events: EventFactory
     ) throws -> Summary {
         var summary = Summary()
         for id in ids {
@@ -166,7 +167,7 @@ public enum AccountDeletion {
             try unit.recordAudit(
                 AuditEntry(
                     at: events.now, userID: id, action: "user_deleted", outcome: reason,
-                    actor: reason == "apple_account_deleted" ? "apple" : "operator"))
+                    actor: actor ?? (reason == "apple_account_deleted" ? "apple" : "operator")))
         }
         try unit.deleteUsers(ids)
         summary.users = ids.count

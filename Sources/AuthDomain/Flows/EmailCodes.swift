@@ -365,14 +365,22 @@ struct SendVerification: PreparedWrite {
         guard let user = try unit.user(id: session.userID) else {
             throw PresentedAccessToken.invalid(field: "data.access_token")
         }
-        guard !user.isGuest, let address = user.email, let email = EmailAddress.normalize(address) else {
-            throw LoginError(
-                .malformedRequest, "this account has no e-mail address to verify", field: "data.access_token")
-        }
-        let answer = FlowAnswer(
+        _ = try Self.send(code, to: user, limit: limit, unit: unit, events: events, at: now, field: "data.access_token")
+        return FlowAnswer(
             result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: session.id)
-        // Verified already: nothing to send.
-        guard !user.emailVerified else { return answer }
+    }
+
+    /// Sends `user` a code for their address unless it is verified already, within the account's
+    /// limit: the request's door and the console's (support resending it) are the same code.
+    /// - Returns: whether a code was sent (false: verified already).
+    static func send(
+        _ code: PendingCode, to user: StoredUser, limit: WorkerConfiguration.RateLimit, unit: any UnitOfWork,
+        events: EventFactory, at now: Date, field: String
+    ) throws -> Bool {
+        guard !user.isGuest, let address = user.email, let email = EmailAddress.normalize(address) else {
+            throw LoginError(.malformedRequest, "this account has no e-mail address to verify", field: field)
+        }
+        guard !user.emailVerified else { return false }
         let bucket = PendingCode.bucket(.verifyEmail, userID: user.id)
         if limit.count > 0 {
             guard try unit.rateLimitUsage(bucket: bucket, at: now, window: limit.window) < limit.count else {
@@ -382,7 +390,7 @@ struct SendVerification: PreparedWrite {
             try unit.recordRateLimitedUse(bucket: bucket, at: now, window: limit.window)
         }
         try code.issue(to: user.id, email: email, in: unit, events: events)
-        return answer
+        return true
     }
 }
 

@@ -71,6 +71,8 @@ struct MFAGate: Sendable {
         at now: Date
     ) throws -> FlowAnswer? {
         guard let factor = try unit.mfaFactor(userID: user), factor.enabledAt != nil else { return nil }
+        // A disabled account is refused before its second factor is asked for, not after.
+        if try unit.user(id: user)?.isDisabled == true { throw LoginError.accountDisabled }
         let ticket = MFATicket(
             id: Base64URL.encode(try SecureRandom.bytes(16)), userID: user.lowercasedString, provider: provider,
             deviceName: device?.name,
