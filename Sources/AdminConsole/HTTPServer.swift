@@ -176,12 +176,13 @@ public final class HTTPServer: @unchecked Sendable {
         guard let raw = state.pointee else {
             // The first call: headers only. A declared body past the limit is refused before it is read.
             let exchange = Exchange()
+            state.pointee = Unmanaged.passRetained(exchange).toOpaque()
             if let length = value(connection, MHD_ValueKind.HEADER_KIND, "Content-Length").flatMap(Int.init),
                 length > limits.maximumBody
             {
                 exchange.tooLarge = true
+                return queue(Self.tooLarge, on: connection)
             }
-            state.pointee = Unmanaged.passRetained(exchange).toOpaque()
             return MHD_Result.YES
         }
         let exchange = Unmanaged<Exchange>.fromOpaque(raw).takeUnretainedValue()
@@ -201,9 +202,7 @@ public final class HTTPServer: @unchecked Sendable {
         }
         let answer: HTTPAnswer
         if exchange.tooLarge {
-            answer = HTTPAnswer(
-                status: 413, headers: [("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close")],
-                body: Array("request body too large\n".utf8))
+            answer = Self.tooLarge
         } else {
             var client = [CChar](repeating: 0, count: 64)
             auth_mhd_client_address(connection, &client, client.count)
@@ -215,6 +214,10 @@ public final class HTTPServer: @unchecked Sendable {
         }
         return queue(answer, on: connection)
     }
+
+    static let tooLarge = HTTPAnswer(
+        status: 413, headers: [("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close")],
+        body: Array("request body too large\n".utf8))
 
     /// Runs the handler on the concurrency pool; this connection's thread waits for it.
     private func run(_ request: HTTPRequest) -> HTTPAnswer {

@@ -25,7 +25,9 @@ import Testing
         #expect(cookie.count == 43, "32 random bytes, base64url")
         let stored = try await bed.harness.query("SELECT id_hash FROM console_sessions")
         #expect(
-            try stored.map { try $0.decode("id_hash", as: PGBytes.self).bytes } == [SHA256.hash(Base64URL.decode(cookie)!)],
+            try stored.map { try $0.decode("id_hash", as: PGBytes.self).bytes } == [
+                SHA256.hash(Base64URL.decode(cookie)!)
+            ],
             "stored by its SHA-256 only")
 
         let search = await browser.send("GET", "/admin/users?q=lena%40example.com")
@@ -49,7 +51,8 @@ import Testing
         let events = try await bed.events(type: "auth.session.revoked")
         #expect(events.count == 1)
         let data = try #require(events.first?["data"] as? [String: Any])
-        #expect(data["session_id"] as? String == phone.sessionID.lowercasedString && data["reason"] as? String == "admin")
+        #expect(
+            data["session_id"] as? String == phone.sessionID.lowercasedString && data["reason"] as? String == "admin")
         let audit = try await bed.harness.query(
             "SELECT actor FROM audit_log WHERE user_id = \(user.id) AND action = 'operator.session_end'")
         #expect(try audit.map { try $0.decode("actor", as: String.self) } == ["admin:agent@example.com"])
@@ -165,7 +168,8 @@ import Testing
             #expect(await browser.send("POST", path + "/disable", form: form).status == 403, "\(form)")
         }
         for headers in [[:], ["X-CSRF-Token": "forged"], ["X-CSRF-Token": othersToken]] {
-            let answer = await browser.send("POST", "/admin/api/users/\(user.id.lowercasedString)/disable", headers: headers)
+            let answer = await browser.send(
+                "POST", "/admin/api/users/\(user.id.lowercasedString)/disable", headers: headers)
             #expect(answer.status == 403 && answer.json?["error"] as? String == "csrf", "\(headers)")
         }
         #expect(await browser.send("POST", "/admin/sign-out", form: [:]).status == 403)

@@ -229,7 +229,8 @@ final class ConsoleBrowser: @unchecked Sendable {
         let form = await send("GET", "/admin/sign-in")
         let csrf = try #require(form.csrf)
         let first = await send(
-            "POST", "/admin/sign-in", form: ["csrf": csrf, "email": member.email, "password": password ?? member.password])
+            "POST", "/admin/sign-in",
+            form: ["csrf": csrf, "email": member.email, "password": password ?? member.password])
         guard first.status == 303, first.location == "/admin/sign-in/code" else { return first }
         let codeForm = await send("GET", "/admin/sign-in/code")
         let totp: String

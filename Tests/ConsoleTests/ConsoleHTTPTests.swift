@@ -1,0 +1,186 @@
+import Foundation
+import ServiceKit
+import Testing
+
+@testable import AdminConsole
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The console's HTTP server (libmicrohttpd) through real sockets: keep-alive, the body and
+/// header limits, a slow client cut off, and one client's slow request blocking nobody else.
+@Suite struct ConsoleHTTPTests {
+    /// A server whose handler echoes the body's size, and sleeps when asked (`/slow`).
+    func server(idleTimeout: UInt32 = 10) throws -> HTTPServer {
+        var limits = HTTPServer.Limits()
+        limits.idleTimeout = idleTimeout
+        return try HTTPServer(
+            host: "127.0.0.1", port: 0, limits: limits, logger: Logger(label: "test", handler: InMemoryLogHandler())
+        ) { request in
+            if request.path == "/slow" { try? await Task.sleep(for: .seconds(2)) }
+            return HTTPAnswer(
+                status: 200, headers: [("Content-Type", "text/plain")],
+                body: Array(
+                    "\(request.method) \(request.path) \(request.body.count) q=\(request.query["q"] ?? "")".utf8))
+        }
+    }
+
+    @Test func twoRequestsShareOneConnection() async throws {
+        try await offThePool {
+            let server = try server()
+            defer { server.stop() }
+            let socket = try RawSocket(port: server.port)
+            try socket.send("GET /a?q=x+y%21 HTTP/1.1\r\nHost: t\r\n\r\n")
+            let first = try socket.receiveResponse()
+            #expect(first.hasPrefix("HTTP/1.1 200") && first.hasSuffix("GET /a 0 q=x y!"), "\(first)")
+            try socket.send("POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello")
+            let second = try socket.receiveResponse()
+            #expect(second.hasPrefix("HTTP/1.1 200") && second.hasSuffix("POST /b 5 q="), "\(second)")
+        }
+    }
+
+    @Test func anOversizedBodyIsRefusedUnread() async throws {
+        try await offThePool {
+            let server = try server()
+            defer { server.stop() }
+            let declared = try RawSocket(port: server.port)
+            try declared.send("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 10000000\r\n\r\n")
+            #expect(try declared.receiveResponse().hasPrefix("HTTP/1.1 413"))
+            // Chunked, so no length is declared: refused once past the limit.
+            let chunked = try RawSocket(port: server.port)
+            var request = "POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+            let chunk = String(repeating: "a", count: 16 * 1024)
+            for _ in 0..<5 { request += "4000\r\n\(chunk)\r\n" }
+            request += "0\r\n\r\n"
+            try chunked.send(request)
+            #expect(try chunked.receiveResponse().hasPrefix("HTTP/1.1 413"))
+        }
+    }
+
+    @Test func oversizedHeadersAreRefused() async throws {
+        try await offThePool {
+            let server = try server()
+            defer { server.stop() }
+            let socket = try RawSocket(port: server.port)
+            try socket.send("GET / HTTP/1.1\r\nHost: t\r\nX-Big: \(String(repeating: "b", count: 40 * 1024))\r\n\r\n")
+            let answer = try socket.receiveResponse()
+            #expect(answer.hasPrefix("HTTP/1.1 431") || answer.hasPrefix("HTTP/1.1 413"), "\(answer.prefix(40))")
+        }
+    }
+
+    @Test func aSlowClientIsCutOffAndBlocksNobody() async throws {
+        try await offThePool {
+            let server = try server(idleTimeout: 1)
+            defer { server.stop() }
+            let slow = try RawSocket(port: server.port)
+            try slow.send("GET / HTTP/1.1\r\nHost: t\r\n")  // and never the blank line
+            let busy = try RawSocket(port: server.port)
+            try busy.send("GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+            let started = Date()
+            let other = try RawSocket(port: server.port)
+            try other.send("GET /quick HTTP/1.1\r\nHost: t\r\n\r\n")
+            #expect(try other.receiveResponse().hasSuffix("GET /quick 0 q="))
+            #expect(Date().timeIntervalSince(started) < 1.5, "answered while another request sleeps")
+            #expect(try busy.receiveResponse().hasSuffix("GET /slow 0 q="))
+            // The silent one was closed: reading ends without an answer.
+            #expect(try slow.receiveAll(timeout: 5).isEmpty)
+        }
+    }
+}
+
+/// Runs blocking socket work on a thread of its own: on the concurrency pool it would hold a
+/// thread the server's handler needs (two such tests at once on two cores: a deadlock).
+func offThePool(_ body: @escaping @Sendable () throws -> Void) async throws {
+    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+        Thread {
+            do {
+                try body()
+                continuation.resume()
+            } catch {
+                continuation.resume(throwing: error)
+            }
+        }.start()
+    }
+}
+
+/// A blocking TCP client for the tests: sends bytes, reads one response (by Content-Length).
+final class RawSocket {
+    let descriptor: Int32
+
+    struct Failure: Error { var what: String }
+
+    init(port: UInt16) throws {
+        descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { throw Failure(what: "socket") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else { throw Failure(what: "connect") }
+        setTimeout(5)
+    }
+
+    deinit { close(descriptor) }
+
+    func setTimeout(_ seconds: Int) {
+        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    func send(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        var sent = 0
+        while sent < bytes.count {
+            let count = bytes[sent...].withUnsafeBytes {
+                Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+            }
+            // The server may close after refusing: what it answered is still there to read.
+            guard count > 0 else { return }
+            sent += count
+        }
+    }
+
+    /// Reads until the headers and a body of the declared length have arrived.
+    func receiveResponse() throws -> String {
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let text = String(decoding: buffer, as: UTF8.self)
+            if let end = text.range(of: "\r\n\r\n") {
+                let head = text[..<end.lowerBound].lowercased()
+                var length = 0
+                if let line = head.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }) {
+                    length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+                }
+                let bodyStart = text.utf8.distance(from: text.startIndex, to: end.upperBound)
+                if buffer.count - bodyStart >= length {
+                    return String(decoding: buffer.prefix(bodyStart + length), as: UTF8.self)
+                }
+            }
+            let count = recv(descriptor, &chunk, chunk.count, 0)
+            guard count > 0 else {
+                if buffer.isEmpty { throw Failure(what: "closed without an answer") }
+                return String(decoding: buffer, as: UTF8.self)
+            }
+            buffer += chunk[0..<count]
+        }
+    }
+
+    /// Everything until the server closes (or `timeout` passes).
+    func receiveAll(timeout: Int) throws -> [UInt8] {
+        setTimeout(timeout)
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = recv(descriptor, &chunk, chunk.count, 0)
+            if count <= 0 { return buffer }
+            buffer += chunk[0..<count]
+        }
+    }
+}
