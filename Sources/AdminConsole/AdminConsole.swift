@@ -93,11 +93,17 @@ public final class AdminConsole: Sendable {
         case (_, let path) where path.first == "api":
             return try await api(request, Array(path.dropFirst()))
         case ("GET", ["users"]): return try await searchPage(request)
-        case ("GET", let path) where path.count == 2 && path[0] == "users": return try await userPage(request, id: path[1])
+        case ("GET", let path) where path.count == 2 && path[0] == "users":
+            return try await userPage(request, id: path[1])
         case ("POST", let path) where path.count >= 3 && path[0] == "users":
             return try await pageAction(request, id: path[1], action: Array(path.dropFirst(2)))
         case ("GET", _), ("POST", _): throw ConsoleRefusal.notFound
-        default: throw ConsoleRefusal(405, "method_not_allowed", "this method is not allowed here")
+        default:
+            var answer = Pages.html(
+                status: 405, Pages.problem(ConsoleRefusal(405, "method_not_allowed", "this method is not allowed here"))
+            )
+            answer.headers.append(("Allow", "GET, POST"))
+            return answer
         }
     }
 
@@ -189,7 +195,8 @@ public final class AdminConsole: Sendable {
         data.email = email
         data.password = String((form["password"] ?? "").prefix(1024))
         data.device = .init(name: "Admin console", platform: "web")
-        data.context = .init(ip: request.client, userAgent: request.headers["user-agent"].map { String($0.prefix(256)) })
+        data.context = .init(
+            ip: request.client, userAgent: request.headers["user-agent"].map { String($0.prefix(256)) })
         let answer = try await store.answer(loginRequest(.password, data), flows: flows, clock: clock)
         if let error = answer.result.error {
             if error.code.rawValue == "mfa_required", let token = error.mfaToken {
@@ -227,7 +234,8 @@ public final class AdminConsole: Sendable {
         var data = LoginRequestData(method: LoginMethod.mfaChallenge.rawValue)
         data.mfaToken = token
         data.code = String((form["code"] ?? "").filter(\.isNumber).prefix(6))
-        data.context = .init(ip: request.client, userAgent: request.headers["user-agent"].map { String($0.prefix(256)) })
+        data.context = .init(
+            ip: request.client, userAgent: request.headers["user-agent"].map { String($0.prefix(256)) })
         let answer = try await store.answer(loginRequest(.mfaChallenge, data), flows: flows, clock: clock)
         if let error = answer.result.error {
             logger.info("Console second factor refused", metadata: ["auth.code": error.code.rawValue])

@@ -102,7 +102,8 @@ extension AdminConsole {
             } catch let error as LoginError {
                 switch error.code.rawValue {
                 case "too_many_attempts":
-                    throw ConsoleRefusal(429, "too_many_attempts", "too many codes were sent to this account; try later")
+                    throw ConsoleRefusal(
+                        429, "too_many_attempts", "too many codes were sent to this account; try later")
                 case "unsupported_method":
                     throw ConsoleRefusal(409, "codes_not_enabled", "e-mail codes are not enabled on this service")
                 default:
@@ -130,9 +131,29 @@ extension AdminConsole {
 
     // MARK: - The JSON API
 
+    /// The one method each API route answers (nil: no such route).
+    static func apiMethod(_ path: [String]) -> String? {
+        switch path {
+        case ["me"], ["users"]: "GET"
+        case let p where p.count == 2 && p[0] == "users": "GET"
+        case ["sign-out"]: "POST"
+        case let p
+        where p.count >= 3 && p[0] == "users" && ConsoleAction(path: Array(p.dropFirst(2)), fields: [:]) != nil:
+            "POST"
+        default: nil
+        }
+    }
+
     func api(_ request: HTTPRequest, _ path: [String]) async throws -> HTTPAnswer {
+        guard let allowed = Self.apiMethod(path) else { throw ConsoleRefusal.notFound }
+        guard request.method == allowed || (allowed == "GET" && request.method == "HEAD") else {
+            var answer = Self.json(
+                status: 405, ["error": "method_not_allowed", "message": "this route answers \(allowed) only"])
+            answer.headers.append(("Allow", allowed == "GET" ? "GET, HEAD" : allowed))
+            return answer
+        }
         guard let session = try await session(request) else { throw ConsoleRefusal.unauthenticated }
-        switch (request.method, path) {
+        switch (request.method == "HEAD" ? "GET" : request.method, path) {
         case ("GET", ["me"]):
             return Self.json(
                 status: 200,
@@ -236,7 +257,8 @@ extension AdminConsole {
         let id = try userID(text)
         guard let details = try await store.userDetails(id, at: clock.now()) else { throw ConsoleRefusal.noSuchUser }
         let notice = request.query["done"].flatMap { Pages.notices[$0] }
-        return Pages.html(status: 200, Pages.user(session: session, csrf: csrf(request), details: details, notice: notice))
+        return Pages.html(
+            status: 200, Pages.user(session: session, csrf: csrf(request), details: details, notice: notice))
     }
 
     func pageAction(_ request: HTTPRequest, id text: String, action path: [String]) async throws -> HTTPAnswer {

@@ -207,7 +207,8 @@ public final class HTTPServer: @unchecked Sendable {
             var client = [CChar](repeating: 0, count: 64)
             auth_mhd_client_address(connection, &client, client.count)
             let request = HTTPRequest(
-                method: method, path: url, query: values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, lowercased: false),
+                method: method, path: url,
+                query: values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, lowercased: false),
                 headers: values(connection, MHD_ValueKind.HEADER_KIND, lowercased: true), body: exchange.body,
                 client: String(decoding: client.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
             answer = run(request)
@@ -264,14 +265,23 @@ public final class HTTPServer: @unchecked Sendable {
     private func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind, lowercased: Bool) -> [String: String] {
         let collected = Collected(lowercased: lowercased)
         withExtendedLifetime(collected) {
-            _ = MHD_get_connection_values(
+            // With their lengths: a value with a NUL in it (`%00`) arrives whole, to be refused,
+            // not cut short where C would stop reading.
+            _ = MHD_get_connection_values_n(
                 connection, kind,
-                { context, _, key, value in
+                { context, _, key, keySize, value, valueSize in
                     guard let context, let key else { return MHD_Result.YES }
                     let collected = Unmanaged<Collected>.fromOpaque(context).takeUnretainedValue()
-                    var name = String(cString: key)
+                    func text(_ pointer: UnsafePointer<CChar>, _ count: Int) -> String {
+                        pointer.withMemoryRebound(to: UInt8.self, capacity: count) {
+                            String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self)
+                        }
+                    }
+                    var name = text(key, keySize)
                     if collected.lowercased { name = name.lowercased() }
-                    if collected.values[name] == nil { collected.values[name] = value.map { String(cString: $0) } ?? "" }
+                    if collected.values[name] == nil {
+                        collected.values[name] = value.map { text($0, valueSize) } ?? ""
+                    }
                     return MHD_Result.YES
                 }, Unmanaged.passUnretained(collected).toOpaque())
         }

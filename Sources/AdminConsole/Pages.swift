@@ -113,7 +113,8 @@ enum Pages {
     }
 
     static func search(
-        session: PostgresStore.ConsoleSession, csrf: String, query: String, page: Int, users: [PostgresStore.UserSummary],
+        session: PostgresStore.ConsoleSession, csrf: String, query: String, page: Int,
+        users: [PostgresStore.UserSummary],
         more: Bool
     ) -> String {
         var rows = ""

@@ -720,7 +720,10 @@ public struct CommandLineInterface: Sendable {
             return 1
         }
         await publishNow(store: store, configuration: configuration)
-        output(removed ? "removed the second factor of user \(id.lowercasedString)" : "user \(id.lowercasedString) has no second factor")
+        output(
+            removed
+                ? "removed the second factor of user \(id.lowercasedString)"
+                : "user \(id.lowercasedString) has no second factor")
         return 0
     }
 

@@ -123,7 +123,8 @@ extension PreparedRequest {
         let answer = try prepared.write(unit)
         if request.method.isAudited {
             try unit.recordAudit(
-                AuditEntry(request, userID: answer.userID, outcome: answer.result.error?.code.rawValue ?? "ok", at: now))
+                AuditEntry(request, userID: answer.userID, outcome: answer.result.error?.code.rawValue ?? "ok", at: now)
+            )
         }
         return answer
     }

@@ -37,6 +37,9 @@ import Testing
             try socket.send("POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello")
             let second = try socket.receiveResponse()
             #expect(second.hasPrefix("HTTP/1.1 200") && second.hasSuffix("POST /b 5 q="), "\(second)")
+            // A NUL in a value arrives whole (to be refused), not cut short.
+            try socket.send("GET /n?q=a%00b HTTP/1.1\r\nHost: t\r\n\r\n")
+            #expect(try socket.receiveResponse().hasSuffix("GET /n 0 q=a\u{0}b"))
         }
     }
 

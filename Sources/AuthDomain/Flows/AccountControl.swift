@@ -221,7 +221,8 @@ struct AccountExport: PreparedWrite {
         export.disabledAt = records.disabledAt.map(Timestamp.format)
         export.consoleSessions = records.consoleSessions.map {
             AccountExportPayload.ConsoleSession(
-                client: $0.client, createdAt: Timestamp.format($0.createdAt), lastSeenAt: Timestamp.format($0.lastSeenAt))
+                client: $0.client, createdAt: Timestamp.format($0.createdAt),
+                lastSeenAt: Timestamp.format($0.lastSeenAt))
         }
         export.passkeyChallenges = records.passkeyChallenges.map {
             AccountExportPayload.PasskeyChallenge(

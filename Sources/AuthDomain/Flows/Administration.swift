@@ -97,7 +97,8 @@ extension AccountAdministration {
         -> Bool
     {
         guard try unit.user(id: id) != nil else { return false }
-        _ = try AccountDeletion.delete([id], reason: "admin", revokeSessions: true, actor: actor, unit: unit, events: events)
+        _ = try AccountDeletion.delete(
+            [id], reason: "admin", revokeSessions: true, actor: actor, unit: unit, events: events)
         return true
     }
 }
