@@ -83,7 +83,8 @@ let package = Package(
         .target(
             name: "AuthCLI",
             dependencies: [
-                "AdminConsole", "AuthWorker", "AuthDomain", "AuthStore", "AuthClient", "AuthCrypto", "JOSE", "Kafka", "PGStore",
+                "AdminConsole", "AuthWorker", "AuthDomain", "AuthStore", "AuthClient", "AuthCrypto", "JOSE", "Kafka",
+                "PGStore",
                 "Messages", "Passwords", "ServiceKit",
             ]),
         .target(

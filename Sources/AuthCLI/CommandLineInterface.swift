@@ -349,6 +349,11 @@ public struct CommandLineInterface: Sendable {
         try configuration.validate()
         let logger = logger(configuration)
         let console = configuration.console
+        guard configuration.resultsKey != nil else {
+            throw ConfigurationError(
+                variable: "AUTH_RESULTS_KEY_FILE",
+                reason: "the console's sign-in asks for the second factor, whose secrets are sealed with the results key")
+        }
         if !console.isLoopback && !console.behindTLS {
             throw ConfigurationError(
                 variable: "AUTH_CONSOLE_BEHIND_TLS",
