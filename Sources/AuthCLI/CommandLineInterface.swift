@@ -352,7 +352,8 @@ public struct CommandLineInterface: Sendable {
         guard configuration.resultsKey != nil else {
             throw ConfigurationError(
                 variable: "AUTH_RESULTS_KEY_FILE",
-                reason: "the console's sign-in asks for the second factor, whose secrets are sealed with the results key")
+                reason:
+                    "the console's sign-in asks for the second factor, whose secrets are sealed with the results key")
         }
         if !console.isLoopback && !console.behindTLS {
             throw ConfigurationError(
