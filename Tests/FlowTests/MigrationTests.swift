@@ -18,7 +18,8 @@ import Testing
         ).map { try $0.decode("table_name", as: String.self) }
         #expect(
             tables == [
-                "access_tokens", "admin_roles", "apple_jobs", "apple_tokens", "audit_log", "identities",
+                "access_tokens", "admin_roles", "apple_jobs", "apple_tokens", "audit_log", "console_sessions",
+                "identities",
                 "login_throttle",
                 "mfa_factors", "mfa_recovery_codes", "one_time_codes", "outbox", "passkey_users", "passkeys",
                 "processed_requests", "rate_limits",
