@@ -675,6 +675,36 @@ COMMIT;
 """
 
 
+def run_idle(services, key_server, seconds, extra=None):
+    """The worker's CPU while nothing arrives: joined, one guest answered, then `seconds` of
+    silence; as a share of one core (item: idle at most 0.5 %)."""
+    services.fresh()
+    suffix = f"idle{uuid.uuid4().hex[:6]}"
+    topics = services.topics(suffix)
+    reader = ResultReader(services, topics["results"])
+    database = services.database(f"auth_bench_{suffix}")
+    worker = Worker(services, database, topics, key_server, extra, health_port=free_port())
+    try:
+        out = producer(services, linger_ms=1)
+        warm = str(uuid.uuid4())
+        out.produce(topics["requests"], key=warm.encode(), value=request(warm, {"method": "guest"}))
+        out.flush(10)
+        if not reader.wait_for([warm], timeout=60):
+            raise RuntimeError("idle: the worker never answered")
+        # The relay's and the idle marker's first rounds after the answer settle first.
+        time.sleep(8)
+        before, started = worker.cpu_seconds(), time.perf_counter()
+        time.sleep(seconds)
+        used, elapsed = worker.cpu_seconds() - before, time.perf_counter() - started
+        share = used / elapsed * 100
+        log(f"idle: the worker used {share:.2f} % of a core over {elapsed:.0f} s")
+        return {"seconds": round(elapsed, 1), "worker_core_percent": round(share, 3)}
+    finally:
+        worker.stop()
+        reader.close()
+        services.drop(database)
+
+
 def run_pgbench(services, seconds):
     database = services.database(f"auth_bench_pgbench{uuid.uuid4().hex[:6]}")
     script = os.path.join(services.scratch, "guest-rows.sql")
@@ -827,6 +857,7 @@ def report(results):
                          f"per 1,000 logins/s: {pg_us / 1000:.2f} core, {wal / 1000:,.1f} MB/s of WAL | |")
     lines.append(f"| worker peak RSS (guest run) | {results['guest']['peak_rss_mib']:.0f} MiB | | |")
     lines.append(f"| requests answered more than once | {duplicates} | | |")
+    lines.append(f"| worker CPU while idle | {results['idle']['worker_core_percent']:.2f} % of a core | | |")
     batch = " · ".join(f"{entry['batch_max']}: {entry['rate']:,.0f}/s" for entry in results["batch"])
     lines.append(f"| guest logins/s by AUTH_BATCH_MAX | {batch} | | |")
     return "\n".join(lines)
@@ -863,6 +894,9 @@ def main():
                         help="only the Apple throughput phase (to compare two builds quickly)")
     parser.add_argument("--latency-at", type=float, metavar="RATE",
                         help="only the paced latency phase at RATE guest logins/s (to compare two builds quickly)")
+    parser.add_argument("--idle-only", action="store_true",
+                        help="only the idle phase: the worker's CPU while no request arrives")
+    parser.add_argument("--idle-seconds", type=int, default=30)
     parser.add_argument("--responder", choices=("worker", "echo"), default="worker",
                         help="with --latency-at: who answers (echo: the broker's own round trip)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
@@ -885,13 +919,16 @@ def run(args, services, results):
     # dropped here, so they do not pile up on the disk.
     leftovers = services.value(
         "postgres", "SELECT string_agg(datname, ' ') FROM pg_database "
-        "WHERE datname ~ '^auth_bench_(guest|apple|latency|batch|pgbench)[0-9a-f]{6}$'").split()
+        "WHERE datname ~ '^auth_bench_(guest|apple|latency|batch|pgbench|idle)[0-9a-f]{6}$'").split()
     for name in leftovers:
         services.psql("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     key_server = KeyServer()
     if args.latency_at:
         entry = run_latency(services, key_server, args.latency_at, args.curve_seconds, responder=args.responder)
         print(json.dumps({k: v for k, v in entry.items() if k != "latencies_ms"}))
+        return
+    if args.idle_only:
+        print(json.dumps(run_idle(services, key_server, args.idle_seconds)))
         return
     if args.guest_only or args.apple_only or args.apple_nameless_only:
         kind = "guest" if args.guest_only else "apple" if args.apple_only else "apple-nameless"
@@ -912,6 +949,7 @@ def run(args, services, results):
         for responder in ("worker", "echo"):
             entry = run_latency(services, key_server, rate, args.curve_seconds, responder=responder)
             results["latency_curve"].append({k: v for k, v in entry.items() if k != "latencies_ms"})
+    results["idle"] = run_idle(services, key_server, args.idle_seconds)
     results["batch"] = []
     for size in (1, 10, 100, 500):
         entry = run_throughput(services, key_server, "guest", args.batch_requests if size > 1 else 1000,
