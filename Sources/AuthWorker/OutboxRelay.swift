@@ -50,6 +50,19 @@ public final class OutboxRelay: Service {
 
     public func triggerGracefulShutdown() {
         stopping.store(true, ordering: .releasing)
+        nap.withLock { $0?.cancel() }
+    }
+
+    /// The sleep between rounds, cancelled by a shutdown (one wake-up a round, not ten a second).
+    private let nap = Mutex<Task<Void, Never>?>(nil)
+
+    private func sleepUntilNextRound() async {
+        let sleeping = Task { [interval] in _ = try? await Task.sleep(for: interval) }
+        nap.withLock { $0 = sleeping }
+        // A shutdown asked between the loop's check and the line above finds no nap to cancel.
+        if stopping.load(ordering: .acquiring) { sleeping.cancel() }
+        await sleeping.value
+        nap.withLock { $0 = nil }
     }
 
     public func run() async throws {
@@ -77,12 +90,7 @@ public final class OutboxRelay: Service {
                 logger.warning(
                     "Outbox relay failed; will try again", metadata: [LogKey.error: String(describing: error)])
             }
-            // Sleep in short steps so a shutdown is noticed quickly.
-            var waited = Duration.zero
-            while waited < interval, !stopping.load(ordering: .acquiring) {
-                try? await Task.sleep(for: .milliseconds(100))
-                waited += .milliseconds(100)
-            }
+            await sleepUntilNextRound()
         }
     }
 

@@ -37,9 +37,10 @@ public final class KafkaProducer: Sendable {
         }
         handle = Handle(try KafkaClientFactory.makeClient(RD_KAFKA_PRODUCER, conf: conf))
         let thread = Thread { [handle, pollThreadDone] in
-            // Serves delivery reports until close() flags the handle as closing.
+            // Serves delivery reports until close() flags the handle as closing (and yields: a
+            // report, or the yield, ends the wait at once; an idle producer wakes once a second).
             while !handle.isClosing.load(ordering: .acquiring) {
-                rd_kafka_poll(handle.pointer, 100)
+                rd_kafka_poll(handle.pointer, 1000)
             }
             pollThreadDone.signal()
         }
@@ -188,6 +189,11 @@ public final class KafkaProducer: Sendable {
     /// Flushes, stops the delivery thread and destroys the client. Idempotent.
     public func close(timeout: Duration = .seconds(10)) {
         guard handle.beginClosing() else { return }
+        // Wakes the delivery thread's wait on the main queue, so it sees the flag now.
+        if let queue = rd_kafka_queue_get_main(handle.pointer) {
+            rd_kafka_queue_yield(queue)
+            rd_kafka_queue_destroy(queue)
+        }
         pollThreadDone.wait()
         // A metadata request under way finishes before the client goes; later ones see it closing.
         let drained = DispatchSemaphore(value: 0)

@@ -28,6 +28,16 @@ public final class HealthServer: Service, @unchecked Sendable {
     private let logger: Logger
     private let stopped = Atomic<Bool>(false)
     private let boundPort = Atomic<Int>(0)
+    /// Written once at shutdown: wakes the event loop, which otherwise sleeps until a connection
+    /// arrives or one's deadline passes (an idle worker's probe port costs no wake-ups).
+    private let stopPipe: (read: Int32, write: Int32) = {
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { return (-1, -1) }
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
+        return (fds[0], fds[1])
+    }()
+    private var stopSignal: Int32 { stopPipe.read }
     /// How long a connection may take to send its request line. Default: 200 ms.
     public let requestTimeout: Duration
     /// Connections open at once at most; beyond it, each new one closes the oldest. Default: 256
@@ -50,6 +60,10 @@ public final class HealthServer: Service, @unchecked Sendable {
         self.maximumConnections = maximumConnections
     }
 
+    deinit {
+        for fd in [stopPipe.read, stopPipe.write] where fd >= 0 { close(fd) }
+    }
+
     /// The port actually listened on, once `run()` has bound it.
     public var port: UInt16 { UInt16(boundPort.load(ordering: .acquiring)) }
 
@@ -70,6 +84,10 @@ public final class HealthServer: Service, @unchecked Sendable {
 
     public func triggerGracefulShutdown() {
         stopped.store(true, ordering: .releasing)
+        if stopPipe.write >= 0 {
+            var byte: UInt8 = 1
+            _ = write(stopPipe.write, &byte, 1)
+        }
     }
 
     private func listen() throws -> Int32 {
@@ -115,8 +133,19 @@ public final class HealthServer: Service, @unchecked Sendable {
         while !stopped.load(ordering: .acquiring) {
             var descriptors = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0)]
             descriptors += connections.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
-            // Wake at least every 50 ms: to notice a stop, and connections past their deadline.
-            _ = poll(&descriptors, nfds_t(descriptors.count), 50)
+            descriptors.append(pollfd(fd: stopSignal, events: Int16(POLLIN), revents: 0))
+            // Sleep until something arrives, the stop signal, or the first connection's deadline
+            // (without the signal, a second at most, to notice a stop all the same).
+            var timeout: Int32 = stopSignal >= 0 ? -1 : 1000
+            if let first = connections.map(\.deadline).min() {
+                let left = ContinuousClock.now.duration(to: first)
+                timeout = max(
+                    1,
+                    Int32(
+                        clamping: left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000
+                            + 1))
+            }
+            _ = poll(&descriptors, nfds_t(descriptors.count), timeout)
             let now = ContinuousClock.now
             var open: [Connection] = []
             for (index, var connection) in connections.enumerated() {

@@ -352,8 +352,9 @@ public struct WorkerConfiguration: Sendable {
         /// Messages in flight at most (read and not finished: slow password logins, waits for a
         /// provider's keys); past it, polling pauses. Env: `AUTH_MAX_IN_FLIGHT`. Default: 5000.
         public var maxInFlight = 5000
-        /// How long an idle poll waits for the first message. Env: `AUTH_BATCH_WAIT_MS`. Default: 100 ms.
-        public var batchWait: Duration = .milliseconds(100)
+        /// How long an idle poll waits for the first message: the first to arrive ends the wait, so
+        /// this sets only how often an idle worker wakes. Env: `AUTH_BATCH_WAIT_MS`. Default: 1 s.
+        public var batchWait: Duration = .seconds(1)
         /// PostgreSQL connections: `writers` write batches, one counts password attempts, the
         /// others serve lookups, the outbox relay and readiness. Env: `AUTH_DB_POOL_SIZE`. Default: 5.
         public var databasePoolSize = 5

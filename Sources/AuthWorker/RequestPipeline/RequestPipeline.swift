@@ -150,9 +150,16 @@ public final class RequestPipeline: Service {
             if !isStopping, state.jobs.count < processing.maxInFlight {
                 // Background work that finishes wakes the poll, so it is picked up at once; the
                 // timeout only bounds the wait for messages.
+                // Idle, the poll sleeps until a message arrives (it returns at the first one) or
+                // `batchWait` passes, sooner when acknowledged events wait to be marked published.
+                let idle = state.jobs.isEmpty && !busy
+                let timeout =
+                    !idle
+                    ? .milliseconds(50)
+                    : state.marksWaitingSince == nil
+                        ? processing.batchWait : min(processing.batchWait, Self.idleMarkDelay / 4)
                 let messages = try await consumer.poll(
-                    maxMessages: min(processing.batchMax, processing.maxInFlight - state.jobs.count),
-                    timeout: state.jobs.isEmpty && !busy ? processing.batchWait : .milliseconds(50))
+                    maxMessages: min(processing.batchMax, processing.maxInFlight - state.jobs.count), timeout: timeout)
                 for (partition, assignment) in consumer.takeRevokedPartitions() {
                     state.watermark.revoke(partition, assignment: assignment)
                 }
