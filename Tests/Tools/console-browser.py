@@ -109,16 +109,25 @@ def browser():
     return driver
 
 
+def click(driver, element, arrived, what):
+    """Clicks, then waits until the browser has arrived where `arrived(url)` says: a click
+    returns before its navigation, and a check made at once reads the page being left."""
+    element.click()
+    try:
+        WebDriverWait(driver, 10).until(lambda d: arrived(d.current_url))
+    except Exception:
+        check(False, f"{what}: the browser is at {driver.current_url}: {driver.page_source[:400]}")
+
+
 def sign_in(driver, email, totp):
     driver.get(CONSOLE + "/admin/sign-in")
     driver.find_element(By.ID, "email").send_keys(email)
     driver.find_element(By.ID, "password").send_keys("correct horse battery")
-    driver.find_element(By.ID, "sign-in").click()
-    check(driver.current_url.endswith("/admin/sign-in/code"), f"after the password: {driver.current_url}")
+    click(driver, driver.find_element(By.ID, "sign-in"), lambda url: url.endswith("/admin/sign-in/code"),
+          "after the password")
     # The code of the step after the one the enrolment spent: accepted a step early, never twice.
     driver.find_element(By.ID, "code").send_keys(totp.at(time.time() + 30))
-    driver.find_element(By.ID, "verify").click()
-    check(driver.current_url.endswith("/admin/users"), f"after the code: {driver.current_url} {driver.page_source[:500]}")
+    click(driver, driver.find_element(By.ID, "verify"), lambda url: url.endswith("/admin/users"), "after the code")
     cookie = driver.get_cookie("__Host-console")
     check(cookie and cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Strict", f"cookie: {cookie}")
     return cookie["value"]
@@ -130,8 +139,7 @@ def open_user(driver, query):
     box.clear()
     box.send_keys(query)
     check(box.get_attribute("value") == query, f"typed {query!r}, the field holds {box.get_attribute('value')!r}")
-    driver.find_element(By.ID, "search").click()
-    WebDriverWait(driver, 10).until(lambda d: "q=" in d.current_url)
+    click(driver, driver.find_element(By.ID, "search"), lambda url: "q=" in url, "the search")
     return driver.find_elements(By.CSS_SELECTOR, "#users tbody a")
 
 
@@ -161,36 +169,37 @@ def main():
         target = [link for link in links if link.text.startswith("lena_park") or "Lena Park" in
                   link.find_element(By.XPATH, "../..").text]
         check(target, "Lena Park is in the results")
-        target[0].click()
+        click(driver, target[0], lambda url: "/admin/users/" in url and "?" not in url, "Lena's page")
         check(driver.find_elements(By.ID, "disable") == [], "support sees no disable button")
         rows = driver.find_elements(By.CSS_SELECTOR, "#sessions tbody tr")
         phone_row = [row for row in rows if "Lena's iPhone" in row.text]
         check(len(phone_row) == 1, f"the phone's session is listed: {[row.text for row in rows]}")
         if arguments.screenshots:
             driver.save_screenshot(os.path.join(arguments.screenshots, "console-user.png"))
-        phone_row[0].find_element(By.TAG_NAME, "button").click()
+        click(driver, phone_row[0].find_element(By.TAG_NAME, "button"), lambda url: "done=session_ended" in url,
+              "ending the phone's session")
         check("The session ended" in driver.find_element(By.ID, "notice").text, "the notice says so")
         refused = gw.call({"method": "refresh", "refresh_token": phone["session"]["refresh_token"]})
         check(refused["status"] == "error", f"the phone's refresh token: {refused}")
         kept = gw.call({"method": "refresh", "refresh_token": laptop["session"]["refresh_token"]})
         check(kept["status"] == "ok", f"the laptop's refresh token: {kept}")
         step("session_ended", refresh=refused["error"]["code"])
-        driver.find_element(By.ID, "sign-out").click()
-        check(driver.current_url.endswith("/admin/sign-in"), f"signed out: {driver.current_url}")
+        click(driver, driver.find_element(By.ID, "sign-out"), lambda url: url.endswith("/admin/sign-in"), "signing out")
 
         sign_in(driver, "admin@example.com", admin_totp)
-        open_user(driver, "lena@example.com")[0].click()
+        click(driver, open_user(driver, "lena@example.com")[0], lambda url: "/admin/users/" in url and "?" not in url,
+              "Lena's page")
         handle = driver.find_element(By.ID, "handle").text
-        driver.find_element(By.ID, "disable").click()
+        click(driver, driver.find_element(By.ID, "disable"), lambda url: "done=disabled" in url, "disabling")
         check("disabled" in driver.find_element(By.ID, "state").text, "the page shows it disabled")
         disabled = login(gw, "lena@example.com", "Lena's iPad")
         check(disabled.get("error", {}).get("code") == "account_disabled", f"disabled sign-in: {disabled}")
-        driver.find_element(By.ID, "enable").click()
+        click(driver, driver.find_element(By.ID, "enable"), lambda url: "done=enabled" in url, "enabling")
         enabled = login(gw, "lena@example.com", "Lena's iPad")
         check(enabled["status"] == "ok", f"enabled sign-in: {enabled}")
         step("disabled_and_enabled", refused=disabled["error"]["code"])
         driver.find_element(By.ID, "confirm").send_keys(handle)
-        driver.find_element(By.ID, "delete").click()
+        click(driver, driver.find_element(By.ID, "delete"), lambda url: "deleted=1" in url, "deleting")
         check(open_user(driver, "lena@example.com") == [], "deleted: no longer found")
         gone = login(gw, "lena@example.com", "Lena's iPad")
         check(gone.get("error", {}).get("code") == "invalid_credentials", f"deleted sign-in: {gone}")
