@@ -122,8 +122,8 @@ extension AdminConsole {
                     422, "confirmation_mismatch", "type the account's handle exactly to confirm the deletion")
             }
             guard
-                try await AccountAdministration.deleteUser(
-                    id, actor: actor, store: store, configuration: configuration, clock: clock)
+                try await AccountDeletion.deleteUser(
+                    id, reason: "admin", actor: actor, store: store, configuration: configuration, clock: clock) != nil
             else { throw ConsoleRefusal.noSuchUser }
             return ConsoleActionOutcome(deleted: true, notice: "deleted")
         }

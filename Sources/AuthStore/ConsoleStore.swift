@@ -105,6 +105,18 @@ extension PostgresStore {
         public var disabled: Bool
         public var createdAt: Date
 
+        /// From a row of `users` with `disabled` computed (`disabled_at IS NOT NULL`).
+        init(row: PGRow) throws {
+            id = try row.decode("id")
+            handle = try row.decode("handle")
+            name = try row.decode("name", as: String?.self)
+            email = try row.decode("email", as: String?.self)
+            emailVerified = try row.decode("email_verified")
+            isGuest = try row.decode("is_guest")
+            disabled = try row.decode("disabled")
+            createdAt = try row.decode("created_at")
+        }
+
         enum CodingKeys: String, CodingKey {
             case id, handle, name, email, disabled
             case emailVerified = "email_verified"
@@ -141,14 +153,7 @@ extension PostgresStore {
                 ORDER BY u.created_at DESC, u.id
                 LIMIT \(limit + 1) OFFSET \(offset)
                 """)
-            let users = try rows.prefix(limit).map { row in
-                UserSummary(
-                    id: try row.decode("id"), handle: try row.decode("handle"),
-                    name: try row.decode("name", as: String?.self), email: try row.decode("email", as: String?.self),
-                    emailVerified: try row.decode("email_verified"), isGuest: try row.decode("is_guest"),
-                    disabled: try row.decode("disabled"),
-                    createdAt: try row.decode("created_at", as: Date.self))
-            }
+            let users = try rows.prefix(limit).map(UserSummary.init(row:))
             return (users, rows.count > limit)
         }
     }
@@ -264,12 +269,7 @@ extension PostgresStore {
                     """
                 ).first
             else { return nil }
-            let user = UserSummary(
-                id: try row.decode("id"), handle: try row.decode("handle"),
-                name: try row.decode("name", as: String?.self), email: try row.decode("email", as: String?.self),
-                emailVerified: try row.decode("email_verified"), isGuest: try row.decode("is_guest"),
-                disabled: try row.decode("disabled"),
-                createdAt: try row.decode("created_at", as: Date.self))
+            let user = try UserSummary(row: row)
             let identities = try connection.query(
                 """
                 SELECT provider, subject, email, email_verified, password_hash IS NOT NULL AS has_password, created_at,

@@ -4,17 +4,17 @@ import Foundation
 /// The operator's account chores (`auth-worker users delete`, `guests purge`), each in a
 /// transaction of its own through the same unit of work the flows use.
 extension AccountDeletion {
-    /// Deletes one user (`auth-worker users delete`).
+    /// Deletes one user (`auth-worker users delete`, reason `operator`; the console, reason `admin`
+    /// with the console user as `actor`).
     /// - Returns: nil when there is no such user.
     public static func deleteUser(
-        _ id: UUID, reason: String, store: PostgresStore, configuration: WorkerConfiguration, clock: any WorkerClock
+        _ id: UUID, reason: String, actor: String? = nil, store: PostgresStore, configuration: WorkerConfiguration,
+        clock: any WorkerClock
     ) async throws -> Summary? {
-        let events = EventFactory(
-            identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
-            source: configuration.eventSource, traceparent: nil, now: clock.now())
+        let events = EventFactory.operator(configuration, clock)
         return try await store.transaction { unit in
             guard try unit.user(id: id) != nil else { return nil }
-            return try delete([id], reason: reason, revokeSessions: true, unit: unit, events: events)
+            return try delete([id], reason: reason, revokeSessions: true, actor: actor, unit: unit, events: events)
         }
     }
 
@@ -28,9 +28,7 @@ extension AccountDeletion {
         while true {
             let ids = try await store.staleGuests(createdBefore: cutoff, limit: batchSize)
             guard !ids.isEmpty else { return total }
-            let events = EventFactory(
-                identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
-                source: configuration.eventSource, traceparent: nil, now: clock.now())
+            let events = EventFactory.operator(configuration, clock)
             let summary = try await store.transaction { unit in
                 // Only those still guests without an identity now, inside the transaction.
                 let still = try ids.filter { id in
@@ -53,9 +51,7 @@ extension AccountAdministration {
         _ id: UUID, disabled: Bool, actor: String, store: PostgresStore, configuration: WorkerConfiguration,
         clock: any WorkerClock
     ) async throws -> Change? {
-        let events = EventFactory(
-            identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
-            source: configuration.eventSource, traceparent: nil, now: clock.now())
+        let events = EventFactory.operator(configuration, clock)
         return try await store.transaction { unit in
             try setDisabled(id, disabled: disabled, actor: actor, unit: unit, events: events)
         }
@@ -69,7 +65,7 @@ extension AccountAdministration {
         _ id: UUID, only: UUID?, actor: String, reason: String = "admin", store: PostgresStore,
         configuration: WorkerConfiguration, clock: any WorkerClock
     ) async throws -> Int? {
-        let events = operatorEvents(configuration, clock)
+        let events = EventFactory.operator(configuration, clock)
         return try await store.transaction { unit in
             try endSessions(id, only: only, actor: actor, reason: reason, unit: unit, events: events)
         }
@@ -80,16 +76,8 @@ extension AccountAdministration {
     public static func removeFactor(
         _ id: UUID, actor: String, store: PostgresStore, configuration: WorkerConfiguration, clock: any WorkerClock
     ) async throws -> Bool? {
-        let events = operatorEvents(configuration, clock)
+        let events = EventFactory.operator(configuration, clock)
         return try await store.transaction { unit in try removeFactor(id, actor: actor, unit: unit, events: events) }
-    }
-
-    /// Deletes a user on behalf of `actor` (the console). - Returns: false when there is no such user.
-    public static func deleteUser(
-        _ id: UUID, actor: String, store: PostgresStore, configuration: WorkerConfiguration, clock: any WorkerClock
-    ) async throws -> Bool {
-        let events = operatorEvents(configuration, clock)
-        return try await store.transaction { unit in try deleteUser(id, actor: actor, unit: unit, events: events) }
     }
 
     /// Resends a user's verification code. - Returns: whether one was sent; nil when there is no such user.
@@ -99,11 +87,5 @@ extension AccountAdministration {
     ) async throws -> Bool? {
         let resend = try flows.verificationResend(userID: id, actor: actor)
         return try await store.transaction { unit in try resend.write(unit) }
-    }
-
-    private static func operatorEvents(_ configuration: WorkerConfiguration, _ clock: any WorkerClock) -> EventFactory {
-        EventFactory(
-            identifiers: Identifiers(clock: clock), topic: configuration.topics.events,
-            source: configuration.eventSource, traceparent: nil, now: clock.now())
     }
 }

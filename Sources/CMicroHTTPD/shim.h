@@ -22,7 +22,8 @@ struct auth_mhd_limits {
 
 /// Starts a daemon with one thread per connection (one client's slow request blocks nobody else)
 /// on an IPv4 address (`host`, e.g. "127.0.0.1" or "0.0.0.0") and `port` (0: any free port).
-/// Returns NULL when the address is not IPv4 or the port cannot be bound.
+/// Returns NULL when the address is not IPv4 or the port cannot be bound (no SO_REUSEPORT: a second
+/// console on a taken port fails to start rather than sharing its connections).
 static inline struct MHD_Daemon *auth_mhd_start(const char *host, uint16_t port, struct auth_mhd_limits limits,
                                                 MHD_AccessHandlerCallback handler, void *handler_context,
                                                 MHD_RequestCompletedCallback completed, void *completed_context) {
@@ -36,7 +37,7 @@ static inline struct MHD_Daemon *auth_mhd_start(const char *host, uint16_t port,
         handler_context, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&address, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         limits.connection_memory, MHD_OPTION_CONNECTION_LIMIT, limits.connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         limits.connections_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, limits.idle_timeout, MHD_OPTION_NOTIFY_COMPLETED,
-        completed, completed_context, MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1, MHD_OPTION_END);
+        completed, completed_context, MHD_OPTION_END);
 }
 
 /// The port a daemon listens on (the one the kernel chose when started with 0).

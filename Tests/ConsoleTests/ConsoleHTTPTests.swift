@@ -3,6 +3,7 @@ import ServiceKit
 import Testing
 
 @testable import AdminConsole
+@testable import TestSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -114,18 +115,7 @@ final class RawSocket {
     struct Failure: Error { var what: String }
 
     init(port: UInt16) throws {
-        descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { throw Failure(what: "socket") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else { throw Failure(what: "connect") }
+        descriptor = try connectLoopback(port)
         setTimeout(5)
     }
 

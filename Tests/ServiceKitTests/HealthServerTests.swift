@@ -21,28 +21,7 @@ import Testing
         func set() { value.store(true, ordering: .releasing) }
     }
 
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-        init(_ description: String) { self.description = description }
-    }
-
-    static func connect(_ port: UInt16) throws -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard fd >= 0, connected == 0 else {
-            if fd >= 0 { close(fd) }
-            throw Failure("cannot connect to \(port)")
-        }
-        return fd
-    }
+    static func connect(_ port: UInt16) throws -> Int32 { try connectLoopback(port) }
 
     /// One GET; the status code and how long the whole exchange took.
     static func get(_ path: String, port: UInt16) throws -> (status: Int, took: Duration) {

@@ -89,18 +89,6 @@ extension AccountAdministration {
             AuditEntry(at: events.now, userID: id, action: "operator.mfa_remove", outcome: "ok", actor: actor))
         return true
     }
-
-    /// Deletes a user as `AccountDeletion` does for every door (sessions announced, Apple's
-    /// tokens revoked, `auth.user.deleted` with reason `admin`), naming who acted.
-    /// - Returns: false when there is no such user.
-    package static func deleteUser(_ id: UUID, actor: String, unit: any UnitOfWork, events: EventFactory) throws
-        -> Bool
-    {
-        guard try unit.user(id: id) != nil else { return false }
-        _ = try AccountDeletion.delete(
-            [id], reason: "admin", revokeSessions: true, actor: actor, unit: unit, events: events)
-        return true
-    }
 }
 
 extension LoginFlows {
@@ -115,9 +103,7 @@ extension LoginFlows {
         return VerificationResend(
             userID: userID, actor: actor, code: try pendingCode(.verifyEmail, keys: keys, at: now),
             limit: configuration.emailCodes.sendLimit,
-            events: EventFactory(
-                identifiers: identifiers, topic: configuration.topics.events, source: configuration.eventSource,
-                traceparent: nil, now: now), now: now)
+            events: EventFactory(configuration, identifiers: identifiers, now: now), now: now)
     }
 }
 

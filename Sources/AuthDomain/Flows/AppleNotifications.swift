@@ -71,9 +71,7 @@ public struct AppleNotificationFlow: Sendable {
         let now = clock.now()
         return AppleNotification(
             key: "apple-notification:" + Hex.encode(digest), type: type, subject: subject, email: email,
-            events: EventFactory(
-                identifiers: identifiers, topic: configuration.topics.events, source: configuration.eventSource,
-                traceparent: nil, now: now),
+            events: EventFactory(configuration, identifiers: identifiers, now: now),
             rememberedUntil: now + configuration.sessions.idempotencyLifetime, now: now)
     }
 }

@@ -18,6 +18,21 @@ package struct EventFactory: Sendable {
         self.now = now
     }
 
+    /// For what `configuration`'s worker, an operator or a console user decides now, with a trace
+    /// when a request brought one.
+    package init(
+        _ configuration: WorkerConfiguration, identifiers: Identifiers, traceparent: String? = nil, now: Date
+    ) {
+        self.init(
+            identifiers: identifiers, topic: configuration.topics.events, source: configuration.eventSource,
+            traceparent: traceparent, now: now)
+    }
+
+    /// For an operator's chore or a console user's action: no request, so no trace.
+    package static func `operator`(_ configuration: WorkerConfiguration, _ clock: any WorkerClock) -> EventFactory {
+        EventFactory(configuration, identifiers: Identifiers(clock: clock), now: clock.now())
+    }
+
     func userCreated(_ user: StoredUser, provider: String) throws -> OutboxEvent {
         try make(
             UserEventType.created,

@@ -163,9 +163,7 @@ public struct LoginFlows: Sendable {
 
     /// The events a request causes, stamped with its trace and time.
     func events(for request: LoginRequest, at date: Date) -> EventFactory {
-        EventFactory(
-            identifiers: identifiers, topic: configuration.topics.events, source: configuration.eventSource,
-            traceparent: request.traceparent, now: date)
+        EventFactory(configuration, identifiers: identifiers, traceparent: request.traceparent, now: date)
     }
 
     /// A new session's ids, secrets and lifetimes.
