@@ -582,7 +582,7 @@ public struct CommandLineInterface: Sendable {
         do {
             let result = try await client.login(data, timeout: .seconds(timeout))
             await client.close()
-            output(String(decoding: try MessageCoding.encode(result.data), as: UTF8.self))
+            output(String(decoding: MessageCoding.encode(result.data), as: UTF8.self))
             errorOutput(
                 "answered in \(ContinuousClock.now - started) (request \(result.requestID); session sealed to a one-time key and opened)"
             )
@@ -768,7 +768,7 @@ public struct CommandLineInterface: Sendable {
                 "email": grant.email, "role": grant.role, "user_id": grant.userID.lowercasedString,
                 "granted_at": Timestamp.format(grant.grantedAt), "granted_by": grant.grantedBy,
             ]
-            output(String(decoding: try MessageCoding.encode(line), as: UTF8.self))
+            output(String(decoding: try MessageCoding.encodeDocument(line), as: UTF8.self))
         }
         return 0
     }
@@ -840,7 +840,7 @@ public struct CommandLineInterface: Sendable {
                 at: Timestamp.format(entry.at), action: entry.action, outcome: entry.outcome, actor: entry.actor,
                 requestId: entry.requestID, clientId: entry.clientID, deviceName: entry.deviceName,
                 devicePlatform: entry.devicePlatform, ip: entry.ip, userAgent: entry.userAgent)
-            output(String(decoding: try MessageCoding.encode(line), as: UTF8.self))
+            output(String(decoding: try MessageCoding.encodeDocument(line), as: UTF8.self))
         }
         return 0
     }
@@ -875,7 +875,7 @@ public struct CommandLineInterface: Sendable {
             errorOutput("auth-worker: no user \(argument)")
             return 1
         }
-        output(String(decoding: try MessageCoding.encode(report), as: UTF8.self))
+        output(String(decoding: try MessageCoding.encodeDocument(report), as: UTF8.self))
         return 0
     }
 }

@@ -127,7 +127,7 @@ public final class AuthClient: Sendable {
         let bytes = try await answer(
             to: id,
             after: ProducerRecord(
-                topic: configuration.requestsTopic, key: Array(id.utf8), value: try MessageCoding.encode(event)),
+                topic: configuration.requestsTopic, key: Array(id.utf8), value: MessageCoding.encode(event)),
             timeout: timeout ?? configuration.timeout)
         guard let result = try? MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data else {
             throw Failure.unreadableResult(requestID: id)

@@ -65,8 +65,8 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
             jti: claims.tokenID.lowercasedString, iat: Int64(claims.issuedAt.timeIntervalSince1970),
             exp: Int64(claims.expiresAt.timeIntervalSince1970), abilities: claims.abilities, guest: claims.isGuest)
         let signingInput =
-            Base64URL.encode(try MessageCoding.encode(header)) + "."
-            + Base64URL.encode(try MessageCoding.encode(payload))
+            Base64URL.encode(MessageCoding.encode(header)) + "."
+            + Base64URL.encode(MessageCoding.encode(payload))
         let signature = try key.sign(Array(signingInput.utf8))
         return signingInput + "." + Base64URL.encode(signature)
     }
@@ -93,18 +93,18 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
     /// The public keys as a JWK Set document.
     public static func jwks(_ keys: [SigningKey]) throws -> String {
         let document = ["keys": keys.map(\.publicJWK)]
-        return String(decoding: try MessageCoding.encode(document), as: UTF8.self)
+        return String(decoding: try MessageCoding.encodeDocument(document), as: UTF8.self)
     }
 }
 
-struct JWTHeader: Codable {
+struct JWTHeader {
     var alg: String
     var kid: String
     var typ: String
 }
 
 /// Claims of an issued access token.
-struct JWTAccessClaims: Codable {
+struct JWTAccessClaims {
     var iss: String
     var aud: String
     var sub: String

@@ -60,11 +60,11 @@ public struct PreparedRequest: Sendable {
         var result = result
         do {
             if let session = result.session {
-                result.sealedSession = try JWE.sealECDHES(try MessageCoding.encode(session), to: replyKey)
+                result.sealedSession = try JWE.sealECDHES(MessageCoding.encode(session), to: replyKey)
                 result.session = nil
             }
             if let mfa = result.mfa {
-                result.sealedMFA = try JWE.sealECDHES(try MessageCoding.encode(mfa), to: replyKey)
+                result.sealedMFA = try JWE.sealECDHES(MessageCoding.encode(mfa), to: replyKey)
                 result.mfa = nil
             }
             if let token = result.error?.mfaToken {

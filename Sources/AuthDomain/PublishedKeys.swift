@@ -26,7 +26,7 @@ public struct PublishedKeys: Sendable {
         let credentials = try CredentialKeys(paths: configuration.credentialKeyPaths).keys
         let keys = signing.map(\.publicJWK) + credentials.map(\.publicJWK)
         isEmpty = keys.isEmpty
-        jwks = String(decoding: try MessageCoding.encode(["keys": keys]), as: UTF8.self)
+        jwks = String(decoding: try MessageCoding.encodeDocument(["keys": keys]), as: UTF8.self)
 
         let issuer = configuration.tokenIssuer
         var jwksURI = configuration.jwksURI

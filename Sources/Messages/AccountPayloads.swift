@@ -2,7 +2,7 @@ import StrictJSON
 
 /// One of a user's live sessions, as `sessions_list` shows it: what an app's "devices" screen
 /// lists. Metadata only: no token.
-public struct SessionInfoPayload: Codable, Sendable, Equatable {
+public struct SessionInfoPayload: Decodable, Sendable, Equatable {
     public var id: String
     public var device: LoginRequestData.Device?
     /// How it signed in: `apple`, `google`, an OIDC provider's name, `password`, `email`, `guest`.
@@ -38,7 +38,7 @@ public struct SessionInfoPayload: Codable, Sendable, Equatable {
 /// Everything stored about a user (`account_export`, GDPR articles 15 and 20), as one JSON
 /// document: sealed to the request's `reply_key`, never published in clear. Its schema is
 /// `contract/schemas/account-export.json`. No secret: no token, no hash, no TOTP secret.
-public struct AccountExportPayload: Codable, Sendable, Equatable {
+public struct AccountExportPayload: Decodable, Sendable, Equatable {
     public var exportedAt: String
     public var user: UserPayload
     public var identities: [Identity]
@@ -62,7 +62,7 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     public var consoleSessions: [ConsoleSession]?
 
     /// A sign-in to the admin console: from where, opened and last seen (never its id).
-    public struct ConsoleSession: Codable, Sendable, Equatable {
+    public struct ConsoleSession: Decodable, Sendable, Equatable {
         public var client: String
         public var createdAt: String
         public var lastSeenAt: String
@@ -81,7 +81,7 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     }
 
     /// A passkey ceremony's challenge, pending: what for and until when (never the challenge).
-    public struct PasskeyChallenge: Codable, Sendable, Equatable {
+    public struct PasskeyChallenge: Decodable, Sendable, Equatable {
         public var purpose: String
         public var createdAt: String
         public var expiresAt: String
@@ -114,7 +114,7 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     }
 
     /// One row of the audit trail.
-    public struct AuditRecord: Codable, Sendable, Equatable {
+    public struct AuditRecord: Decodable, Sendable, Equatable {
         public var at: String
         public var action: String
         public var outcome: String
@@ -149,7 +149,7 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     }
 
     /// A way of signing in: provider, its subject, its e-mail; never a password hash or token.
-    public struct Identity: Codable, Sendable, Equatable {
+    public struct Identity: Decodable, Sendable, Equatable {
         public var provider: String
         public var subject: String
         public var email: String?
@@ -181,7 +181,7 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     }
 
     /// A session, live or ended: its metadata.
-    public struct Session: Codable, Sendable, Equatable {
+    public struct Session: Decodable, Sendable, Equatable {
         public var id: String
         public var device: LoginRequestData.Device?
         public var method: String
@@ -213,7 +213,7 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     }
 
     /// Whether a TOTP factor is enrolled (never its secret).
-    public struct SecondFactor: Codable, Sendable, Equatable {
+    public struct SecondFactor: Decodable, Sendable, Equatable {
         public var kind: String
         public var active: Bool
         public var createdAt: String
@@ -237,7 +237,7 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     }
 
     /// An e-mail code sent to the user: when and what for (never the code).
-    public struct OneTimeCode: Codable, Sendable, Equatable {
+    public struct OneTimeCode: Decodable, Sendable, Equatable {
         public var purpose: String
         public var email: String
         public var createdAt: String
@@ -261,7 +261,7 @@ public struct AccountExportPayload: Codable, Sendable, Equatable {
     }
 
     /// A request the worker processed for the user (kept for idempotency): its method and outcome.
-    public struct Request: Codable, Sendable, Equatable {
+    public struct Request: Decodable, Sendable, Equatable {
         public var method: String
         public var status: String
         public var processedAt: String
@@ -302,6 +302,125 @@ extension SessionInfoPayload: JSONWritable {
             out.member("id", id)
             out.member("last_used_at", lastUsedAt)
             out.member("method", method)
+        }
+    }
+}
+
+extension AccountExportPayload: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("audit", audit)
+            out.member("console_role", consoleRole)
+            out.member("console_sessions", consoleSessions)
+            out.member("disabled_at", disabledAt)
+            out.member("exported_at", exportedAt)
+            out.member("identities", identities)
+            out.member("one_time_codes", oneTimeCodes)
+            out.member("passkey_challenges", passkeyChallenges)
+            out.member("passkey_handle", passkeyHandle)
+            out.member("passkeys", passkeys)
+            out.member("requests", requests)
+            out.member("second_factor", secondFactor)
+            out.member("sessions", sessions)
+            out.member("user", user)
+        }
+    }
+}
+
+extension AccountExportPayload.ConsoleSession: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("client", client)
+            out.member("created_at", createdAt)
+            out.member("last_seen_at", lastSeenAt)
+        }
+    }
+}
+
+extension AccountExportPayload.PasskeyChallenge: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("created_at", createdAt)
+            out.member("expires_at", expiresAt)
+            out.member("purpose", purpose)
+        }
+    }
+}
+
+extension AccountExportPayload.AuditRecord: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("action", action)
+            out.member("actor", actor)
+            out.member("at", at)
+            out.member("client_id", clientId)
+            out.member("device", device)
+            out.member("ip", ip)
+            out.member("outcome", outcome)
+            out.member("request_id", requestId)
+            out.member("user_agent", userAgent)
+        }
+    }
+}
+
+extension AccountExportPayload.Identity: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("created_at", createdAt)
+            out.member("email", email)
+            out.member("email_verified", emailVerified)
+            out.member("has_password", hasPassword)
+            out.member("last_login_at", lastLoginAt)
+            out.member("provider", provider)
+            out.member("subject", subject)
+        }
+    }
+}
+
+extension AccountExportPayload.Session: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("created_at", createdAt)
+            out.member("device", device)
+            out.member("expires_at", expiresAt)
+            out.member("id", id)
+            out.member("method", method)
+            out.member("revoked_at", revokedAt)
+            out.member("revoked_reason", revokedReason)
+        }
+    }
+}
+
+extension AccountExportPayload.SecondFactor: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("active", active)
+            out.member("created_at", createdAt)
+            out.member("enabled_at", enabledAt)
+            out.member("kind", kind)
+            out.member("recovery_codes_left", Int64(recoveryCodesLeft))
+        }
+    }
+}
+
+extension AccountExportPayload.OneTimeCode: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("created_at", createdAt)
+            out.member("email", email)
+            out.member("expires_at", expiresAt)
+            out.member("purpose", purpose)
+            out.member("used_at", usedAt)
+        }
+    }
+}
+
+extension AccountExportPayload.Request: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("method", method)
+            out.member("processed_at", processedAt)
+            out.member("status", status)
         }
     }
 }

@@ -4,7 +4,7 @@ import StrictJSON
 /// A CloudEvents 1.0 envelope in structured JSON mode.
 ///
 /// `traceparent` is the W3C trace-context extension: copied from a request to everything emitted for it.
-public struct CloudEvent<Payload: Codable & Sendable>: Codable, Sendable {
+public struct CloudEvent<Payload: Decodable & Sendable>: Decodable, Sendable {
     public var specversion: String
     public var id: String
     public var source: String
@@ -48,11 +48,20 @@ public enum Timestamp {
     }
 }
 
-/// The JSON coders every message uses: stable key order, no escaped slashes.
+/// The JSON coders every message uses.
+///
+/// A message is written one way: by its own `JSONWritable.write(to:)` (members in sorted key
+/// order, absent optionals omitted, `/` not escaped), and read by `Decodable`. No message type is
+/// `Encodable`, so there is no second writer to keep in step; a test reads back what each writes.
 public enum MessageCoding {
-    /// Encodes a message value (the messages of every request write themselves: `JSONWritable`).
-    public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
-        if let writable = value as? any JSONWritable { return writable.jsonBytes }
+    /// A message's JSON.
+    public static func encode(_ value: some JSONWritable) -> [UInt8] {
+        value.jsonBytes
+    }
+
+    /// JSON for a document that is not a message (a command's output, a key set): `JSONEncoder`
+    /// with sorted keys and slashes unescaped.
+    public static func encodeDocument(_ value: some Encodable) throws -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return Array(try encoder.encode(value))

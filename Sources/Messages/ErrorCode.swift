@@ -1,5 +1,5 @@
 /// The `error.code` values of CONTRACT.md: what clients branch on.
-public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomStringConvertible {
+public struct ErrorCode: RawRepresentable, Decodable, Hashable, Sendable, CustomStringConvertible {
     public let rawValue: String
 
     public init(rawValue: String) { self.rawValue = rawValue }
@@ -64,11 +64,6 @@ public struct ErrorCode: RawRepresentable, Codable, Hashable, Sendable, CustomSt
 
     public init(from decoder: any Decoder) throws {
         rawValue = try decoder.singleValueContainer().decode(String.self)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
     }
 
     public var description: String { rawValue }

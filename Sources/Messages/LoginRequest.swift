@@ -2,7 +2,7 @@
 ///
 /// Holds secrets (passwords, provider and refresh tokens): its descriptions redact them, so an
 /// accidental `print` or log interpolation cannot leak one.
-public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, CustomDebugStringConvertible,
+public struct LoginRequestData: Decodable, Sendable, CustomStringConvertible, CustomDebugStringConvertible,
     CustomReflectable
 {
     public var method: String
@@ -46,7 +46,7 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
     public var passkeyID: String?
 
     /// The client's network address and user agent, as the gateway saw them.
-    public struct Context: Codable, Sendable, Equatable {
+    public struct Context: Decodable, Sendable, Equatable {
         public var ip: String?
         public var userAgent: String?
 
@@ -62,7 +62,7 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
     }
 
     /// The name Apple sends on first authorization only.
-    public struct Profile: Codable, Sendable, Equatable {
+    public struct Profile: Decodable, Sendable, Equatable {
         public var givenName: String?
         public var familyName: String?
 
@@ -78,7 +78,7 @@ public struct LoginRequestData: Codable, Sendable, CustomStringConvertible, Cust
     }
 
     /// The device a session is issued to; names the token.
-    public struct Device: Codable, Sendable, Equatable {
+    public struct Device: Decodable, Sendable, Equatable {
         public var name: String?
         public var platform: String?
 

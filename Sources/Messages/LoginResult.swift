@@ -1,5 +1,5 @@
 /// The `data` of an `auth.login.result` event.
-public struct LoginResultData: Codable, Sendable, Equatable {
+public struct LoginResultData: Decodable, Sendable, Equatable {
     public var requestId: String
     /// `ok` or `error`.
     public var status: String
@@ -81,7 +81,7 @@ public struct LoginResultData: Codable, Sendable, Equatable {
 /// What an access token stands for, as RFC 7662 (OAuth 2.0 Token Introspection) answers it:
 /// `active` false and nothing else for a token that is unknown, malformed, expired, or whose
 /// session has ended.
-public struct IntrospectionPayload: Codable, Sendable, Equatable {
+public struct IntrospectionPayload: Decodable, Sendable, Equatable {
     public var active: Bool
     /// The user id.
     public var sub: String?
@@ -117,7 +117,7 @@ public struct IntrospectionPayload: Codable, Sendable, Equatable {
 
 /// What enrolling a second factor shows once: the TOTP secret (base32) and its `otpauth://` URI
 /// after `mfa_enroll`, the recovery codes after `mfa_verify`.
-public struct MFAPayload: Codable, Sendable, Equatable, CustomStringConvertible {
+public struct MFAPayload: Decodable, Sendable, Equatable, CustomStringConvertible {
     public var secret: String?
     public var otpauthURI: String?
     public var recoveryCodes: [String]?
@@ -138,7 +138,7 @@ public struct MFAPayload: Codable, Sendable, Equatable, CustomStringConvertible 
 }
 
 /// A user as results show it. Never holds a secret.
-public struct UserPayload: Codable, Sendable, Equatable {
+public struct UserPayload: Decodable, Sendable, Equatable {
     public var id: String
     public var handle: String
     public var name: String?
@@ -174,7 +174,7 @@ public struct UserPayload: Codable, Sendable, Equatable {
 }
 
 /// The secrets a successful login hands back: shown once, stored only as hashes.
-public struct SessionPayload: Codable, Sendable, Equatable, CustomStringConvertible {
+public struct SessionPayload: Decodable, Sendable, Equatable, CustomStringConvertible {
     public var tokenType: String
     public var accessToken: String
     public var expiresAt: String
@@ -206,7 +206,7 @@ public struct SessionPayload: Codable, Sendable, Equatable, CustomStringConverti
 }
 
 /// Why a request failed. `message` is for logs; clients branch on `code`.
-public struct ErrorPayload: Codable, Sendable, Equatable {
+public struct ErrorPayload: Decodable, Sendable, Equatable {
     public var code: ErrorCode
     public var message: String
     public var retriable: Bool

@@ -4,14 +4,14 @@ import StrictJSON
 /// WebAuthn Level 3 `RegistrationResponseJSON` (with `attestationObject`) or
 /// `AuthenticationResponseJSON` (with `authenticatorData` and `signature`); binary members are
 /// base64url without padding. `clientExtensionResults` is accepted and not read.
-public struct PasskeyCredential: Codable, Sendable, Equatable {
+public struct PasskeyCredential: Decodable, Sendable, Equatable {
     public var id: String
     public var rawId: String
     public var type: String
     public var response: Response
     public var authenticatorAttachment: String?
 
-    public struct Response: Codable, Sendable, Equatable {
+    public struct Response: Decodable, Sendable, Equatable {
         public var clientDataJSON: String
         /// Registration.
         public var attestationObject: String?
@@ -40,7 +40,7 @@ public struct PasskeyCredential: Codable, Sendable, Equatable {
 /// `PublicKeyCredentialCreationOptionsJSON` (registration: `rp`, `user`, `pubKeyCredParams`) or
 /// `PublicKeyCredentialRequestOptionsJSON` (sign-in: `rpId`, `allowCredentials`), ready for
 /// `PublicKeyCredential.parseCreationOptionsFromJSON` / `parseRequestOptionsFromJSON`.
-public struct PasskeyOptionsPayload: Codable, Sendable, Equatable {
+public struct PasskeyOptionsPayload: Decodable, Sendable, Equatable {
     public var challenge: String
     public var timeout: Int64
     public var rp: RelyingPartyEntity?
@@ -60,7 +60,7 @@ public struct PasskeyOptionsPayload: Codable, Sendable, Equatable {
         self.timeout = timeout
     }
 
-    public struct RelyingPartyEntity: Codable, Sendable, Equatable {
+    public struct RelyingPartyEntity: Decodable, Sendable, Equatable {
         public var id: String
         public var name: String
 
@@ -70,7 +70,7 @@ public struct PasskeyOptionsPayload: Codable, Sendable, Equatable {
         }
     }
 
-    public struct UserEntity: Codable, Sendable, Equatable {
+    public struct UserEntity: Decodable, Sendable, Equatable {
         /// The user's random WebAuthn handle (base64url), never the user id.
         public var id: String
         public var name: String
@@ -83,7 +83,7 @@ public struct PasskeyOptionsPayload: Codable, Sendable, Equatable {
         }
     }
 
-    public struct CredentialParameters: Codable, Sendable, Equatable {
+    public struct CredentialParameters: Decodable, Sendable, Equatable {
         public var type: String
         public var alg: Int64
 
@@ -93,7 +93,7 @@ public struct PasskeyOptionsPayload: Codable, Sendable, Equatable {
         }
     }
 
-    public struct CredentialDescriptor: Codable, Sendable, Equatable {
+    public struct CredentialDescriptor: Decodable, Sendable, Equatable {
         public var type: String
         public var id: String
         public var transports: [String]?
@@ -105,7 +105,7 @@ public struct PasskeyOptionsPayload: Codable, Sendable, Equatable {
         }
     }
 
-    public struct AuthenticatorSelection: Codable, Sendable, Equatable {
+    public struct AuthenticatorSelection: Decodable, Sendable, Equatable {
         public var residentKey: String
         public var requireResidentKey: Bool
         public var userVerification: String
@@ -118,7 +118,7 @@ public struct PasskeyOptionsPayload: Codable, Sendable, Equatable {
     }
 
     /// `credProps`: asks the client to say whether the credential is discoverable.
-    public struct Extensions: Codable, Sendable, Equatable {
+    public struct Extensions: Decodable, Sendable, Equatable {
         public var credProps: Bool?
 
         public init(credProps: Bool?) {
@@ -128,7 +128,7 @@ public struct PasskeyOptionsPayload: Codable, Sendable, Equatable {
 }
 
 /// One passkey of a user (`passkey`, `passkeys`).
-public struct PasskeyPayload: Codable, Sendable, Equatable {
+public struct PasskeyPayload: Decodable, Sendable, Equatable {
     /// The id `passkey_rename` and `passkey_remove` take.
     public var id: String
     /// The credential id (base64url), as the client's authenticator knows it.
@@ -168,7 +168,7 @@ public struct PasskeyPayload: Codable, Sendable, Equatable {
 }
 
 /// `auth.passkey.added`, `auth.passkey.removed` and `auth.passkey.clone_suspected`.
-public struct PasskeyEventData: Codable, Sendable, Equatable {
+public struct PasskeyEventData: Decodable, Sendable, Equatable {
     public var userId: String
     public var passkeyId: String
     public var name: String

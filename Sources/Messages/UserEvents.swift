@@ -1,3 +1,5 @@
+import StrictJSON
+
 /// The lifecycle events on `auth.user.events`. None carries a secret in clear: the one-time
 /// codes of the two `…_requested` events travel sealed to the mail service's key.
 public enum UserEventType {
@@ -33,7 +35,7 @@ public enum UserEventType {
 }
 
 /// `auth.mfa.locked`.
-public struct MFALockedData: Codable, Sendable, Equatable {
+public struct MFALockedData: Decodable, Sendable, Equatable {
     public var userId: String
     /// `totp`.
     public var factor: String
@@ -59,7 +61,7 @@ public struct MFALockedData: Codable, Sendable, Equatable {
 }
 
 /// `auth.identity.unlinked`.
-public struct IdentityUnlinkedData: Codable, Sendable, Equatable {
+public struct IdentityUnlinkedData: Decodable, Sendable, Equatable {
     public var userId: String
     public var provider: String
     public var subject: String
@@ -79,7 +81,7 @@ public struct IdentityUnlinkedData: Codable, Sendable, Equatable {
 }
 
 /// `auth.mfa.enabled` and `auth.mfa.disabled`.
-public struct MFAChangedData: Codable, Sendable, Equatable {
+public struct MFAChangedData: Decodable, Sendable, Equatable {
     public var userId: String
     /// `totp`.
     public var factor: String
@@ -99,7 +101,7 @@ public struct MFAChangedData: Codable, Sendable, Equatable {
 /// service needs to send the message. The code and link token are in `sealed_secret`, a compact
 /// JWE (`ECDH-ES`, `A256GCM`, X25519) to the mail service's key whose plaintext is
 /// `{"code":"123456","link_token":"…"}`; nobody else who reads the topic can use them.
-public struct EmailCodeRequestedData: Codable, Sendable, Equatable {
+public struct EmailCodeRequestedData: Decodable, Sendable, Equatable {
     /// Nil for a sign-in code to an address with no account yet (the event is then keyed by the address).
     public var userId: String?
     public var email: String
@@ -125,7 +127,7 @@ public struct EmailCodeRequestedData: Codable, Sendable, Equatable {
 }
 
 /// The plaintext of `EmailCodeRequestedData.sealedSecret`.
-public struct EmailCodeSecret: Codable, Sendable, Equatable, CustomStringConvertible {
+public struct EmailCodeSecret: Decodable, Sendable, Equatable, CustomStringConvertible {
     public var code: String
     public var linkToken: String
 
@@ -143,7 +145,7 @@ public struct EmailCodeSecret: Codable, Sendable, Equatable, CustomStringConvert
 }
 
 /// `auth.user.email_verified`.
-public struct EmailVerifiedData: Codable, Sendable, Equatable {
+public struct EmailVerifiedData: Decodable, Sendable, Equatable {
     public var userId: String
     public var email: String
 
@@ -159,7 +161,7 @@ public struct EmailVerifiedData: Codable, Sendable, Equatable {
 }
 
 /// `auth.password.changed`.
-public struct PasswordChangedData: Codable, Sendable, Equatable {
+public struct PasswordChangedData: Decodable, Sendable, Equatable {
     public var userId: String
     /// `reset` (with a code from an e-mail) or `change` (with the current password).
     public var reason: String
@@ -176,7 +178,7 @@ public struct PasswordChangedData: Codable, Sendable, Equatable {
 }
 
 /// `auth.user.created`.
-public struct UserCreatedData: Codable, Sendable, Equatable {
+public struct UserCreatedData: Decodable, Sendable, Equatable {
     public var userId: String
     public var handle: String
     public var name: String?
@@ -213,7 +215,7 @@ public struct UserCreatedData: Codable, Sendable, Equatable {
 }
 
 /// `auth.user.upgraded`: a guest became a full account.
-public struct UserUpgradedData: Codable, Sendable, Equatable {
+public struct UserUpgradedData: Decodable, Sendable, Equatable {
     public var userId: String
     public var provider: String
     public var email: String?
@@ -233,7 +235,7 @@ public struct UserUpgradedData: Codable, Sendable, Equatable {
 }
 
 /// `auth.identity.linked`.
-public struct IdentityLinkedData: Codable, Sendable, Equatable {
+public struct IdentityLinkedData: Decodable, Sendable, Equatable {
     public var userId: String
     public var provider: String
     public var subject: String
@@ -251,7 +253,7 @@ public struct IdentityLinkedData: Codable, Sendable, Equatable {
 }
 
 /// `auth.session.revoked`.
-public struct SessionRevokedData: Codable, Sendable, Equatable {
+public struct SessionRevokedData: Decodable, Sendable, Equatable {
     public var userId: String
     public var sessionId: String
     /// `logout`, `logout_all`, `refresh_reuse`, `consent_revoked`, …
@@ -271,7 +273,7 @@ public struct SessionRevokedData: Codable, Sendable, Equatable {
 }
 
 /// `auth.user.deleted`.
-public struct UserDeletedData: Codable, Sendable, Equatable {
+public struct UserDeletedData: Decodable, Sendable, Equatable {
     public var userId: String
     public var reason: String
 
@@ -283,5 +285,96 @@ public struct UserDeletedData: Codable, Sendable, Equatable {
     enum CodingKeys: String, CodingKey {
         case reason
         case userId = "user_id"
+    }
+}
+
+/// The `data` of an `auth.provider.notification` (on the notifications topic): a provider's
+/// server-to-server notification as the gateway received it, `{"payload": "<JWT>"}`.
+public struct ProviderNotificationData: Decodable, Sendable, Equatable {
+    public var payload: String
+
+    public init(payload: String) {
+        self.payload = payload
+    }
+}
+
+// MARK: - Written one way
+
+extension ProviderNotificationData: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("payload", payload)
+        }
+    }
+}
+
+extension MFALockedData: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("factor", factor)
+            out.member("failures", Int64(failures))
+            out.member("locked_until", lockedUntil)
+            out.member("lockouts", Int64(lockouts))
+            out.member("user_id", userId)
+        }
+    }
+}
+
+extension IdentityUnlinkedData: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("provider", provider)
+            out.member("reason", reason)
+            out.member("subject", subject)
+            out.member("user_id", userId)
+        }
+    }
+}
+
+extension MFAChangedData: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("factor", factor)
+            out.member("user_id", userId)
+        }
+    }
+}
+
+extension EmailCodeRequestedData: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("email", email)
+            out.member("expires_at", expiresAt)
+            out.member("purpose", purpose)
+            out.member("sealed_secret", sealedSecret)
+            out.member("user_id", userId)
+        }
+    }
+}
+
+extension EmailCodeSecret: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("code", code)
+            out.member("link_token", linkToken)
+        }
+    }
+}
+
+extension EmailVerifiedData: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("email", email)
+            out.member("user_id", userId)
+        }
+    }
+}
+
+extension PasswordChangedData: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("reason", reason)
+            out.member("user_id", userId)
+        }
     }
 }

@@ -1,9 +1,10 @@
-/// Writes JSON directly into bytes, for the messages the worker emits on every request.
+/// Writes JSON directly into bytes: the one way every message is written.
 ///
 /// `JSONEncoder` goes through `Codable`'s boxes and a sort of every object's keys; for a result,
-/// an event and a kept answer per login it was most of the worker's CPU. Types that adopt
-/// `JSONWritable` write the same bytes `MessageCoding.encode` would produce (members in sorted
-/// key order, absent optionals omitted, `/` not escaped), and a unit test holds them to it.
+/// an event and a kept answer per login it was most of the worker's CPU. A `JSONWritable` type
+/// writes canonical JSON: members in sorted key order, absent optionals omitted, only what must
+/// be escaped escaped (`/` and non-ASCII as they are). Message types are read by `Decodable` and
+/// are not `Encodable`; a unit test reads back what each writes.
 public struct JSONWriter {
     public private(set) var bytes: [UInt8]
     /// Per open object: whether a member has been written (so the next needs a comma).
@@ -136,7 +137,7 @@ public struct JSONWriter {
     }
 }
 
-/// A value that writes itself as JSON, byte for byte as `MessageCoding.encode` would.
+/// A value that writes itself as JSON (canonical: sorted keys, absent optionals omitted).
 public protocol JSONWritable {
     func write(to writer: inout JSONWriter)
 }

@@ -7,25 +7,51 @@ import Testing
 @testable import ServiceKit
 @testable import TestSupport
 
-/// The hand-written JSON of the per-request messages is byte for byte what `JSONEncoder` (sorted
-/// keys, slashes unescaped) writes, so consumers and kept answers see no difference.
+/// Every message is written one way, by its `JSONWritable` writer (no message type is
+/// `Encodable`). These tests read back what each writer writes: `Decodable` (the contract's keys,
+/// as gateways and AuthClient read them) gives the same value, and the bytes are canonical JSON,
+/// what Foundation's `JSONSerialization` writes for the same object with sorted keys.
 @Suite struct JSONWriterTests {
-    static func encoder<T: Encodable>(_ value: T) throws -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return Array(try encoder.encode(value))
+    /// The value's JSON reads back as the value, in canonical form.
+    static func same<T: Decodable & JSONWritable & Equatable>(
+        _ value: T, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        let written = value.jsonBytes
+        #expect(try MessageCoding.decode(T.self, from: written) == value, sourceLocation: sourceLocation)
+        try canonical(written, sourceLocation: sourceLocation)
     }
 
-    static func same<T: Encodable & JSONWritable>(_ value: T, sourceLocation: SourceLocation = #_sourceLocation) throws
-    {
-        let expected = String(decoding: try encoder(value), as: UTF8.self)
-        let written = String(decoding: value.jsonBytes, as: UTF8.self)
-        #expect(written == expected, sourceLocation: sourceLocation)
+    /// For a value that is not `Equatable` (a request holds secrets): read back and written again,
+    /// the same bytes.
+    static func sameAgain<T: Decodable & JSONWritable>(
+        _ value: T, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        let written = value.jsonBytes
+        let again = try MessageCoding.decode(T.self, from: written).jsonBytes
+        #expect(
+            String(decoding: again, as: UTF8.self) == String(decoding: written, as: UTF8.self),
+            sourceLocation: sourceLocation)
+        try canonical(written, sourceLocation: sourceLocation)
+    }
+
+    /// Members in sorted key order at every level, nothing escaped that need not be: the bytes
+    /// `JSONSerialization` writes for the object they parse to.
+    static func canonical(_ written: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let object = try JSONSerialization.jsonObject(with: Data(written))
+        let again = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+        #expect(
+            String(decoding: again, as: UTF8.self) == String(decoding: written, as: UTF8.self),
+            sourceLocation: sourceLocation)
+    }
+
+    /// The members of the object `written` is.
+    static func members(_ written: [UInt8]) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(written)) as? [String: Any])
     }
 
     static let awkward = "Zoë \"the\" \\ / \u{1}\n\t\r\u{8}\u{C}\u{1F} 日本 😀"
 
-    @Test func resultsEventsAndRequestsMatchJSONEncoder() throws {
+    @Test func resultsEventsAndRequestsReadBack() throws {
         let user = UserPayload(
             id: "0193", handle: "zoe_1a2b", name: Self.awkward, email: nil, emailVerified: true, isPrivateEmail: false,
             isGuest: false, providers: ["apple", "password"], createdAt: "2026-11-29T12:00:00Z")
@@ -43,12 +69,15 @@ import Testing
         error.retryAfterSeconds = 60
         try Self.same(error)
         #expect(String(decoding: error.jsonBytes, as: UTF8.self).contains(#""retry_after_seconds":60"#))
-        try Self.same(
-            CloudEvent(
-                id: "e", source: "/auth-worker", type: "auth.login.result", time: Date(timeIntervalSince1970: 0),
-                traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-                data: LoginResultData.failure(requestID: "x", error: error)))
-        try Self.same(
+        let event = CloudEvent(
+            id: "e", source: "/auth-worker", type: "auth.login.result", time: Date(timeIntervalSince1970: 0),
+            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            data: LoginResultData.failure(requestID: "x", error: error))
+        try Self.sameAgain(event)
+        let read = try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: event.jsonBytes)
+        #expect(read.data == event.data && read.traceparent == event.traceparent && read.time == "1970-01-01T00:00:00Z")
+        #expect(try Self.members(event.jsonBytes).count == 8)
+        try Self.sameAgain(
             CloudEvent(
                 id: "e", source: "/s", type: "t", time: nil,
                 data: SessionRevokedData(userId: "u", sessionId: "s", reason: "logout")))
@@ -65,19 +94,26 @@ import Testing
         request.device = .init(name: "iPhone", platform: nil)
         request.replyKey = "k"
         request.clientID = "c"
-        try Self.same(request)
-        try Self.same(
-            JWTAccessClaims(
-                iss: "auth-worker", aud: "api", sub: "u", sid: "s", jti: "j", iat: 1_795_953_600, exp: 1_795_954_500,
-                abilities: ["guest"], guest: true))
-        try Self.same(JWTHeader(alg: "EdDSA", kid: "k1", typ: "at+jwt"))
+        try Self.sameAgain(request)
+        // The access token's header and claims are only written (gateways read them as JSON).
+        let claims = JWTAccessClaims(
+            iss: "auth-worker", aud: "api", sub: "u", sid: "s", jti: "j", iat: 1_795_953_600, exp: 1_795_954_500,
+            abilities: ["guest"], guest: true)
+        try Self.canonical(claims.jsonBytes)
+        let claimMembers = try Self.members(claims.jsonBytes)
+        #expect(claimMembers.keys.sorted() == ["abilities", "aud", "exp", "guest", "iat", "iss", "jti", "sid", "sub"])
+        #expect(claimMembers["exp"] as? Int == 1_795_954_500 && claimMembers["guest"] as? Bool == true)
+        let header = JWTHeader(alg: "EdDSA", kid: "k1", typ: "at+jwt")
+        try Self.canonical(header.jsonBytes)
+        #expect(String(decoding: header.jsonBytes, as: UTF8.self) == #"{"alg":"EdDSA","kid":"k1","typ":"at+jwt"}"#)
     }
 }
 
 extension JSONWriterTests {
-    /// Every member set, so a member one of the two writers knows and the other does not shows
-    /// here (a `session_id` once went out of `Codable` and not out of the writer). A result's
-    /// members are checked to be all set through its mirror, so a new one must be set here too.
+    /// Every member set, so a member the writer leaves out, or writes under another key than the
+    /// one it is read by, shows here (a `session_id` once went out of one writer and not the
+    /// other). A result's members are checked to be all set through its mirror, so a new one must
+    /// be set here too.
     @Test func everyMemberIsWrittenBothWays() throws {
         var request = LoginRequestData(method: "session_revoke")
         for credential in CredentialField.allCases { request[keyPath: credential.keyPath] = credential.rawValue }
@@ -102,9 +138,8 @@ extension JSONWriterTests {
         var credential = PasskeyCredential(id: "i", rawId: "i", type: "public-key", response: credentialResponse)
         credential.authenticatorAttachment = "platform"
         request.credential = credential
-        try Self.same(request)
-        let encoded = try #require(
-            try JSONSerialization.jsonObject(with: Data(try Self.encoder(request))) as? [String: Any])
+        try Self.sameAgain(request)
+        let encoded = try Self.members(request.jsonBytes)
         #expect(encoded.count == 25, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
 
         var error = ErrorPayload(
@@ -182,7 +217,7 @@ extension JSONWriterTests {
 }
 
 extension JSONWriterTests {
-    /// A result event written around its data's JSON is the event encoded whole.
+    /// A result event written around its data's JSON is the event written whole.
     @Test func anEventAroundDataWrittenOnceIsTheWholeEvent() throws {
         let result = LoginResultData.failure(
             requestID: "r", error: ErrorPayload(code: .invalidToken, message: "no", field: "data.link_to"))
@@ -192,7 +227,7 @@ extension JSONWriterTests {
         let spliced = CloudEvent<LoginResultData>.json(
             id: "e", source: "/auth-worker", type: "auth.login.result", time: time, traceparent: nil,
             data: result.jsonBytes)
-        #expect(String(decoding: spliced, as: UTF8.self) == String(decoding: try Self.encoder(whole), as: UTF8.self))
+        #expect(String(decoding: spliced, as: UTF8.self) == String(decoding: whole.jsonBytes, as: UTF8.self))
     }
 }
 
@@ -212,5 +247,80 @@ extension TimestampTests {
             let parsed = try #require(try? style.parse(written))
             #expect(abs(parsed.timeIntervalSince(date)) <= 0.001, "\(written) for \(date.formatted(style))")
         }
+    }
+}
+
+extension JSONWriterTests {
+    /// The lifecycle events, the mail service's sealed secret, the notification a gateway forwards
+    /// and the account export: each written by its writer, read back whole.
+    @Test func everyEventAndTheExportReadBack() throws {
+        try Self.same(MFALockedData(userId: "u", factor: "totp", failures: 5, lockouts: 2, lockedUntil: "t"))
+        try Self.same(IdentityUnlinkedData(userId: "u", provider: "apple", subject: "001.a", reason: "account_claimed"))
+        try Self.same(MFAChangedData(userId: "u", factor: "totp"))
+        try Self.same(
+            EmailCodeRequestedData(
+                userId: "u", email: "a@b", purpose: "verify_email", sealedSecret: "j.w.e", expiresAt: "t"))
+        try Self.same(
+            EmailCodeRequestedData(userId: nil, email: "a@b", purpose: "sign_in", sealedSecret: "s", expiresAt: "t"))
+        try Self.same(EmailCodeSecret(code: "123456", linkToken: Self.awkward))
+        try Self.same(EmailVerifiedData(userId: "u", email: "a@b"))
+        try Self.same(PasswordChangedData(userId: "u", reason: "reset"))
+        try Self.same(PasskeyEventData(userId: "u", passkeyId: "p", name: Self.awkward, reason: "sign count 1 after 5"))
+        try Self.same(ProviderNotificationData(payload: "a.b.c"))
+        try Self.same(
+            SessionInfoPayload(
+                id: "s", device: .init(name: "d", platform: "ios"), method: "apple", createdAt: "t", lastUsedAt: "t",
+                expiresAt: "t", current: false))
+
+        let device = LoginRequestData.Device(name: "Lena's iPhone", platform: "ios")
+        var export = AccountExportPayload(
+            exportedAt: "t",
+            user: UserPayload(
+                id: "u", handle: "h", name: "n", email: "e", emailVerified: true, isPrivateEmail: false, isGuest: false,
+                providers: ["apple"], createdAt: "t"),
+            identities: [
+                .init(
+                    provider: "apple", subject: "001", email: "e", emailVerified: true, hasPassword: false,
+                    createdAt: "t", lastLoginAt: "t")
+            ],
+            sessions: [
+                .init(
+                    id: "s", device: device, method: "apple", createdAt: "t", expiresAt: "t", revokedAt: "t",
+                    revokedReason: "logout")
+            ],
+            secondFactor: .init(kind: "totp", active: true, createdAt: "t", enabledAt: "t", recoveryCodesLeft: 9),
+            oneTimeCodes: [.init(purpose: "verify_email", email: "e", createdAt: "t", expiresAt: "t", usedAt: "t")],
+            requests: [.init(method: "apple", status: "ok", processedAt: "t")],
+            audit: [
+                .init(
+                    at: "t", action: "login", outcome: "ok", requestId: "r", clientId: "c", device: device,
+                    ip: "203.0.113.7", userAgent: "UA", actor: "user")
+            ])
+        export.passkeys = [
+            PasskeyPayload(
+                id: "p", credentialId: "c", name: "n", createdAt: "t", lastUsedAt: nil, backupEligible: true,
+                backedUp: true, transports: [], algorithm: "ES256")
+        ]
+        export.passkeyHandle = "h"
+        export.passkeyChallenges = [.init(purpose: "register", createdAt: "t", expiresAt: "t")]
+        export.consoleRole = "support"
+        export.disabledAt = "t"
+        export.consoleSessions = [.init(client: "203.0.113.7", createdAt: "t", lastSeenAt: "t")]
+        let unset = Mirror(reflecting: export).children.filter { "\($0.value)" == "nil" }
+        #expect(unset.isEmpty, "members left unset: \(unset.compactMap(\.label))")
+        try Self.same(export)
+        #expect(try Self.members(export.jsonBytes).count == 14)
+    }
+
+    /// The `mfa_token`'s sealed ticket reads back as it was written (its short keys are its own).
+    @Test func theMFATicketReadsBack() throws {
+        let ticket = MFATicket(
+            id: "i", userID: "u", provider: "password", deviceName: "d", devicePlatform: "ios", expiresAt: 1_795_954_500
+        )
+        let key = [UInt8](repeating: 7, count: 32)
+        let opened = try #require(MFATicket.open(try ticket.token(key: key), key: key))
+        #expect(opened.jsonBytes == ticket.jsonBytes)
+        try Self.canonical(ticket.jsonBytes)
+        #expect(try Self.members(ticket.jsonBytes).count == 6)
     }
 }

@@ -46,7 +46,7 @@ import Testing
             requestID: "r", error: LoginError(.mfaRequired, "needs the factor").payload)
         result.error?.sealedMFAToken = try JWE.sealECDHES(Array("mt_ticket".utf8), to: pair.publicKey)
         result.sealedMFA = try JWE.sealECDHES(
-            try MessageCoding.encode(MFAPayload(recoveryCodes: ["aaaa-bbbb-cccc"])), to: pair.publicKey)
+            MessageCoding.encode(MFAPayload(recoveryCodes: ["aaaa-bbbb-cccc"])), to: pair.publicKey)
         let opened = try AuthClient.open(result, replyKey: pair.privateKey, requestID: "r")
         #expect(opened.error?.mfaToken == "mt_ticket" && opened.error?.sealedMFAToken == nil)
         #expect(opened.mfa?.recoveryCodes == ["aaaa-bbbb-cccc"] && opened.sealedMFA == nil)

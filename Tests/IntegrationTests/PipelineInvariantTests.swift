@@ -346,9 +346,10 @@ import Testing
             ], algorithm: .rs256, header: ["kid": "rsa2048"])
         try await harness.gateway.publishRaw(
             topic: harness.config.topics.notifications, key: Array("forged".utf8),
-            value: try MessageCoding.encode(
+            value: MessageCoding.encode(
                 CloudEvent(
-                    id: "forged", source: "/x", type: "auth.provider.notification", time: nil, data: ["payload": forged]
+                    id: "forged", source: "/x", type: "auth.provider.notification", time: nil,
+                    data: ProviderNotificationData(payload: forged)
                 )))
         let dlq = try await deadLetters.waitUntil { $0.contains { $0.keyString == "forged" } }
         let letter = try #require(dlq.first { $0.keyString == "forged" })
@@ -375,9 +376,10 @@ import Testing
             ], algorithm: .rs256)
         try await harness.gateway.publishRaw(
             topic: harness.config.topics.notifications, key: nil,
-            value: try MessageCoding.encode(
+            value: MessageCoding.encode(
                 CloudEvent(
-                    id: "stuck", source: "/x", type: "auth.provider.notification", time: nil, data: ["payload": token]))
+                    id: "stuck", source: "/x", type: "auth.provider.notification", time: nil,
+                    data: ProviderNotificationData(payload: token)))
         )
         try await Task.sleep(for: .milliseconds(500))
         for index in 0..<3 {

@@ -111,9 +111,9 @@ import Testing
                 algorithm: .rs256)
             let envelope = CloudEvent(
                 id: UUID().uuidString, source: "/gateway/apple", type: "auth.provider.notification", time: Date(),
-                data: ["payload": token])
+                data: ProviderNotificationData(payload: token))
             try await gateway.publishRaw(
-                topic: topics.notifications, key: nil, value: try MessageCoding.encode(envelope))
+                topic: topics.notifications, key: nil, value: MessageCoding.encode(envelope))
         }
 
         let consenting = try await signIn("sub-consent")
@@ -131,9 +131,10 @@ import Testing
             ], algorithm: .rs256, header: ["kid": "rsa2048"])
         try await gateway.publishRaw(
             topic: topics.notifications, key: nil,
-            value: try MessageCoding.encode(
+            value: MessageCoding.encode(
                 CloudEvent(
-                    id: "forged", source: "/x", type: "auth.provider.notification", time: nil, data: ["payload": forged]
+                    id: "forged", source: "/x", type: "auth.provider.notification", time: nil,
+                    data: ProviderNotificationData(payload: forged)
                 )))
 
         let seen = try await events.waitUntil { messages in

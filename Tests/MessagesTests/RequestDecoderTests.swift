@@ -195,7 +195,7 @@ import Testing
     @Test func resultsEncodeWithTheContractsFieldNames() throws {
         let result = LoginResultData.failure(
             requestID: "r", error: ErrorPayload(code: .malformedRequest, message: "m", field: "data.method"))
-        let json = String(decoding: try MessageCoding.encode(result), as: UTF8.self)
+        let json = String(decoding: MessageCoding.encode(result), as: UTF8.self)
         #expect(
             json
                 == #"{"error":{"code":"malformed_request","field":"data.method","message":"m","retriable":false},"request_id":"r","status":"error"}"#

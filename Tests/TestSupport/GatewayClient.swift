@@ -34,7 +34,7 @@ final class GatewayClient: Sendable {
     func publish(requestID: String, data: LoginRequestData, source: String = "/gateway/cli") async throws {
         let event = CloudEvent(
             id: requestID, source: source, type: RequestDecoder.requestType, time: Date(), data: data)
-        try await publishRaw(key: Array(requestID.utf8), value: try MessageCoding.encode(event))
+        try await publishRaw(key: Array(requestID.utf8), value: MessageCoding.encode(event))
     }
 
     /// Publishes arbitrary bytes on the requests topic, or another (malformed input, notifications).

@@ -230,7 +230,7 @@ struct AccountExport: PreparedWrite {
                 expiresAt: Timestamp.format($0.expiresAt))
         }
         var result = LoginResultData.accepted(requestID: requestID, user: user.payload)
-        result.sealedExport = try JWE.sealECDHES(try MessageCoding.encode(export), to: replyKey)
+        result.sealedExport = try JWE.sealECDHES(MessageCoding.encode(export), to: replyKey)
         return FlowAnswer(result: result, userID: user.id, sessionID: session.id)
     }
 }

@@ -12,10 +12,6 @@ import StrictJSON
 /// (and `account-deleted`) deletes the user, `email-disabled` / `email-enabled` record the relay
 /// address's status. Each notification acts once, keyed by its verified content.
 public struct AppleNotificationFlow: Sendable {
-    struct Body: Codable, Sendable {
-        var payload: String
-    }
-
     /// Why a notification can never be applied; it goes to the dead-letter topic.
     public struct Refusal: Error, CustomStringConvertible {
         public var description: String
@@ -38,9 +34,9 @@ public struct AppleNotificationFlow: Sendable {
     ///   Apple's keys cannot be fetched (try again later).
     public func prepare(_ value: [UInt8]) async throws -> AppleNotification {
         guard let provider else { throw Refusal(description: "Sign in with Apple is not enabled") }
-        let body: Body
+        let body: ProviderNotificationData
         do {
-            body = try MessageCoding.decode(CloudEvent<Body>.self, from: value).data
+            body = try MessageCoding.decode(CloudEvent<ProviderNotificationData>.self, from: value).data
         } catch {
             throw Refusal(description: "not an auth.provider.notification with a payload")
         }

@@ -48,7 +48,7 @@ extension LoginFlows {
         let code = try Self.sixDigits()
         let linkToken = "lt_" + (try identifiers.secret(characters: 43))
         let sealed = try JWE.sealECDHES(
-            try MessageCoding.encode(EmailCodeSecret(code: code, linkToken: linkToken)), to: keys.mail)
+            MessageCoding.encode(EmailCodeSecret(code: code, linkToken: linkToken)), to: keys.mail)
         return PendingCode(
             id: try identifiers.uuid(), purpose: purpose, code: code, linkHash: SHA256.hash(linkToken), sealed: sealed,
             keys: keys, createdAt: now, expiresAt: now + configuration.emailCodes.lifetime)

@@ -1,5 +1,6 @@
 import Foundation
 import Messages
+import StrictJSON
 
 /// Makes the lifecycle events of `auth.user.events`: one way to build each, with a fresh
 /// (UUIDv7) id, the request's trace and the time it was decided.
@@ -148,16 +149,20 @@ package struct EventFactory: Sendable {
     }
 
     /// Events are keyed by their user, so one user's events stay in order.
-    private func make<Payload: Codable & Sendable>(_ type: String, _ data: Payload, user: UUID) throws -> OutboxEvent {
+    private func make<Payload: Decodable & JSONWritable & Sendable>(_ type: String, _ data: Payload, user: UUID) throws
+        -> OutboxEvent
+    {
         try make(type, data, key: user.lowercasedString)
     }
 
-    private func make<Payload: Codable & Sendable>(_ type: String, _ data: Payload, key: String) throws -> OutboxEvent {
+    private func make<Payload: Decodable & JSONWritable & Sendable>(_ type: String, _ data: Payload, key: String) throws
+        -> OutboxEvent
+    {
         let id = try identifiers.uuid()
         let envelope = CloudEvent(
             id: id.lowercasedString, source: source, type: type, time: now, traceparent: traceparent, data: data)
         return OutboxEvent(
-            id: id, topic: topic, key: key, payload: try MessageCoding.encode(envelope),
+            id: id, topic: topic, key: key, payload: MessageCoding.encode(envelope),
             createdAt: now)
     }
 }

@@ -1,6 +1,7 @@
 import AuthCrypto
 import Foundation
 import Messages
+import StrictJSON
 
 /// The keys of second factors, derived from the results key: one seals TOTP secrets at rest
 /// (bound to their user), one seals the `mfa_token` of an `mfa_required` answer.
@@ -26,7 +27,7 @@ struct FactorKeys: Sendable {
 }
 
 /// What an `mfa_token` carries: who passed the first factor, how, on which device, until when.
-struct MFATicket: Codable, Sendable {
+struct MFATicket: Decodable, Sendable, JSONWritable {
     /// Random: the ticket is good for one sign-in, spent by the id.
     var id: String?
     var userID: String
@@ -44,12 +45,23 @@ struct MFATicket: Codable, Sendable {
         case expiresAt = "exp"
     }
 
+    func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("dn", deviceName)
+            out.member("dp", devicePlatform)
+            out.member("exp", expiresAt)
+            out.member("i", id)
+            out.member("p", provider)
+            out.member("u", userID)
+        }
+    }
+
     static let prefix = "mt_"
     static let aad = Array("auth-worker mfa_token".utf8)
 
     func token(key: [UInt8]) throws -> String {
         Self.prefix
-            + Base64URL.encode(try AESGCM.seal(try MessageCoding.encode(self), key: key, aad: Self.aad).combined)
+            + Base64URL.encode(try AESGCM.seal(MessageCoding.encode(self), key: key, aad: Self.aad).combined)
     }
 
     static func open(_ token: String, key: [UInt8]) -> MFATicket? {

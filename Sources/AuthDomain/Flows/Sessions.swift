@@ -104,7 +104,7 @@ struct RefreshRotation: PreparedWrite {
             TokenRotation(
                 sessionID: session.id, usedTokenID: token.id, successorID: successorID,
                 successorHash: SHA256.hash(successorToken), successorExpiresAt: refreshExpiry,
-                successorSealed: try AESGCM.seal(try MessageCoding.encode(payload), key: replayKey).combined,
+                successorSealed: try AESGCM.seal(MessageCoding.encode(payload), key: replayKey).combined,
                 accessTokenID: accessTokenID, accessTokenHash: issuer.isSelfContained ? nil : SHA256.hash(accessToken),
                 accessTokenExpiresAt: accessExpiry, abilities: session.abilities, deviceName: session.deviceName,
                 at: now))

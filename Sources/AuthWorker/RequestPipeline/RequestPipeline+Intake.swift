@@ -59,9 +59,8 @@ extension RequestPipeline {
                     ], outcome: failure.code.rawValue, audit: nil))
         case .valid(var request):
             request.partitionKey = message.key.flatMap { String(validating: $0, as: UTF8.self) }
-            let digest = (try? MessageCoding.encode(request.data)).map { HMACSHA256.mac(key: digestKey, message: $0) }
             job.request = request
-            job.digest = digest ?? HMACSHA256.mac(key: digestKey, message: message.value)
+            job.digest = HMACSHA256.mac(key: digestKey, message: MessageCoding.encode(request.data))
             return state.hold(request.id, for: job) ? .lookup : .waitingForID
         }
     }
