@@ -15,6 +15,9 @@ public actor KafkaConsumer {
     private let context: ConsumerContext
     private let waker: Waker
     private var closed = false
+    /// Whether offsets may still be stored: `storeOffsets` runs on its caller's thread, and
+    /// `close` shuts this before the client goes.
+    private let storing = Mutex(true)
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
@@ -118,6 +121,14 @@ public actor KafkaConsumer {
     /// see without waiting out its timeout. Callable from any thread; does nothing once closed.
     public nonisolated func wake() { waker.wake() }
 
+    /// Calls `handler` (on a librdkafka thread) whenever something arrives on the consumer's
+    /// queue while it is empty: a message, or an event a `poll` must serve (a rebalance, an
+    /// error). For a loop that waits on work of its own and polls only when there is something to
+    /// take: after a `poll` that emptied the queue, the next arrival calls `handler` again; after
+    /// one that stopped at `maxMessages`, it may not. The handler must be quick and must not call
+    /// this consumer. Replaces the previous handler; nil removes it.
+    public nonisolated func onArrival(_ handler: (@Sendable () -> Void)?) { waker.onArrival(handler) }
+
     /// Waits up to `timeout` for a first message, then takes whatever else is already fetched, up to
     /// `maxMessages`.
     /// - Returns: the messages in partition order; empty when none arrived in time.
@@ -173,7 +184,7 @@ public actor KafkaConsumer {
     /// Marks messages as processed: their offsets (plus one) are committed in the background and on close.
     ///
     /// Offsets of partitions this member no longer owns are skipped: the new owner replays them.
-    public func storeOffsets(_ messages: [KafkaMessage]) {
+    public nonisolated func storeOffsets(_ messages: [KafkaMessage]) {
         var next: [TopicPartition: Int64] = [:]
         for message in messages {
             let partition = TopicPartition(topic: message.topic, partition: message.partition)
@@ -185,15 +196,24 @@ public actor KafkaConsumer {
     /// Records, per partition, the offset of the next message to consume: everything before it is
     /// processed. Committed in the background and on close.
     ///
-    /// Offsets of partitions this member no longer owns are skipped: the new owner replays them.
-    public func storeOffsets(_ next: [TopicPartition: Int64]) {
-        guard !closed, !next.isEmpty else { return }
+    /// Runs on the caller's thread (librdkafka's offset store is thread-safe), not the consumer's:
+    /// a finished batch costs no hop there. Offsets of partitions this member no longer owns are
+    /// skipped: the new owner replays them. Does nothing once `close` has begun.
+    public nonisolated func storeOffsets(_ next: [TopicPartition: Int64]) {
+        guard !next.isEmpty else { return }
+        storing.withLock { open in
+            guard open else { return }
+            store(next)
+        }
+    }
+
+    private nonisolated func store(_ next: [TopicPartition: Int64]) {
         guard let list = rd_kafka_topic_partition_list_new(Int32(next.count)) else { return }
         defer { rd_kafka_topic_partition_list_destroy(list) }
         for (partition, offset) in next {
             rd_kafka_topic_partition_list_add(list, partition.topic, partition.partition)?.pointee.offset = offset
         }
-        let error = rd_kafka_offsets_store(pointer, list)
+        let error = rd_kafka_offsets_store(handle.pointer, list)
         if error == RD_KAFKA_RESP_ERR_NO_ERROR {
             context.stored(next)
         } else {
@@ -242,6 +262,7 @@ public actor KafkaConsumer {
     public func close() {
         guard !closed, handle.beginClosing() else { return }
         closed = true
+        storing.withLock { $0 = false }
         waker.invalidate()
         let error = rd_kafka_consumer_close(pointer)
         if error != RD_KAFKA_RESP_ERR_NO_ERROR {
@@ -260,7 +281,46 @@ final class Waker: Sendable {
         let pointer: OpaquePointer
     }
 
+    /// What librdkafka's queue event calls: kept for the waker's life, so a callback already
+    /// under way when it is removed still finds it.
+    final class Arrival: Sendable {
+        /// The handler in a box of its own: a closure read out of a `Mutex` through `inout` is
+        /// re-thunked on the way in and out, a layer more each call (found by `perf`: the chain
+        /// grew with every message).
+        final class Handler: Sendable {
+            let call: @Sendable () -> Void
+
+            init(_ call: @escaping @Sendable () -> Void) { self.call = call }
+        }
+
+        let handler = Mutex<Handler?>(nil)
+
+        func call() {
+            let current = handler.withLock { $0 }
+            current?.call()
+        }
+    }
+
     private let queue: Mutex<Queue?>
+    private let arrival = Arrival()
+
+    func onArrival(_ handler: (@Sendable () -> Void)?) {
+        let boxed = handler.map(Arrival.Handler.init)
+        arrival.handler.withLock { $0 = boxed }
+        queue.withLock { queue in
+            guard let queue else { return }
+            if handler == nil {
+                rd_kafka_queue_cb_event_enable(queue.pointer, nil, nil)
+            } else {
+                rd_kafka_queue_cb_event_enable(
+                    queue.pointer,
+                    { _, opaque in
+                        guard let opaque else { return }
+                        Unmanaged<Arrival>.fromOpaque(opaque).takeUnretainedValue().call()
+                    }, Unmanaged.passUnretained(arrival).toOpaque())
+            }
+        }
+    }
 
     init(queue: OpaquePointer?) {
         self.queue = Mutex(queue.map(Queue.init))
@@ -273,8 +333,12 @@ final class Waker: Sendable {
     }
 
     func invalidate() {
+        arrival.handler.withLock { $0 = nil }
         queue.withLock { queue in
-            if let queue { rd_kafka_queue_destroy(queue.pointer) }
+            if let queue {
+                rd_kafka_queue_cb_event_enable(queue.pointer, nil, nil)
+                rd_kafka_queue_destroy(queue.pointer)
+            }
             queue = nil
         }
     }

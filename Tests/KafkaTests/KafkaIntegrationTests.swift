@@ -71,7 +71,7 @@ import Testing
         let first = try consumer(topic: topics.requests, group: group)
         let firstBatch = try await poll(first, until: 10)
         #expect(firstBatch.count == 10)
-        await first.storeOffsets(firstBatch)
+        first.storeOffsets(firstBatch)
         await first.close()  // commits what was stored
 
         try await producer.send((10..<15).map { ProducerRecord(topic: topics.requests, key: nil, value: [UInt8($0)]) })
@@ -90,7 +90,7 @@ import Testing
         try await producer.send((0..<5).map { ProducerRecord(topic: topics.requests, key: nil, value: [UInt8($0)]) })
         let first = try consumer(topic: topics.requests, group: group)
         let seen = try await poll(first, until: 5)
-        await first.storeOffsets(Array(seen.prefix(2)))
+        first.storeOffsets(Array(seen.prefix(2)))
         await first.close()
 
         let second = try consumer(topic: topics.requests, group: group)

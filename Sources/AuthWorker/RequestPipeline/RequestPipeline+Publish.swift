@@ -71,6 +71,8 @@ extension RequestPipeline {
     /// marking costs no statement and no commit of its own (at 100 logins/s it was a third of the
     /// commits); it is far below the relay's grace (30 s), so the relay never takes them meanwhile.
     static let idleMarkDelay: Duration = .seconds(1)
+    /// The longest the busy loop waits on its doorbell without polling the consumer.
+    static let waitTick: Duration = .milliseconds(100)
 
     /// Marks the acknowledged events published in a statement of their own, once the oldest has
     /// waited `delay` for a batch to carry it.

@@ -38,6 +38,9 @@ public final class RequestPipeline: Service {
     /// The key of request digests: the results key, so digests are stable across replicas.
     let digestKey: [UInt8]
     let board: CompletionBoard<Prepared>
+    /// Where the loop waits while work is under way: rung by finished stages, posted
+    /// preparations, arrivals at the consumer and shutdown (`Doorbell`).
+    let doorbell = Doorbell()
     let stopping = Atomic<Bool>(false)
     /// When the loop last showed progress (a poll, or a retry attempt), as Unix seconds.
     let heartbeat = Atomic<Int>(Int(Date().timeIntervalSince1970))
@@ -63,11 +66,11 @@ public final class RequestPipeline: Service {
         }
         decoder.requireSealedCredentials = configuration.requireSealedCredentials
         self.decoder = decoder
-        board = CompletionBoard(onPost: { [consumer] in consumer.wake() })
+        board = CompletionBoard(onPost: { [doorbell] in doorbell.ring() })
     }
 
-    /// Ends the loop's wait for messages: background work finished, or shutdown began.
-    var wake: @Sendable () -> Void { { [consumer] in consumer.wake() } }
+    /// Ends the loop's wait: background work finished.
+    var wake: @Sendable () -> Void { { [doorbell] in doorbell.ring() } }
 
     /// Seconds since the consume loop last showed progress: liveness.
     public var secondsSinceHeartbeat: Int { Int(Date().timeIntervalSince1970) - heartbeat.load(ordering: .relaxed) }
@@ -77,6 +80,7 @@ public final class RequestPipeline: Service {
     public func triggerGracefulShutdown() {
         stopping.store(true, ordering: .releasing)
         consumer.wake()
+        doorbell.ring()
     }
 
     var isStopping: Bool { stopping.load(ordering: .acquiring) }
@@ -91,6 +95,20 @@ public final class RequestPipeline: Service {
             ])
         defer { logger.info("Consumer stopped") }
         await warmUp()
+        // While work is under way the loop waits on the doorbell and polls only when something
+        // arrived; a tick bounds that wait, so the consumer is still polled now and then (the
+        // group's `max.poll.interval.ms`, the lag metric) whatever the stages do.
+        consumer.onArrival { [doorbell] in doorbell.ringForArrival() }
+        let ticker = Task { [doorbell] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: Self.waitTick)
+                doorbell.tick()
+            }
+        }
+        defer {
+            ticker.cancel()
+            consumer.onArrival(nil)
+        }
         var state = LoopState()
         do {
             try await loop(&state)
@@ -122,6 +140,10 @@ public final class RequestPipeline: Service {
         var looking: Lookup?
         var nextDrainReport: ContinuousClock.Instant?
         var nextLagReading = ContinuousClock.now
+        // Whether the consumer may hold messages the loop has not taken: the last poll stopped at
+        // its limit (no arrival rings for a queue that never emptied).
+        var mayHoldMore = true
+        var lastPoll = ContinuousClock.now
         while true {
             beat()
             let busy =
@@ -148,29 +170,46 @@ public final class RequestPipeline: Service {
                 }
             }
             if !isStopping, state.jobs.count < processing.maxInFlight {
-                // Background work that finishes wakes the poll, so it is picked up at once; the
-                // timeout only bounds the wait for messages.
-                // Idle, the poll sleeps until a message arrives (it returns at the first one) or
-                // `batchWait` passes, sooner when acknowledged events wait to be marked published.
+                let limit = min(processing.batchMax, processing.maxInFlight - state.jobs.count)
                 let idle = state.jobs.isEmpty && !busy
-                let timeout =
-                    !idle
-                    ? .milliseconds(50)
-                    : state.marksWaitingSince == nil
+                var messages: [KafkaMessage] = []
+                var polled = true
+                if idle {
+                    // Idle, the poll sleeps on the consumer's thread until a message arrives (it
+                    // returns at the first one) or `batchWait` passes, sooner when acknowledged
+                    // events wait to be marked published. Nothing else can finish meanwhile.
+                    _ = doorbell.take()
+                    let timeout =
+                        state.marksWaitingSince == nil
                         ? processing.batchWait : min(processing.batchWait, Self.idleMarkDelay / 4)
-                let messages = try await consumer.poll(
-                    maxMessages: min(processing.batchMax, processing.maxInFlight - state.jobs.count), timeout: timeout)
-                for (partition, assignment) in consumer.takeRevokedPartitions() {
-                    state.watermark.revoke(partition, assignment: assignment)
+                    messages = try await consumer.poll(maxMessages: limit, timeout: timeout)
+                } else {
+                    // Busy, the loop waits here, on whichever thread finishes something, and
+                    // visits the consumer's thread only to take what arrived: a pass for a finished
+                    // stage costs no hop there and back.
+                    if !mayHoldMore { await doorbell.wait() }
+                    let rings = doorbell.take()
+                    let now = ContinuousClock.now
+                    polled = mayHoldMore || rings.arrival || rings.timeout || now - lastPoll >= Self.waitTick
+                    if polled { messages = try await consumer.poll(maxMessages: limit, timeout: .zero) }
                 }
-                admit(messages, &state)
+                if polled {
+                    mayHoldMore = messages.count >= limit
+                    lastPoll = .now
+                    for (partition, assignment) in consumer.takeRevokedPartitions() {
+                        state.watermark.revoke(partition, assignment: assignment)
+                    }
+                    admit(messages, &state)
+                }
                 if ContinuousClock.now >= nextLagReading {
                     nextLagReading = .now + .seconds(1)
                     metrics.recordLag(await consumer.lag())
                     metrics.inFlight.set(Double(state.jobs.count))
                 }
             } else if busy || !state.jobs.isEmpty {
-                try await Task.sleep(for: .milliseconds(1))
+                // Full (or draining): wait for something to finish.
+                await doorbell.wait()
+                _ = doorbell.take()
             }
             if let lookup = looking, lookup.stage.isDone {
                 let found = try await lookup.stage.value()
@@ -191,7 +230,7 @@ public final class RequestPipeline: Service {
                 finish(entry.jobs, &state)
             }
             if !donePublishing.isEmpty {
-                await consumer.storeOffsets(state.watermark.advance())
+                consumer.storeOffsets(state.watermark.advance())
                 // A finished job may leave a parked one first in its lane: start it now, not after
                 // the next poll's wait.
                 startParked(&state)

@@ -1,0 +1,77 @@
+import Synchronization
+
+/// Where a loop waits for work finished elsewhere, without a thread of its own: `ring` from any
+/// thread ends the current `wait` (or the next one, at once, when none is waiting). The loop
+/// resumes on whichever thread rang, or the next free one of the pool: no dedicated thread is
+/// woken to pass the news on.
+///
+/// Rings are not counted: many rings before a `wait` end one wait. What rang is kept in `take`.
+public final class Doorbell: Sendable {
+    /// What rang since the last `take`.
+    public struct Rings: Sendable, Equatable {
+        /// Background work finished (or anything else `ring()` was called for).
+        public var work = false
+        /// Something arrived at the consumer.
+        public var arrival = false
+        /// Nothing rang for a whole `tick`.
+        public var timeout = false
+
+        public var any: Bool { work || arrival || timeout }
+    }
+
+    private struct State {
+        var rings = Rings()
+        var waiter: UnsafeContinuation<Void, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    /// Work finished: ends the wait.
+    public func ring() { ring { $0.work = true } }
+
+    /// Something arrived at the consumer: ends the wait.
+    public func ringForArrival() { ring { $0.arrival = true } }
+
+    /// Ends a wait in progress as timed out; does nothing when no one waits (a tick that finds the
+    /// loop busy leaves it alone).
+    public func tick() {
+        let waiter = state.withLock { state -> UnsafeContinuation<Void, Never>? in
+            guard let waiter = state.waiter else { return nil }
+            state.rings.timeout = true
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    private func ring(_ mark: (inout Rings) -> Void) {
+        let waiter = state.withLock { state -> UnsafeContinuation<Void, Never>? in
+            mark(&state.rings)
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns once something rang since the last `take` (at once if it already had).
+    public func wait() async {
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            let ready = state.withLock { state -> Bool in
+                if state.rings.any { return true }
+                state.waiter = continuation
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+
+    /// What rang since the last call, cleared.
+    public func take() -> Rings {
+        state.withLock { state in
+            defer { state.rings = Rings() }
+            return state.rings
+        }
+    }
+}
