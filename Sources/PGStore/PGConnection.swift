@@ -66,7 +66,9 @@ public final class PGConnection {
         // Fixed session settings the text decoders rely on. Prepared statements are still planned
         // for each run's values, as unnamed ones are: a generic plan chosen while a table was
         // small (a sequential scan for `request_id = ANY($1)`) would otherwise stay chosen as it
-        // grows. Preparing saves the parse and analysis, not the plan.
+        // grows. Preparing saves the parse and analysis, not the plan. (A transaction may still
+        // let statements whose plan cannot go wrong that way, inserts, use the plan cache with
+        // `SET LOCAL plan_cache_mode = auto`: the batch writer's last round trip does.)
         _ = try execute(
             unsafeSQL: """
                 SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET client_encoding = 'UTF8';

@@ -253,6 +253,42 @@ import Testing
         #expect(!plan.contains("Seq Scan"), "\(plan)")
     }
 
+    /// What the batch writer's last round trip relies on: `SET LOCAL plan_cache_mode = auto` lets
+    /// an insert run from PostgreSQL's plan cache for the rest of that transaction only; a
+    /// statement set back to `force_custom_plan` in it, and everything after the commit, is
+    /// planned for each run's values again.
+    @Test func cachedPlansAreForTheInsertsOfOneTransaction() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
+        try connection.execute(unsafeSQL: "CREATE TABLE rows (id integer PRIMARY KEY, body text)")
+        var next = 0
+        func commitRound() throws {
+            next += 1
+            let round: [PGQuery] = [
+                "BEGIN", "SET LOCAL plan_cache_mode = auto",
+                "INSERT INTO rows SELECT * FROM unnest(\(PGArray([next]))::integer[], \(PGArray(["x"]))::text[])",
+                "SET LOCAL plan_cache_mode = force_custom_plan",
+                "UPDATE rows SET body = \("y") WHERE id = \(next)", "COMMIT",
+            ]
+            try connection.pipeline(round)
+        }
+        for _ in 1...8 { try commitRound() }
+        // Outside those transactions, the session's setting holds.
+        for id in 1...8 { #expect(try connection.query("SELECT body FROM rows WHERE id = \(id)").count == 1) }
+        #expect(
+            try connection.execute(unsafeSQL: "SHOW plan_cache_mode").first?.decode("plan_cache_mode", as: String.self)
+                == "force_custom_plan")
+        let plans = try connection.execute(
+            unsafeSQL: "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements ORDER BY statement")
+        func plansOf(_ prefix: String) throws -> (generic: Int, custom: Int) {
+            let row = try #require(try plans.first { try ($0.decode("statement") as String).hasPrefix(prefix) })
+            return (try row.decode("generic_plans"), try row.decode("custom_plans"))
+        }
+        let insert = try plansOf("INSERT INTO rows")
+        #expect(insert.generic >= 3 && insert.custom <= 5, "the insert ran from the cache: \(insert)")
+        #expect(try plansOf("UPDATE rows").generic == 0)
+        #expect(try plansOf("SELECT body FROM rows").generic == 0)
+    }
+
     /// Behind a pooler that cannot carry prepared statements, a connection prepares none; past
     /// its limit, a connection runs new texts unnamed.
     @Test func preparingCanBeTurnedOffAndIsBounded() throws {
