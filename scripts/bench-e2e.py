@@ -845,6 +845,20 @@ def report(results):
         limit = f"broker echo: {echo['p50_ms']} / {echo['p99_ms']} ms{stolen(echo)}" if echo else ""
         lines.append(f"| guest latency at {entry['offered_rate']:,.0f}/s, p50 / p99 | "
                      f"{entry['p50_ms']} / {entry['p99_ms']} ms{stolen(entry)} | {limit} | |")
+    # What a login costs when batches are small: CPU per login at each paced rate against the
+    # full-batch (preloaded) guest figures.
+    full_worker = results.get("guest", {}).get("worker_cpu_us_per_login")
+    full_pg = results.get("guest", {}).get("postgres_cpu_us_per_login")
+    for entry in sorted((e for e in results["latency_curve"] if e["responder"] == "worker"),
+                        key=lambda e: e["offered_rate"]):
+        rate, cpu = entry.get("achieved_rate") or entry["offered_rate"], entry.get("cpu") or {}
+        if not rate or "responder_cores" not in cpu:
+            continue
+        worker_us, pg_us = cpu["responder_cores"] / rate * 1e6, cpu["postgres_cores"] / rate * 1e6
+        full = f"full batches: {full_worker:,.0f} / {full_pg:,.0f} µs" if full_worker and full_pg else ""
+        ratio = f"{worker_us / full_worker:.1f}× / {pg_us / full_pg:.1f}×" if full_worker and full_pg else ""
+        lines.append(f"| worker / PostgreSQL CPU per guest login at {entry['offered_rate']:,.0f}/s | "
+                     f"{worker_us:,.0f} / {pg_us:,.0f} µs | {full} | {ratio} |")
     for kind, label in (("guest", "guest"), ("apple", "Apple"), ("apple_nameless", "nameless Apple")):
         cpu_us = results[kind].get("worker_cpu_us_per_login")
         if cpu_us:

@@ -199,12 +199,47 @@ public final class PostgresStore: Sendable {
     public func keptRequests(_ ids: [String]) async throws -> [String: KeptRequest] {
         guard !ids.isEmpty else { return [:] }
         let rows = try await pool.withConnection { connection in
-            try connection.query(
-                """
-                SELECT request_id, request_digest, result_sealed FROM processed_requests
-                WHERE request_id = ANY(\(PGArray(ids))::text[])
-                """)
+            try connection.query(Self.keptRequestsQuery(ids))
         }
+        return try Self.keptRequests(rows)
+    }
+
+    /// `keptRequests`, and for the ids among `guests` that were not processed before, as many
+    /// sign-ups as `limit` allows, taken from `bucket`: one round trip on one connection, one
+    /// implicit transaction (the bucket is not touched when every guest was processed before).
+    /// - Returns: the kept requests, and the grant (nil when no guest was new).
+    public func lookUp(
+        _ ids: [String], guests: [String], bucket: String, limit: WorkerConfiguration.RateLimit, at date: Date
+    ) async throws -> (kept: [String: KeptRequest], guests: RateLimitGrant?) {
+        let results = try await pool.withConnection { connection in
+            try connection.pipeline([
+                Self.keptRequestsQuery(ids),
+                """
+                SELECT r.granted, r.window_end
+                FROM (SELECT count(*)::integer AS wanted FROM unnest(\(PGArray(guests))::text[]) AS g(id)
+                      WHERE NOT EXISTS (SELECT 1 FROM processed_requests p WHERE p.request_id = g.id)) AS w,
+                     LATERAL auth_reserve_rate_limit(
+                        \(bucket), \(date), make_interval(secs => \(limit.window)),
+                        \(Self.integer(limit.count)), w.wanted) AS r
+                WHERE w.wanted > 0
+                """,
+            ])
+        }
+        guard results.count == 2 else { throw PGError(.decoding, detail: "the lookup's answers are missing") }
+        let grant = try results[1].first.map { row in
+            RateLimitGrant(granted: try row.decode("granted"), windowEnd: try row.decode("window_end"))
+        }
+        return (try Self.keptRequests(results[0]), grant)
+    }
+
+    private static func keptRequestsQuery(_ ids: [String]) -> PGQuery {
+        """
+        SELECT request_id, request_digest, result_sealed FROM processed_requests
+        WHERE request_id = ANY(\(PGArray(ids))::text[])
+        """
+    }
+
+    private static func keptRequests(_ rows: PGRows) throws -> [String: KeptRequest] {
         var found: [String: KeptRequest] = [:]
         for row in rows {
             let kept = KeptRequest(

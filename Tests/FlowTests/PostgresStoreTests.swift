@@ -246,6 +246,39 @@ import Testing
         #expect(grants.map(\.granted) == [1])
     }
 
+    /// The batch's lookup: kept requests, and the guest ceiling taken for the new guests only,
+    /// in one round trip. A batch whose guests were all processed before leaves the bucket alone;
+    /// past the ceiling, what is left is granted and the window's end says when to come back.
+    @Test func theLookupTakesTheGuestCeilingForNewGuestsOnly() async throws {
+        let (store, connection) = try await store()
+        try connection.execute(
+            unsafeSQL: """
+                INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at, request_digest)
+                VALUES ('old-1', 'guest', 'ok', now(), now() + interval '1 day', '\\x0102'),
+                       ('old-2', 'guest', 'ok', now(), now() + interval '1 day', NULL)
+                """)
+        let limit = WorkerConfiguration.RateLimit(count: 3, window: 60)
+        let replayed = try await store.lookUp(
+            ["old-1", "old-2", "refresh-1"], guests: ["old-1", "old-2"], bucket: "guest-all", limit: limit, at: now)
+        #expect(replayed.kept.keys.sorted() == ["old-1", "old-2"])
+        #expect(replayed.kept["old-1"]?.digest == [1, 2])
+        #expect(replayed.guests == nil)
+        #expect(try count(connection, "rate_limits") == 0, "the bucket is not touched")
+
+        let first = try await store.lookUp(
+            ["old-1", "new-1", "new-2"], guests: ["old-1", "new-1", "new-2"], bucket: "guest-all", limit: limit,
+            at: now)
+        #expect(first.kept.keys.sorted() == ["old-1"])
+        #expect(first.guests == RateLimitGrant(granted: 2, windowEnd: now + 60))
+        let second = try await store.lookUp(
+            ["new-3", "new-4"], guests: ["new-3", "new-4"], bucket: "guest-all", limit: limit, at: now + 1)
+        #expect(second.kept.isEmpty)
+        #expect(second.guests == RateLimitGrant(granted: 1, windowEnd: now + 60))
+        let refused = try await store.lookUp(
+            ["new-5"], guests: ["new-5"], bucket: "guest-all", limit: limit, at: now + 2)
+        #expect(refused.guests == RateLimitGrant(granted: 0, windowEnd: now + 60))
+    }
+
     /// A reservation racing a delete of its row (a successful sign-in resets its account's
     /// throttle; the purge drops ended rate-limit windows) still counts and answers. Both
     /// functions once read nothing when the row went between their insert and their locking

@@ -46,6 +46,21 @@ import Testing
         #expect(bell.take() == Doorbell.Rings(work: false, arrival: false, timeout: true))
     }
 
+    /// The ticker parks while no one waits, a wait wakes it, its tick ends that wait as timed
+    /// out, and `close` ends it.
+    @Test func theTickerBoundsWaitsAndParksWithoutThem() async throws {
+        let bell = Doorbell()
+        let ticker = Task { await bell.runTicker(every: .milliseconds(20)) }
+        try await Task.sleep(for: .milliseconds(100))  // parked by now: nothing waited
+        #expect(bell.take() == Doorbell.Rings())
+        await bell.wait()  // nothing rings: only the ticker, woken by this wait, can end it
+        #expect(bell.take() == Doorbell.Rings(work: false, arrival: false, timeout: true))
+        await bell.wait()
+        #expect(bell.take().timeout)
+        bell.close()
+        await ticker.value
+    }
+
     /// One ring per wait, from another thread, racing the wait's check and suspension: every
     /// wait is ended by its ring. A watchdog looks every 250 ms for a round whose ring has been
     /// rung while its wait goes on, and when it finds the same one so for a second, counts it lost

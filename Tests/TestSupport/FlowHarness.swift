@@ -101,9 +101,9 @@ final class FlowHarness: Sendable {
         let remembered = now + configuration.sessions.idempotencyLifetime
         var outcomes = try await store.runBatch(
             items, prefetch: prefetch,
-            onRefusal: { item, error, unit in try RequestPipeline.recordRefusal(item, error, unit, at: now) }
+            onRefusal: { item, error, unit in try item.recordRefusal(error, in: unit, at: now) }
         ) { item, unit in
-            try RequestPipeline.write(item, unit, resultsKey: resultsKey, rememberedUntil: remembered, at: now)
+            try item.write(unit, resultsKey: resultsKey, rememberedUntil: remembered, at: now)
         }.makeIterator()
         return prepared.map { preparation in
             switch preparation {

@@ -144,21 +144,6 @@ enum Prepared: Sendable {
     case abandoned
 }
 
-/// What the batch's transaction writes, per item.
-enum WriteItem: Sendable {
-    case login(PreparedRequest)
-    case notification(AppleNotification)
-    /// A refusal's audit row: the refusal wrote nothing else.
-    case audit(AuditEntry)
-}
-
-enum WriteOutput: Sendable {
-    /// The answer, with its JSON (written once, for keeping and for publishing).
-    case login(LoginResultData, json: [UInt8])
-    case notification(events: Int)
-    case audited
-}
-
 /// A stage of the loop running in the background: a batch being written, or published.
 final class Stage<Output: Sendable>: Sendable {
     private final class Flag: Sendable {

@@ -82,22 +82,21 @@ extension RequestPipeline {
         let guestIDs = starting.compactMap { $0.request?.method == .guest ? $0.request?.id : nil }
         let guestCeiling = configuration.accounts.guestGlobalRateLimit
         let stage = Stage(wake: wake) {
-            let kept =
-                ids.isEmpty
-                ? [:]
-                : try await self.retrying("look up request ids", requestIDs: ids) {
+            guard !ids.isEmpty else { return LookupResult(kept: [:], guests: nil) }
+            guard guestCeiling.count > 0, !guestIDs.isEmpty else {
+                let kept = try await self.retrying("look up request ids", requestIDs: ids) {
                     try await self.store.keptRequests(ids)
                 }
-            // The global guest ceiling is taken for the batch's new guests at once, before any
-            // work: one atomic step per lookup, not a contended row in every write transaction.
-            let wanted = guestIDs.count { kept[$0] == nil }
-            guard guestCeiling.count > 0, wanted > 0 else { return LookupResult(kept: kept, guests: nil) }
-            let grant = try await self.retrying("reserve guest sign-ups", requestIDs: guestIDs) {
-                try await self.store.reserveRateLimits(
-                    [RateLimitReservation(bucket: Self.guestCeilingBucket, limit: guestCeiling, wanted: wanted)],
-                    at: self.clock.now())
+                return LookupResult(kept: kept, guests: nil)
             }
-            return LookupResult(kept: kept, guests: grant.first)
+            // The global guest ceiling is taken for the batch's new guests at once, before any
+            // work, in the lookup's round trip: one atomic step per lookup, not a contended row in
+            // every write transaction, and no second round trip for a batch of one.
+            let found = try await self.retrying("look up request ids and reserve guest sign-ups", requestIDs: ids) {
+                try await self.store.lookUp(
+                    ids, guests: guestIDs, bucket: Self.guestCeilingBucket, limit: guestCeiling, at: self.clock.now())
+            }
+            return LookupResult(kept: found.kept, guests: found.guests)
         }
         return Lookup(stage: stage, jobs: starting.map(\.seq))
     }

@@ -54,10 +54,9 @@ extension RequestPipeline {
             let outcomes = try await self.retrying("write the batch", requestIDs: batchIDs) {
                 try await self.store.runBatch(
                     batchItems, head: head, prefetch: batchPrefetch, writer: writer,
-                    onRefusal: { item, error, unit in try Self.recordRefusal(item, error, unit, at: now) }
+                    onRefusal: { item, error, unit in try item.recordRefusal(error, in: unit, at: now) }
                 ) { item, unit in
-                    try Self.write(
-                        item, unit, resultsKey: resultsKey, rememberedUntil: now + idempotencyLifetime, at: now)
+                    try item.write(unit, resultsKey: resultsKey, rememberedUntil: now + idempotencyLifetime, at: now)
                 }
             }
             return WrittenBatch(steps: steps, outcomes: outcomes, marked: marks)
@@ -105,28 +104,6 @@ extension RequestPipeline {
             entries += job.events.map { ($0.record, $0.id) }
         }
         return entries
-    }
-
-    /// One item of the batch's transaction: domain code only (the request's write, sealed and
-    /// kept; or the notification's).
-    static func write(
-        _ item: WriteItem, _ unit: any UnitOfWork, resultsKey: [UInt8]?, rememberedUntil: Date, at now: Date
-    ) throws -> WriteOutput {
-        switch item {
-        case .notification(let notification):
-            return .notification(events: try notification.write(unit))
-        case .login(let work):
-            let (result, json) = try work.write(unit, resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
-            return .login(result, json: json)
-        case .audit(let entry):
-            try unit.recordAudit(entry)
-            return .audited
-        }
-    }
-
-    /// What a refused item leaves in the transaction, its own writes dropped: a login's audit row.
-    static func recordRefusal(_ item: WriteItem, _ error: any Error, _ unit: any UnitOfWork, at now: Date) throws {
-        if case .login(let work) = item { try work.recordRefusal(error, in: unit, at: now) }
     }
 
     func loginRecords(_ outcome: PostgresStore.ItemOutcome<WriteOutput>, job: Job, work: PreparedRequest)

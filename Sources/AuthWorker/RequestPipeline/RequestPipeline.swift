@@ -97,15 +97,12 @@ public final class RequestPipeline: Service {
         await warmUp()
         // While work is under way the loop waits on the doorbell and polls only when something
         // arrived; a tick bounds that wait, so the consumer is still polled now and then (the
-        // group's `max.poll.interval.ms`, the lag metric) whatever the stages do.
+        // group's `max.poll.interval.ms`, the lag metric) whatever the stages do. The ticker
+        // parks while the loop waits in the consumer's poll (idle).
         consumer.onArrival { [doorbell] in doorbell.ringForArrival() }
-        let ticker = Task { [doorbell] in
-            while !Task.isCancelled {
-                try? await Task.sleep(for: Self.waitTick)
-                doorbell.tick()
-            }
-        }
+        let ticker = Task { [doorbell] in await doorbell.runTicker(every: Self.waitTick) }
         defer {
+            doorbell.close()
             ticker.cancel()
             consumer.onArrival(nil)
         }
