@@ -675,6 +675,68 @@ COMMIT;
 """
 
 
+# One guest login's statements as a batch of one sends them: the lookup (one round trip), then
+# BEGIN with the previous event's mark and the reads (the handle, the client's rate-limit row,
+# locked), then the writes and COMMIT (one round trip each), every statement prepared. Paced at a
+# rate, what PostgreSQL spends on it is the floor for a login at that rate on this machine: the
+# worker's statements can be cheaper, but not its round trips and commits.
+PGBENCH_ONE_LOGIN = """
+\\set n random(1, 9000000000000000000)
+\\startpipeline
+SELECT request_id, result_sealed FROM processed_requests
+WHERE request_id = ANY(ARRAY[:client_id || '-' || :n]::text[]);
+\\endpipeline
+\\startpipeline
+BEGIN;
+DELETE FROM outbox WHERE event_id IN (SELECT event_id FROM outbox ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED);
+SELECT handle FROM users WHERE handle = ANY(ARRAY['guest_' || :client_id || '_' || :n]::text[]);
+SELECT bucket, window_start, count FROM rate_limits
+WHERE bucket = ANY(ARRAY['guest:' || :client_id || '-' || :n]::text[]) ORDER BY bucket FOR UPDATE;
+\\endpipeline
+\\startpipeline
+INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+VALUES (md5('u' || :client_id || '-' || :n)::uuid, 'guest_' || :client_id || '_' || :n, true, now(), now());
+INSERT INTO sessions (id, user_id, provider, abilities, created_at, expires_at)
+VALUES (md5('s' || :client_id || '-' || :n)::uuid, md5('u' || :client_id || '-' || :n)::uuid, 'guest', '{guest}',
+        now(), now() + interval '90 days');
+INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
+VALUES (gen_random_uuid(), md5('s' || :client_id || '-' || :n)::uuid,
+        sha256(convert_to('r' || :client_id || '-' || :n, 'UTF8')), now(), now() + interval '30 days');
+INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at, result_sealed)
+VALUES (:client_id || '-' || :n, 'guest', 'ok', now(), now() + interval '7 days', convert_to(repeat('x', 700), 'UTF8'));
+INSERT INTO rate_limits (bucket, window_start, count) VALUES ('guest:' || :client_id || '-' || :n, now(), 1)
+ON CONFLICT (bucket) DO UPDATE SET count = rate_limits.count + 1;
+INSERT INTO outbox (event_id, topic, message_key, payload, created_at)
+VALUES (gen_random_uuid(), 'auth.user.events', 'k', convert_to(repeat('x', 400), 'UTF8'), now());
+COMMIT;
+\\endpipeline
+"""
+
+
+def run_pgbench_paced(services, rate, seconds):
+    """PostgreSQL's CPU per transaction for one guest login's statements paced at `rate`, on as
+    many connections as the worker uses for them (the lookup's and two writers')."""
+    database = services.database(f"auth_bench_pgbench{uuid.uuid4().hex[:6]}")
+    script = os.path.join(services.scratch, "one-login.sql")
+    with open(script, "w") as handle:
+        handle.write(PGBENCH_ONE_LOGIN)
+    log(f"limits: pgbench, one guest login's statements per transaction, paced at {rate:,.0f}/s for {seconds} s")
+    before, started = services.postgres_cpu_seconds(), time.perf_counter()
+    output = subprocess.run(["pgbench", "-n", "-M", "prepared", "-c", "3", "-j", "1", "-R", str(rate),
+                             "-T", str(seconds), "-f", script, database],
+                            check=True, capture_output=True, text=True).stdout
+    cores = (services.postgres_cpu_seconds() - before) / (time.perf_counter() - started)
+    tps = next(float(line.split("=")[1].split()[0]) for line in output.splitlines() if line.startswith("tps"))
+    latency = next((float(line.split("=")[1].split()[0]) for line in output.splitlines()
+                    if line.startswith("latency average")), None)
+    services.drop(database)
+    per_login = cores / max(tps, 1e-9) * 1e6
+    log(f"limits: {tps:,.0f} transactions/s, PostgreSQL {cores:.2f} core, {per_login:,.0f} µs per transaction, "
+        f"latency {latency} ms on average")
+    return {"offered_rate": rate, "transactions_per_second": tps, "postgres_cores": cores,
+            "postgres_cpu_us_per_login": per_login, "latency_average_ms": latency}
+
+
 def run_idle(services, key_server, seconds, extra=None):
     """The worker's CPU while nothing arrives: joined, one guest answered, then `seconds` of
     silence; as a share of one core (item: idle at most 0.5 %)."""
@@ -908,6 +970,8 @@ def main():
                         help="only the Apple throughput phase (to compare two builds quickly)")
     parser.add_argument("--latency-at", type=float, metavar="RATE",
                         help="only the paced latency phase at RATE guest logins/s (to compare two builds quickly)")
+    parser.add_argument("--pgbench-at", type=float, metavar="RATE",
+                        help="only pgbench's one-login transaction paced at RATE for --curve-seconds")
     parser.add_argument("--idle-only", action="store_true",
                         help="only the idle phase: the worker's CPU while no request arrives")
     parser.add_argument("--idle-seconds", type=int, default=30)
@@ -940,6 +1004,9 @@ def run(args, services, results):
     if args.latency_at:
         entry = run_latency(services, key_server, args.latency_at, args.curve_seconds, responder=args.responder)
         print(json.dumps({k: v for k, v in entry.items() if k != "latencies_ms"}))
+        return
+    if args.pgbench_at:
+        print(json.dumps(run_pgbench_paced(services, args.pgbench_at, args.curve_seconds)))
         return
     if args.idle_only:
         print(json.dumps(run_idle(services, key_server, args.idle_seconds)))

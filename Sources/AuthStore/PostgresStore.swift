@@ -198,9 +198,12 @@ public final class PostgresStore: Sendable {
     /// The request ids among `ids` that were processed before, with their digests and kept answers.
     public func keptRequests(_ ids: [String]) async throws -> [String: KeptRequest] {
         guard !ids.isEmpty else { return [:] }
-        let rows = try await pool.withConnection { connection in
-            try connection.query(Self.keptRequestsQuery(ids))
+        // Read by key, from a cached plan (`KeyedPlans`; `LOCAL` to the round trip's implicit
+        // transaction).
+        let results = try await pool.withConnection { connection in
+            try connection.pipeline([KeyedPlans.cachedKeyedPlans, Self.keptRequestsQuery(ids)])
         }
+        guard let rows = results.last else { throw PGError(.decoding, detail: "the lookup's answer is missing") }
         return try Self.keptRequests(rows)
     }
 
@@ -211,9 +214,10 @@ public final class PostgresStore: Sendable {
     public func lookUp(
         _ ids: [String], guests: [String], bucket: String, limit: WorkerConfiguration.RateLimit, at date: Date
     ) async throws -> (kept: [String: KeptRequest], guests: RateLimitGrant?) {
+        // The ceiling's count joins, planned per run; then the kept requests are read by key,
+        // from a cached plan (`KeyedPlans`; to the end of the round trip's implicit transaction).
         let results = try await pool.withConnection { connection in
             try connection.pipeline([
-                Self.keptRequestsQuery(ids),
                 """
                 SELECT r.granted, r.window_end
                 FROM (SELECT count(*)::integer AS wanted FROM unnest(\(PGArray(guests))::text[]) AS g(id)
@@ -223,13 +227,16 @@ public final class PostgresStore: Sendable {
                         \(Self.integer(limit.count)), w.wanted) AS r
                 WHERE w.wanted > 0
                 """,
+                KeyedPlans.cachedKeyedPlans, Self.keptRequestsQuery(ids),
             ])
         }
-        guard results.count == 2 else { throw PGError(.decoding, detail: "the lookup's answers are missing") }
-        let grant = try results[1].first.map { row in
+        guard results.count == 3, let ceiling = results.first, let kept = results.last else {
+            throw PGError(.decoding, detail: "the lookup's answers are missing")
+        }
+        let grant = try ceiling.first.map { row in
             RateLimitGrant(granted: try row.decode("granted"), windowEnd: try row.decode("window_end"))
         }
-        return (try Self.keptRequests(results[0]), grant)
+        return (try Self.keptRequests(kept), grant)
     }
 
     private static func keptRequestsQuery(_ ids: [String]) -> PGQuery {

@@ -72,11 +72,22 @@ final class PostgresUnitOfWork: UnitOfWork {
 
     /// Sends `BEGIN`, `head` (statements that belong at the start of the transaction) and the
     /// prefetch queries in one round trip, and fills the cache.
+    ///
+    /// `head` and the reads of one row per key (handles, rate limits) run from cached plans
+    /// (`KeyedPlans`); the reads that join, and the rest of the transaction, are planned per run.
     func begin(head: [PGQuery], prefetch: Prefetch) throws {
         let reads = PrefetchQueries(prefetch)
-        let results = try connection.pipeline(["BEGIN"] + head + reads.queries)
+        let joined = Array(reads.queries.prefix(reads.keyedStart))
+        let keyed = Array(reads.queries.dropFirst(reads.keyedStart))
+        var statements: [PGQuery] = ["BEGIN"] + joined
+        let keyedAt = statements.count + 1 + head.count
+        if !head.isEmpty || !keyed.isEmpty {
+            statements += [KeyedPlans.cachedKeyedPlans] + head + keyed + KeyedPlans.plannedPerRun
+        }
+        let results = try connection.pipeline(statements)
         guard usesCache else { return }
-        try reads.fill(&cache, from: Array(results.dropFirst(1 + head.count)))
+        let readResults = results[1..<(1 + joined.count)] + results.dropFirst(keyedAt).prefix(keyed.count)
+        try reads.fill(&cache, from: Array(readResults))
     }
 
     /// Sends the batch's writes so far, in one round trip.
@@ -1033,6 +1044,9 @@ struct PrefetchQueries {
     let prefetch: Prefetch
     private(set) var queries: [PGQuery] = []
     private var slots: [Slot] = []
+    /// Where the queries that read one table by a unique key start (they come last, and may
+    /// run from cached plans: `KeyedPlans`); those before join tables.
+    private(set) var keyedStart = 0
 
     private enum Slot {
         case identities, refreshTokens, sessions, accessTokens, users, handles, rateLimits
@@ -1106,6 +1120,7 @@ struct PrefetchQueries {
                 ORDER BY u.id FOR UPDATE OF u
                 """)
         }
+        keyedStart = queries.count
         let handles = Self.unique(prefetch.handles)
         if !handles.isEmpty {
             add(.handles, "SELECT handle FROM users WHERE handle = ANY(\(PGArray(handles))::text[])")
