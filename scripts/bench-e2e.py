@@ -15,7 +15,9 @@ Phases, each on a database and topics of its own:
   batch       guest throughput with AUTH_BATCH_MAX of 1, 10, 100, 500
   limits      pgbench writing the rows of 100 guest logins per transaction (user, session, refresh
               token, kept result, rate-limit count, outbox event, and deleting published events):
-              the ceiling; and `openssl speed` for the signature primitives
+              the ceiling; at each paced rate of the curve, pgbench running one login's statements
+              per transaction in the worker's three round trips (PostgreSQL's floor per login at
+              that rate); and `openssl speed` for the signature primitives
 With --fresh-broker, each phase starts on an emptied broker (an in-memory broker slows as it fills).
 Each phase also reports the CPU the hypervisor stole from this machine while it ran: on a shared
 host that varies from run to run, and explains most of the spread between runs.
@@ -126,7 +128,9 @@ class Services:
 
     @staticmethod
     def postgres_cpu_seconds():
-        """User and system CPU time of every PostgreSQL process now running, from /proc."""
+        """User and system CPU time of every PostgreSQL process now running, and of those that
+        ended (a backend whose client disconnected, an autovacuum worker): the postmaster counts
+        its children's time once it has reaped them. From /proc."""
         ticks = os.sysconf("SC_CLK_TCK")
         total = 0
         for entry in os.listdir("/proc"):
@@ -141,7 +145,8 @@ class Services:
             if name != "postgres" and not name.startswith("postgres"):
                 continue
             fields = text[text.rindex(")") + 2:].split()
-            total += int(fields[11]) + int(fields[12])
+            # utime, stime, and the reaped children's cutime, cstime.
+            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
         return total / ticks
 
     def database(self, name):
@@ -921,6 +926,17 @@ def report(results):
         ratio = f"{worker_us / full_worker:.1f}× / {pg_us / full_pg:.1f}×" if full_worker and full_pg else ""
         lines.append(f"| worker / PostgreSQL CPU per guest login at {entry['offered_rate']:,.0f}/s | "
                      f"{worker_us:,.0f} / {pg_us:,.0f} µs | {full} | {ratio} |")
+        # The same rate's floors: the echo's CPU per message (the broker's client alone), and
+        # PostgreSQL's per transaction of one login's statements paced by pgbench.
+        echo = next((e for e in results["latency_curve"]
+                     if e["responder"] == "echo" and e["offered_rate"] == entry["offered_rate"]), None)
+        paced = next((p for p in results.get("pgbench_paced", []) if p["offered_rate"] == entry["offered_rate"]), None)
+        if echo and paced and echo.get("cpu"):
+            echo_rate = echo.get("achieved_rate") or echo["offered_rate"]
+            echo_us = echo["cpu"]["responder_cores"] / echo_rate * 1e6
+            lines.append(f"| the same rate's floors | | echo {echo_us:,.0f} µs per message; pgbench, one login's "
+                         f"statements a transaction: PostgreSQL {paced['postgres_cpu_us_per_login']:,.0f} µs | "
+                         f"{worker_us / max(echo_us, 1):.1f}× / {pg_us / max(paced['postgres_cpu_us_per_login'], 1):.1f}× |")
     for kind, label in (("guest", "guest"), ("apple", "Apple"), ("apple_nameless", "nameless Apple")):
         cpu_us = results[kind].get("worker_cpu_us_per_login")
         if cpu_us:
@@ -1030,6 +1046,7 @@ def run(args, services, results):
         for responder in ("worker", "echo"):
             entry = run_latency(services, key_server, rate, args.curve_seconds, responder=responder)
             results["latency_curve"].append({k: v for k, v in entry.items() if k != "latencies_ms"})
+        results.setdefault("pgbench_paced", []).append(run_pgbench_paced(services, rate, args.curve_seconds))
     results["idle"] = run_idle(services, key_server, args.idle_seconds)
     results["batch"] = []
     for size in (1, 10, 100, 500):

@@ -14,9 +14,11 @@ public final class SlotQueue: Sendable {
         state = Mutex(State(free: Array((0..<max(count, 1)).reversed())))
     }
 
-    /// A free slot, waiting for one if needed.
+    /// A free slot, waiting for one if none is. A free slot is taken without suspending: the
+    /// caller goes on without a trip through its executor's queue.
     public func acquire() async -> Int {
-        await withCheckedContinuation { continuation in
+        if let slot = state.withLock({ $0.free.popLast() }) { return slot }
+        return await withCheckedContinuation { continuation in
             let slot = state.withLock { state -> Int? in
                 if let slot = state.free.popLast() { return slot }
                 state.waiters.append(continuation)
