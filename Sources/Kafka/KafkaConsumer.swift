@@ -389,7 +389,7 @@ final class ConsumerContext: Sendable {
         client: OpaquePointer, error: rd_kafka_resp_err_t,
         partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
     ) {
-        let cooperative = String(cString: rd_kafka_rebalance_protocol(client)) == "COOPERATIVE"
+        let cooperative = Self.isCooperative(rd_kafka_rebalance_protocol(client))
         let described = partitions.map(Self.describe) ?? []
         switch error {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
@@ -431,6 +431,14 @@ final class ConsumerContext: Sendable {
             logger.error("Rebalance failed", metadata: ["kafka.error": String(cString: rd_kafka_err2name(error))])
             rd_kafka_assign(client, nil)
         }
+    }
+
+    /// Whether the group's rebalance protocol, as `rd_kafka_rebalance_protocol` names it, is the
+    /// cooperative one. librdkafka answers NULL while no protocol is chosen (a rebalance event
+    /// that arrives as the consumer leaves or before it joined; seen once in a test run, where
+    /// reading it as a C string crashed the process): that is handled as eager, the default.
+    static func isCooperative(_ protocolName: UnsafePointer<CChar>?) -> Bool {
+        protocolName.map { String(cString: $0) } == "COOPERATIVE"
     }
 
     static func topicPartitions(_ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> [TopicPartition] {
