@@ -64,8 +64,10 @@ public final class PostgresStore: Sendable {
 
     /// Runs `body` for each item, in order, in one transaction, and commits.
     ///
-    /// `head` runs first in the transaction (bookkeeping such as marking events published);
-    /// `prefetch` names the rows the bodies will read, fetched and locked in the same round trip.
+    /// `head` runs in the transaction's first round trip, before the bodies (bookkeeping such as
+    /// marking events published; statements that find their rows by a unique key, as they run
+    /// from cached plans: `KeyedPlans`); `prefetch` names the rows the bodies will read, fetched
+    /// and locked in the same round trip.
     /// A body that throws leaves none of its writes behind and does not disturb the others.
     ///
     /// When the batch's writes fail on the server (a row another replica wrote meanwhile), the

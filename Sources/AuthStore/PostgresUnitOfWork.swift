@@ -70,11 +70,13 @@ final class PostgresUnitOfWork: UnitOfWork {
 
     // MARK: - Round trips
 
-    /// Sends `BEGIN`, `head` (statements that belong at the start of the transaction) and the
-    /// prefetch queries in one round trip, and fills the cache.
+    /// Sends `BEGIN`, the prefetch queries and `head` (bookkeeping before the bodies) in one
+    /// round trip, and fills the cache.
     ///
-    /// `head` and the reads of one row per key (handles, rate limits) run from cached plans
-    /// (`KeyedPlans`); the reads that join, and the rest of the transaction, are planned per run.
+    /// The reads that join come first, planned per run; then `head` and the reads of one row per
+    /// key (handles, rate limits) run from cached plans (`KeyedPlans`), and the rest of the
+    /// transaction is planned per run again. Locks keep their order: `head` touches only the
+    /// outbox, which no read locks.
     func begin(head: [PGQuery], prefetch: Prefetch) throws {
         let reads = PrefetchQueries(prefetch)
         let joined = Array(reads.queries.prefix(reads.keyedStart))
