@@ -125,7 +125,7 @@ import Testing
             "AUTH_MAX_RETRY_DELAY_MS": "1000",
             "AUTH_HEALTH_PORT": "off", "AUTH_REQUEST_DEADLINE_SECONDS": "0", "AUTH_OUTBOX_RELAY_GRACE_SECONDS": "2",
             "AUTH_GUEST_RATE_LIMIT": "0/60", "AUTH_GUEST_GLOBAL_RATE_LIMIT": "0/60", "AUTH_BATCH_WAIT_MS": "50",
-            "AUTH_LOG_LEVEL": "info",
+            "AUTH_LOG_LEVEL": "info", "AUTH_KAFKA_FETCH_WAIT_MS": "5",
             "AUTH_SHUTDOWN_TIMEOUT_SECONDS": "30",
         ]
         let replicas = (0..<3).map { _ in WorkerProcess(environment: environment) }

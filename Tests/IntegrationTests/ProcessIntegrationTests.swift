@@ -103,7 +103,7 @@ import Testing
             "AUTH_KAFKA_BROKERS": try #require(IntegrationEnvironment.kafkaBrokers), "AUTH_DATABASE_URL": databaseURL,
             "AUTH_KAFKA_GROUP": group, "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
             "AUTH_TOPIC_EVENTS": topics.events, "AUTH_TOPIC_DLQ": topics.deadLetters, "AUTH_SIGNING_KEYS": keyPath,
-            "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000", "AUTH_HEALTH_PORT": "0",
+            "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000", "AUTH_HEALTH_PORT": "0", "AUTH_KAFKA_FETCH_WAIT_MS": "5",
         ]
         let (process, output, _) = try launch(["run"], environment: environment)
         let logs = LogCollector(output)
@@ -228,7 +228,7 @@ import Testing
                 "AUTH_TOPIC_RESULTS": topics.results, "AUTH_TOPIC_EVENTS": topics.events,
                 "AUTH_TOPIC_NOTIFICATIONS": topics.notifications, "AUTH_TOPIC_DLQ": topics.deadLetters,
                 "AUTH_SIGNING_KEYS": keyPath, "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000", "AUTH_HEALTH_PORT": "0",
-                "AUTH_HEALTH_ADDRESS": "127.0.0.1", "AUTH_REQUIRE_REPLY_KEY": "true",
+                "AUTH_HEALTH_ADDRESS": "127.0.0.1", "AUTH_REQUIRE_REPLY_KEY": "true", "AUTH_KAFKA_FETCH_WAIT_MS": "5",
                 "AUTH_WEBAUTHN_RP_ID": "example.com",
             ])
         let logs = LogCollector(output)

@@ -83,6 +83,8 @@ enum IntegrationEnvironment {
         config.accessTokenFormat = .opaque
         config.processing.kafkaSessionTimeout = .seconds(6)
         config.processing.batchWait = .milliseconds(50)
+        // The local broker holds a fetch for the whole wait: keep it short, as the local setup does.
+        config.processing.kafkaFetchWait = .milliseconds(5)
         config.shutdownTimeout = .seconds(20)
         config.healthPort = 0
         return config

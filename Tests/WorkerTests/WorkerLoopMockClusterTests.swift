@@ -42,6 +42,8 @@ import Testing
             config.resultsKey = try SecureRandom.bytes(32)
             config.accounts.argon2 = fastArgon2
             config.processing.kafkaSessionTimeout = .seconds(6)
+            // The mock cluster holds a fetch for the whole wait: keep it short.
+            config.processing.kafkaFetchWait = .milliseconds(5)
             config.shutdownTimeout = .seconds(20)
             config.healthPort = 0
             configure(&config)

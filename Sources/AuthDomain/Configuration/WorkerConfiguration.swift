@@ -376,9 +376,13 @@ public struct WorkerConfiguration: Sendable {
         public var maxRetryDelay: Duration = .seconds(10)
         /// Consumer session timeout. Env: `AUTH_KAFKA_SESSION_TIMEOUT_MS`. Default: 10 s.
         public var kafkaSessionTimeout: Duration = .seconds(10)
-        /// How long the broker may hold a fetch waiting for data: the latency floor on a broker that
-        /// does not answer a waiting fetch early (Tansu). Env: `AUTH_KAFKA_FETCH_WAIT_MS`. Default: 5 ms.
-        public var kafkaFetchWait: Duration = .milliseconds(5)
+        /// How long the broker may hold a fetch waiting for data. Apache Kafka (and Redpanda, MSK,
+        /// Confluent Cloud) answers a waiting fetch as soon as data arrives, so there this only sets
+        /// how often an idle consumer asks again (an idle worker: 10 fetches a second, under half a
+        /// percent of a core). A broker that holds every fetch for the whole wait (Tansu, librdkafka's
+        /// mock cluster) makes it each request's latency floor: set a few milliseconds there (the
+        /// local setup uses 5). Env: `AUTH_KAFKA_FETCH_WAIT_MS`. Default: 100 ms.
+        public var kafkaFetchWait: Duration = .milliseconds(100)
         /// How long the producer waits to fill a batch. A batch's records are handed over together
         /// and leave in one request regardless, so waiting only delays answers: measured on the local
         /// setup, 1 ms of linger doubled the time to an acknowledgement. Env: `AUTH_KAFKA_LINGER_MS`.
