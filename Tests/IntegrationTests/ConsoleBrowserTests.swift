@@ -42,7 +42,8 @@ extension Trait where Self == ConditionTrait {
             "AUTH_TOPIC_NOTIFICATIONS": topics.notifications, "AUTH_TOPIC_DLQ": topics.deadLetters,
             "AUTH_SIGNING_KEYS": signingKey, "AUTH_RESULTS_KEY_FILE": resultsKey,
             "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000", "AUTH_HEALTH_PORT": "0", "AUTH_HEALTH_ADDRESS": "127.0.0.1",
-            "AUTH_KAFKA_FETCH_WAIT_MS": "5", "AUTH_REQUIRE_REPLY_KEY": "true", "AUTH_CONSOLE_PORT": "0", "AUTH_ARGON2_MEMORY_KIB": "8192",
+            "AUTH_KAFKA_FETCH_WAIT_MS": "5", "AUTH_REQUIRE_REPLY_KEY": "true", "AUTH_CONSOLE_PORT": "0",
+            "AUTH_ARGON2_MEMORY_KIB": "8192",
             "AUTH_ARGON2_ITERATIONS": "2",
         ]
         let processes = ProcessIntegrationTests()
