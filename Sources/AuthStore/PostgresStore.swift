@@ -95,6 +95,21 @@ public final class PostgresStore: Sendable {
         }
     }
 
+    /// Writes a batch of requests, notifications and audit rows in one transaction (`runBatch`):
+    /// each item's body is its own domain code (`WriteItem.write`, through the `UnitOfWork`), and
+    /// a refused item leaves only what `WriteItem.recordRefusal` records.
+    public func write(
+        _ items: [WriteItem], head: [PGQuery] = [], prefetch: Prefetch, writer: Int = 0, resultsKey: [UInt8]?,
+        rememberedUntil: Date, at now: Date
+    ) async throws -> [ItemOutcome<WriteOutput>] {
+        try await runBatch(
+            items, head: head, prefetch: prefetch, writer: writer,
+            onRefusal: { item, error, unit in try item.recordRefusal(error, in: unit, at: now) }
+        ) { item, unit in
+            try item.write(unit, resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
+        }
+    }
+
     /// Runs `body` in a transaction of its own (a notification, an operator command).
     public func transaction<Output: Sendable>(_ body: @escaping @Sendable (any UnitOfWork) throws -> Output)
         async throws -> Output

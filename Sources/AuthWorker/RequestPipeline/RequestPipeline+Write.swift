@@ -52,12 +52,9 @@ extension RequestPipeline {
         let batchIDs = ready.compactMap { $0.request?.id }
         return Stage(wake: wake) {
             let outcomes = try await self.retrying("write the batch", requestIDs: batchIDs) {
-                try await self.store.runBatch(
-                    batchItems, head: head, prefetch: batchPrefetch, writer: writer,
-                    onRefusal: { item, error, unit in try item.recordRefusal(error, in: unit, at: now) }
-                ) { item, unit in
-                    try item.write(unit, resultsKey: resultsKey, rememberedUntil: now + idempotencyLifetime, at: now)
-                }
+                try await self.store.write(
+                    batchItems, head: head, prefetch: batchPrefetch, writer: writer, resultsKey: resultsKey,
+                    rememberedUntil: now + idempotencyLifetime, at: now)
             }
             return WrittenBatch(steps: steps, outcomes: outcomes, marked: marks)
         }
