@@ -340,10 +340,10 @@ def preload(services, topic, values):
 
 
 class ResultReader:
-    """Reads the results topic in the background, keeping each result's broker timestamp by key."""
+    """Reads the results topic in the background, keeping each result's record timestamp (the producer's create time) by key."""
 
     def __init__(self, services, topic):
-        # Latencies come from broker timestamps, not from when this reader sees a result: it can
+        # Latencies come from record timestamps, not from when this reader sees a result: it can
         # wait long on fetches and leave the broker's CPU to the system under test.
         self.consumer = Consumer({"bootstrap.servers": services.brokers, "group.id": f"reader-{uuid.uuid4().hex}",
                                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
@@ -838,7 +838,7 @@ def chart(results, path):
     left.hist([min(value, top) for value in floor["latencies_ms"]], bins=bins, color="#999", alpha=0.6,
               label=f"broker echo: p50 {floor['p50_ms']} ms, p99 {floor['p99_ms']} ms")
     left.set_title(f"Guest login latency at {worker['achieved_rate']:,.0f}/s (half the maximum)")
-    left.set_xlabel("request produced → answer produced, ms (broker timestamps)")
+    left.set_xlabel("request produced → answer produced, ms (record create times)")
     left.set_ylabel("requests")
     left.legend(fontsize=8)
     curve = results["latency_curve"]
