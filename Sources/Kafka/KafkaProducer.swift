@@ -37,6 +37,9 @@ public final class KafkaProducer: Sendable {
         }
         handle = Handle(try KafkaClientFactory.makeClient(RD_KAFKA_PRODUCER, conf: conf))
         let thread = Thread { [handle, pollThreadDone] in
+            // Named from inside, within the kernel's 15 bytes (a longer name given to `Thread`
+            // never reached the kernel: `top -H` showed the dispatch worker's name it started from).
+            ThreadExecutor.nameCurrentThread("kafka-producer")
             // Serves delivery reports until close() flags the handle as closing (and yields: a
             // report, or the yield, ends the wait at once; an idle producer wakes once a second).
             while !handle.isClosing.load(ordering: .acquiring) {
@@ -44,7 +47,7 @@ public final class KafkaProducer: Sendable {
             }
             pollThreadDone.signal()
         }
-        thread.name = "kafka-producer-poll"
+        thread.name = "kafka-producer"
         thread.start()
     }
 
