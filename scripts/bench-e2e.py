@@ -13,6 +13,8 @@ Phases, each on a database and topics of its own:
               answered by an echo client that does no work (the broker's floor), and a curve of
               both at a few fixed rates
   batch       guest throughput with AUTH_BATCH_MAX of 1, 10, 100, 500
+  idle        the worker's CPU while nothing arrives, at its default fetch wait (as on Apache Kafka)
+              and at the bench's 5 ms (the bench brokers hold every fetch for the whole wait)
   limits      pgbench writing the rows of 100 guest logins per transaction (user, session, refresh
               token, kept result, rate-limit count, outbox event, and deleting published events):
               the ceiling; at each paced rate of the curve, pgbench running one login's statements
@@ -340,7 +342,8 @@ def preload(services, topic, values):
 
 
 class ResultReader:
-    """Reads the results topic in the background, keeping each result's record timestamp (the producer's create time) by key."""
+    """Reads the results topic in the background, keeping each result's record timestamp (the
+    producer's create time) by key."""
 
     def __init__(self, services, topic):
         # Latencies come from record timestamps, not from when this reader sees a result: it can
