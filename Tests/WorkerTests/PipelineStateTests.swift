@@ -48,13 +48,13 @@ import Testing
         // a: ready, ready(2), not ready(3); b: ready, ready.
         for index in [0, 1, 2, 4] { ready(jobs[index], &state) }
         state.move(jobs[3], to: .preparing)
-        let first = state.readyJobs(shard: 0, of: 1)
+        let first = state.readyJobs(for: 0)
         #expect(first.map(\.seq) == [jobs[0], jobs[1], jobs[2], jobs[4]].map(\.seq))
         for job in first { state.move(job, to: .batched) }
         // Nothing changed since: nothing new is ready.
-        #expect(state.readyJobs(shard: 0, of: 1).isEmpty)
+        #expect(state.readyJobs(for: 0).isEmpty)
         ready(jobs[3], &state)
-        #expect(state.readyJobs(shard: 0, of: 1).map(\.seq) == [jobs[3].seq])
+        #expect(state.readyJobs(for: 0).map(\.seq) == [jobs[3].seq])
     }
 
     /// A drain stops waiting when nothing can move: a ready job behind an abandoned one in its lane
@@ -109,31 +109,75 @@ import Testing
             state.add(job, in: .lookup)
             ready(job, &state)
         }
-        let first = state.readyJobs(shard: 0, of: 1, limit: 4)
+        let first = state.readyJobs(for: 0, limit: 4)
         #expect(first.map(\.seq) == jobs.prefix(4).map(\.seq))
         for job in first { state.move(job, to: .batched) }
-        let second = state.readyJobs(shard: 0, of: 1, limit: 4)
+        let second = state.readyJobs(for: 0, limit: 4)
         #expect(second.map(\.seq) == jobs[4..<8].map(\.seq))
         for job in second { state.move(job, to: .batched) }
-        #expect(state.readyJobs(shard: 0, of: 1, limit: 4).map(\.seq) == jobs[8...].map(\.seq))
+        #expect(state.readyJobs(for: 0, limit: 4).map(\.seq) == jobs[8...].map(\.seq))
     }
 
-    @Test func shardsSplitTheLanesAndTogetherCoverEveryJob() {
+    @Test func aLaneBeingWrittenWaitsForItsWriterWhileTheOtherWriterTakesTheRest() {
+        var state = LoopState()
+        let jobs = [("a", 0), ("b", 1), ("a", 2), ("c", 3)].map { key, offset in
+            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: key), epoch: 0)
+        }
+        for job in jobs { state.add(job, in: .lookup) }
+        ready(jobs[0], &state)
+        ready(jobs[1], &state)
+        // The first free writer takes everything ready.
+        let first = state.readyJobs(for: 0)
+        #expect(first.map(\.seq) == [jobs[0], jobs[1]].map(\.seq))
+        for job in first { state.batch(job, on: 0) }
+        // While writer 0 writes a's first job, a's next waits for it; c goes to writer 1.
+        ready(jobs[2], &state)
+        ready(jobs[3], &state)
+        #expect(state.readyJobs(for: 1).map(\.seq) == [jobs[3].seq], "a is writer 0's until its write ends")
+        state.batch(jobs[3], on: 1)
+        #expect(state.readyJobs(for: 1).isEmpty, "still: a waits for writer 0")
+        #expect(state.readyJobs(for: 0).map(\.seq) == [jobs[2].seq], "the writer holding the lane may go on with it")
+        // Written (published next, still in its batch): the lane may go to any writer.
+        var again = LoopState()
+        let lane = [0, 1].map { Job(seq: again.nextSeq(), message: message(offset: Int64($0), key: "k"), epoch: 0) }
+        for job in lane { again.add(job, in: .lookup) }
+        ready(lane[0], &again)
+        for job in again.readyJobs(for: 0) { again.batch(job, on: 0) }
+        ready(lane[1], &again)
+        #expect(again.readyJobs(for: 1).isEmpty)
+        again.written(lane[0])
+        #expect(again.readyJobs(for: 1).map(\.seq) == [lane[1].seq], "its earlier job is written: order holds")
+        // Sent back to look up (a conflict), a job leaves its writer.
+        again.batch(lane[1], on: 1)
+        again.move(lane[1], to: .lookup)
+        #expect(lane[1].writer == nil)
+    }
+
+    /// Under light load every batch goes to the first writer; the second takes only what arrives
+    /// while the first is busy, and together they cover every job once.
+    @Test func writersTogetherCoverEveryJobOnceAndTheFirstTakesAllWhenFree() {
         var state = LoopState()
         let jobs = (0..<40).map { offset in
             Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: "key-\(offset % 7)"), epoch: 0)
         }
-        for job in jobs {
+        for job in jobs.prefix(20) {
             state.add(job, in: .lookup)
             ready(job, &state)
         }
-        let zero = state.readyJobs(shard: 0, of: 2)
-        let one = state.readyJobs(shard: 1, of: 2)
-        #expect(Set(zero.map(\.seq)).isDisjoint(with: one.map(\.seq)))
-        #expect(Set(zero.map(\.seq) + one.map(\.seq)) == Set(jobs.map(\.seq)))
-        // A key lives on one shard only: its order is one writer's.
-        let keysOfZero = Set(zero.map(\.lane))
-        #expect(one.allSatisfy { !keysOfZero.contains($0.lane) })
+        let zero = state.readyJobs(for: 0, limit: 10)
+        for job in zero { state.batch(job, on: 0) }
+        for job in jobs.suffix(20) {
+            state.add(job, in: .lookup)
+            ready(job, &state)
+        }
+        let one = state.readyJobs(for: 1)
+        // Every lane has jobs in writer 0's batch: writer 1 may take none of them yet.
+        #expect(one.isEmpty)
+        for job in zero { state.written(job) }
+        let next = state.readyJobs(for: 1)
+        #expect(Set(zero.map(\.seq)).isDisjoint(with: next.map(\.seq)))
+        #expect(Set(zero.map(\.seq) + next.map(\.seq)) == Set(jobs.map(\.seq)))
+        #expect(next.map(\.seq) == next.map(\.seq).sorted(), "in read order")
     }
 
     @Test func theStoredOffsetNeverPassesAnUnfinishedMessage() {

@@ -358,8 +358,9 @@ public struct WorkerConfiguration: Sendable {
         /// PostgreSQL connections: `writers` write batches, one counts password attempts, the
         /// others serve lookups, the outbox relay and readiness. Env: `AUTH_DB_POOL_SIZE`. Default: 5.
         public var databasePoolSize = 5
-        /// Batches written at once, each on its own connection, of the keys that hash to it (so
-        /// per-key order holds). Env: `AUTH_DB_WRITERS`. Default: 2.
+        /// Batches written at once, each on its own connection. A key's requests are written by
+        /// one writer at a time, in order; the first free writer takes what is ready, so under
+        /// light load one connection writes every batch. Env: `AUTH_DB_WRITERS`. Default: 2.
         public var writers = 2
         /// Whether PostgreSQL connections prepare each statement once and then only run it. Turn
         /// it off behind a pooler in transaction mode that does not carry prepared statements

@@ -30,6 +30,9 @@ final class Job {
     private(set) var kind: Phase.Kind = .lookup
     /// Set when a write conflict sent the job back to look its id up (once at most).
     var lookedUpAgain = false
+    /// The writer whose batch is writing the job now (`LoopState.batch`); nil before, and once
+    /// the batch is written (`LoopState.written`).
+    fileprivate(set) var writer: Int?
 
     /// Messages with the same partition and key are written in order; messages without a key
     /// are ordered against nothing.
@@ -47,8 +50,7 @@ final class Job {
 
 /// Where a job is ordered: its partition and key (or, without a key, its own offset).
 ///
-/// The loop hashes a lane several times a pass (the lane table, the changed set, the writer it
-/// goes to), so its hash is computed once, with the key's bytes hashed as one buffer (an array
+/// The loop hashes a lane several times a pass (the lane table, the changed set), so its hash is computed once, with the key's bytes hashed as one buffer (an array
 /// of bytes hashes them one by one).
 struct LaneKey: Hashable {
     let topic: String
@@ -77,9 +79,6 @@ struct LaneKey: Hashable {
     }
 
     func hash(into hasher: inout Hasher) { hasher.combine(digest) }
-
-    /// Which of `shards` writers the lane's jobs go to (always the same one for a lane).
-    func shard(of shards: Int) -> Int { Int(UInt(bitPattern: digest) % UInt(max(shards, 1))) }
 }
 
 /// A request to prepare in the background, with what the pipeline decided about it.
@@ -145,30 +144,44 @@ enum Prepared: Sendable {
 }
 
 /// A stage of the loop running in the background: a batch being written, or published.
+///
+/// Its outcome is kept here before the loop is rung, so the loop takes it at once on the thread
+/// the ring resumed it on: waiting for the task's own completion instead (`Task.value`) could
+/// catch the task between the ring and its end, and suspend the loop for another wake-up.
 final class Stage<Output: Sendable>: Sendable {
-    private final class Flag: Sendable {
-        let value = Atomic<Bool>(false)
+    private final class Outcome: Sendable {
+        let result = Mutex<Result<Output, any Error>?>(nil)
     }
 
-    private let task: Task<Output, any Error>
-    private let done = Flag()
+    private let outcome = Outcome()
 
     /// Runs `body` in a task of its own; `wake` is called when it has finished.
     init(wake: @escaping @Sendable () -> Void, _ body: @escaping @Sendable () async throws -> Output) {
-        let done = done
-        task = Task {
-            defer {
-                done.value.store(true, ordering: .releasing)
-                wake()
+        Task { [outcome] in
+            let result: Result<Output, any Error>
+            do {
+                result = .success(try await body())
+            } catch {
+                result = .failure(error)
             }
-            return try await body()
+            outcome.result.withLock { $0 = result }
+            wake()
         }
     }
 
     /// True once the stage has finished (its value is then available at once).
-    var isDone: Bool { done.value.load(ordering: .acquiring) }
+    var isDone: Bool { outcome.result.withLock { $0 != nil } }
 
-    func value() async throws -> Output { try await task.value }
+    /// What the stage produced, or threw; only once `isDone`.
+    func value() throws -> Output {
+        guard let result = outcome.result.withLock({ $0 }) else { throw StageUnfinished() }
+        return try result.get()
+    }
+}
+
+/// `Stage.value` was asked before the stage finished: a defect of the loop, never of a request.
+struct StageUnfinished: Error, CustomStringConvertible {
+    var description: String { "a stage's value was taken before it finished" }
 }
 
 /// A batch as written: each job's step (in the order of the batch) and the outcome of each write.
@@ -245,7 +258,21 @@ struct LoopState {
     /// ready jobs, and a job sent (back) to look up is queued for the next lookup.
     mutating func move(_ job: Job, to phase: Phase) {
         job.phase = phase
+        if job.kind != .batched { job.writer = nil }
         changed(job)
+    }
+
+    /// `job` joins the batch `writer` writes now: its lane's later jobs wait for that write.
+    mutating func batch(_ job: Job, on writer: Int) {
+        move(job, to: .batched)
+        job.writer = writer
+    }
+
+    /// `job`'s batch is written (it is published next): its lane's later jobs may go to any writer.
+    mutating func written(_ job: Job) {
+        guard job.writer != nil else { return }
+        job.writer = nil
+        changedLanes.insert(job.lane)
     }
 
     /// Notes that a job's phase changed: its lane is looked at again, and a job to look up is queued.
@@ -284,19 +311,31 @@ struct LoopState {
         }
     }
 
-    /// Each changed lane's jobs that are ready, after those already in a batch and up to the
-    /// first that is not ready, in read order: of the lanes that hash to `shard`, `limit` at most.
-    mutating func readyJobs(shard: Int, of shards: Int, limit: Int = .max) -> [Job] {
+    /// The ready jobs `writer` may write next: each changed lane's, after those already in a
+    /// batch and up to the first that is not ready, in read order, `limit` at most. A lane with
+    /// jobs in a batch another writer is writing is left for later (its order is that writer's
+    /// until the write ends), so per-key order holds whichever writer takes a lane.
+    ///
+    /// Any free writer may take any other lane: the loop offers the ready jobs to its writers in
+    /// order, so under light load one connection writes every batch (the second is woken only
+    /// while the first is busy), and under heavy load both write.
+    mutating func readyJobs(for writer: Int, limit: Int = .max) -> [Job] {
         var ready: [Job] = []
         var looked: [LaneKey] = []
-        for lane in changedLanes where shards == 1 || lane.shard(of: shards) == shard {
-            looked.append(lane)
+        lanes: for lane in changedLanes {
+            var taken: [Job] = []
             for seq in lanes[lane] ?? [] {
                 guard let job = jobs[seq] else { break }
-                if job.kind == .batched { continue }
+                if job.kind == .batched {
+                    // Being written elsewhere: the lane is looked at again when that write ends.
+                    if let other = job.writer, other != writer { continue lanes }
+                    continue
+                }
                 guard job.kind == .ready else { break }
-                ready.append(job)
+                taken.append(job)
             }
+            looked.append(lane)
+            ready += taken
         }
         for lane in looked { changedLanes.remove(lane) }
         ready.sort { $0.seq < $1.seq }

@@ -37,7 +37,7 @@ extension RequestPipeline {
             guard case .ready(let step) = job.phase else { return (job.seq, nil) }
             return (job.seq, step)
         }
-        for job in ready { state.move(job, to: .batched) }
+        for job in ready { state.batch(job, on: writer) }
         guard !items.isEmpty else {
             // No transaction to carry the acknowledged events' marks: they wait for the next one.
             return Stage(wake: wake) { WrittenBatch(steps: steps, outcomes: [], marked: []) }
@@ -66,6 +66,7 @@ extension RequestPipeline {
         var next = written.outcomes.makeIterator()
         for (seq, step) in written.steps {
             guard let job = state.jobs[seq] else { continue }
+            state.written(job)
             switch step {
             case .publish(let published, let outcome, let audit):
                 // Its audit row was an item of the transaction: its outcome is passed over.

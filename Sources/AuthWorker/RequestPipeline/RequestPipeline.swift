@@ -126,8 +126,9 @@ public final class RequestPipeline: Service {
     func loop(_ state: inout LoopState) async throws {
         let processing = configuration.processing
         // The stages overlap: while batches are written, the next requests are decoded and
-        // prepared and the batches before are published. Each writer writes one batch at a time,
-        // of the lanes that hash to it, in order: per-key order holds across batches.
+        // prepared and the batches before are published. Each writer writes one batch at a time;
+        // a lane's jobs are written by one writer at a time, in order: per-key order holds across
+        // batches. The first free writer takes what is ready, so light load uses one connection.
         let writers = max(processing.writers, 1)
         var writing: [Stage<WrittenBatch>?] = Array(repeating: nil, count: writers)
         // Publishes overlap (a topic's first record can wait on the broker), finishing in any order:
@@ -209,7 +210,7 @@ public final class RequestPipeline: Service {
                 _ = doorbell.take()
             }
             if let lookup = looking, lookup.stage.isDone {
-                let found = try await lookup.stage.value()
+                let found = try lookup.stage.value()
                 start(lookup.jobs, kept: found.kept, guests: found.guests, &state)
                 looking = nil
             }
@@ -223,7 +224,7 @@ public final class RequestPipeline: Service {
             let (donePublishing, stillPublishing) = Self.split(publishing) { $0.stage.isDone }
             publishing = stillPublishing
             for entry in donePublishing {
-                state.acknowledged(try await entry.stage.value())
+                state.acknowledged(try entry.stage.value())
                 finish(entry.jobs, &state)
             }
             if !donePublishing.isEmpty {
@@ -232,10 +233,10 @@ public final class RequestPipeline: Service {
                 // the next poll's wait.
                 startParked(&state)
             }
-            for shard in 0..<writers {
-                guard let stage = writing[shard], stage.isDone else { continue }
-                toPublish += records(for: try await stage.value(), &state)
-                writing[shard] = nil
+            for writer in 0..<writers {
+                guard let stage = writing[writer], stage.isDone else { continue }
+                toPublish += records(for: try stage.value(), &state)
+                writing[writer] = nil
             }
             if publishing.count < 4, !toPublish.isEmpty {
                 let jobs = toPublish
@@ -244,10 +245,11 @@ public final class RequestPipeline: Service {
                 publishing.append((Stage(wake: wake) { try await self.publish(entries) }, jobs))
             }
             var wrote = false
-            for shard in 0..<writers where writing[shard] == nil {
-                let ready = state.readyJobs(shard: shard, of: writers, limit: max(processing.batchMax, 1))
+            // In the writers' order: the second writes only what the first, busy, cannot take.
+            for writer in 0..<writers where writing[writer] == nil {
+                let ready = state.readyJobs(for: writer, limit: max(processing.batchMax, 1))
                 guard !ready.isEmpty else { continue }
-                writing[shard] = beginWrite(ready, writer: shard, &state)
+                writing[writer] = beginWrite(ready, writer: writer, &state)
                 wrote = true
             }
             if !wrote, !busy { try await markPublishedWhileIdle(&state, after: Self.idleMarkDelay) }
