@@ -50,8 +50,9 @@ final class Job {
 
 /// Where a job is ordered: its partition and key (or, without a key, its own offset).
 ///
-/// The loop hashes a lane several times a pass (the lane table, the changed set), so its hash is computed once, with the key's bytes hashed as one buffer (an array
-/// of bytes hashes them one by one).
+/// The loop hashes a lane several times a pass (the lane table, the changed set), so its hash
+/// is computed once, with the key's bytes hashed as one buffer (an array of bytes hashes them
+/// one by one).
 struct LaneKey: Hashable {
     let topic: String
     let partition: Int32
