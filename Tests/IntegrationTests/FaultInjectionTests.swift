@@ -72,6 +72,17 @@ import Testing
             starts += 1
         }
 
+        /// Waits until this replica's latest start is consuming (its signal handlers are installed
+        /// by then: a SIGTERM sooner ends the process the default way, with status 15).
+        func waitUntilConsuming(timeout: Duration = .seconds(60)) {
+            let deadline = ContinuousClock.now + timeout
+            while ContinuousClock.now < deadline {
+                let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+                if text.components(separatedBy: "\"msg\":\"Consuming\"").count - 1 >= starts { return }
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+        }
+
         func kill9() {
             guard let process, process.isRunning else { return }
             kill(process.processIdentifier, SIGKILL)
@@ -254,7 +265,14 @@ import Testing
             Set(messages.map(\.keyString)).isSuperset(of: expected)
         }
         var finals: [(Int32, Duration)] = []
-        for replica in replicas { finals.append(try await Blocking.run { replica.terminate() }) }
+        for replica in replicas {
+            // A replica restarted just now (the last fault) is drained as the others, once it runs.
+            finals.append(
+                try await Blocking.run {
+                    replica.waitUntilConsuming()
+                    return replica.terminate()
+                })
+        }
         let allEvents = try await events.drain(for: .seconds(2))
         let dlq = try await deadLetters.waitUntil(timeout: .seconds(10)) {
             $0.count >= sent.poison.load(ordering: .relaxed)
