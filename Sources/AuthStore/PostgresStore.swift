@@ -212,12 +212,35 @@ public final class PostgresStore: Sendable {
 
     // MARK: - Before a batch
 
+    /// Which connection a read before a batch runs on.
+    public enum ReadConnection: Sendable, Equatable {
+        /// One of the pool's (the default).
+        case pool
+        /// A batch writer's, while it writes nothing: under light load the read and the write
+        /// that follows run on one thread and one server process, both warm, instead of waking
+        /// two of each. The caller keeps that writer's batches off it meanwhile (a batch queued
+        /// behind the read would wait for it).
+        case writer(Int)
+    }
+
+    /// Runs `body` on the connection `on` names.
+    private func reading<T: Sendable>(on connection: ReadConnection, _ body: @Sendable (PGConnection) throws -> T)
+        async throws -> T
+    {
+        switch connection {
+        case .pool: try await pool.withConnection(body)
+        case .writer(let writer): try await writers[writer % writers.count].withConnection(body)
+        }
+    }
+
     /// The request ids among `ids` that were processed before, with their digests and kept answers.
-    public func keptRequests(_ ids: [String]) async throws -> [String: KeptRequest] {
+    public func keptRequests(_ ids: [String], on connection: ReadConnection = .pool) async throws -> [String:
+        KeptRequest]
+    {
         guard !ids.isEmpty else { return [:] }
         // Read by key, from a cached plan (`KeyedPlans`; `LOCAL` to the round trip's implicit
         // transaction).
-        let results = try await pool.withConnection { connection in
+        let results = try await reading(on: connection) { connection in
             try connection.pipeline([KeyedPlans.cachedKeyedPlans, Self.keptRequestsQuery(ids)])
         }
         guard let rows = results.last else { throw PGError(.decoding, detail: "the lookup's answer is missing") }
@@ -229,11 +252,12 @@ public final class PostgresStore: Sendable {
     /// implicit transaction (the bucket is not touched when every guest was processed before).
     /// - Returns: the kept requests, and the grant (nil when no guest was new).
     public func lookUp(
-        _ ids: [String], guests: [String], bucket: String, limit: WorkerConfiguration.RateLimit, at date: Date
+        _ ids: [String], guests: [String], bucket: String, limit: WorkerConfiguration.RateLimit, at date: Date,
+        on connection: ReadConnection = .pool
     ) async throws -> (kept: [String: KeptRequest], guests: RateLimitGrant?) {
         // The ceiling's count joins, planned per run; then the kept requests are read by key,
         // from a cached plan (`KeyedPlans`; to the end of the round trip's implicit transaction).
-        let results = try await pool.withConnection { connection in
+        let results = try await reading(on: connection) { connection in
             try connection.pipeline([
                 """
                 SELECT r.granted, r.window_end

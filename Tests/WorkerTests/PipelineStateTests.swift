@@ -153,6 +153,23 @@ import Testing
         #expect(lane[1].writer == nil)
     }
 
+    /// A writer asked for a backlog takes nothing below it, and leaves what it saw for the next ask.
+    @Test func belowTheMinimumNothingIsTakenAndNothingIsLost() {
+        var state = LoopState()
+        let jobs = (0..<3).map { offset in
+            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: "k\(offset)"), epoch: 0)
+        }
+        for job in jobs.prefix(2) {
+            state.add(job, in: .lookup)
+            ready(job, &state)
+        }
+        #expect(state.readyJobs(for: 1, minimum: 3).isEmpty)
+        state.add(jobs[2], in: .lookup)
+        ready(jobs[2], &state)
+        #expect(state.readyJobs(for: 1, minimum: 3).map(\.seq) == jobs.map(\.seq))
+        #expect(state.readyJobs(for: 0).isEmpty)
+    }
+
     /// Under light load every batch goes to the first writer; the second takes only what arrives
     /// while the first is busy, and together they cover every job once.
     @Test func writersTogetherCoverEveryJobOnceAndTheFirstTakesAllWhenFree() {

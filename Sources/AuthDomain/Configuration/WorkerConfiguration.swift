@@ -359,8 +359,10 @@ public struct WorkerConfiguration: Sendable {
         /// others serve lookups, the outbox relay and readiness. Env: `AUTH_DB_POOL_SIZE`. Default: 5.
         public var databasePoolSize = 5
         /// Batches written at once, each on its own connection. A key's requests are written by
-        /// one writer at a time, in order; the first free writer takes what is ready, so under
-        /// light load one connection writes every batch. Env: `AUTH_DB_WRITERS`. Default: 2.
+        /// one writer at a time, in order; the first free writer takes what is ready, a later one
+        /// only behind a backlog, and a writer with nothing to write serves the request-id
+        /// lookups: under light load one connection reads and writes every batch.
+        /// Env: `AUTH_DB_WRITERS`. Default: 2.
         public var writers = 2
         /// Whether PostgreSQL connections prepare each statement once and then only run it. Turn
         /// it off behind a pooler in transaction mode that does not carry prepared statements

@@ -320,7 +320,8 @@ struct LoopState {
     /// Any free writer may take any other lane: the loop offers the ready jobs to its writers in
     /// order, so under light load one connection writes every batch (the second is woken only
     /// while the first is busy), and under heavy load both write.
-    mutating func readyJobs(for writer: Int, limit: Int = .max) -> [Job] {
+    /// - Parameter minimum: fewer ready jobs than this are left for later (none taken).
+    mutating func readyJobs(for writer: Int, limit: Int = .max, minimum: Int = 1) -> [Job] {
         var ready: [Job] = []
         var looked: [LaneKey] = []
         lanes: for lane in changedLanes {
@@ -338,6 +339,7 @@ struct LoopState {
             looked.append(lane)
             ready += taken
         }
+        guard ready.count >= max(minimum, 1) else { return [] }
         for lane in looked { changedLanes.remove(lane) }
         ready.sort { $0.seq < $1.seq }
         guard ready.count > limit else { return ready }

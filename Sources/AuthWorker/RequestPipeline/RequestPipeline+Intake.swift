@@ -70,7 +70,9 @@ extension RequestPipeline {
     /// Starts looking up the request ids of every job admitted since the last lookup: one query
     /// in the background, while the loop goes on polling. The global guest ceiling is reserved
     /// for the new guests among them in the same stage.
-    func beginLookup(_ state: inout LoopState) -> Lookup? {
+    /// - Parameter writer: a batch writer that writes nothing now, to read on (the loop keeps
+    ///   batches off it until the lookup ends); nil for the pool's connections.
+    func beginLookup(_ state: inout LoopState, writer: Int?) -> Lookup? {
         let starting = state.toStart.compactMap { seq -> Job? in
             guard let job = state.jobs[seq], job.kind == .lookup else { return nil }
             return job
@@ -81,11 +83,12 @@ extension RequestPipeline {
         let ids = starting.compactMap { $0.request?.id }
         let guestIDs = starting.compactMap { $0.request?.method == .guest ? $0.request?.id : nil }
         let guestCeiling = configuration.accounts.guestGlobalRateLimit
+        let connection: PostgresStore.ReadConnection = writer.map { .writer($0) } ?? .pool
         let stage = Stage(wake: wake) {
             guard !ids.isEmpty else { return LookupResult(kept: [:], guests: nil) }
             guard guestCeiling.count > 0, !guestIDs.isEmpty else {
                 let kept = try await self.retrying("look up request ids", requestIDs: ids) {
-                    try await self.store.keptRequests(ids)
+                    try await self.store.keptRequests(ids, on: connection)
                 }
                 return LookupResult(kept: kept, guests: nil)
             }
@@ -94,11 +97,12 @@ extension RequestPipeline {
             // every write transaction, and no second round trip for a batch of one.
             let found = try await self.retrying("look up request ids and reserve guest sign-ups", requestIDs: ids) {
                 try await self.store.lookUp(
-                    ids, guests: guestIDs, bucket: Self.guestCeilingBucket, limit: guestCeiling, at: self.clock.now())
+                    ids, guests: guestIDs, bucket: Self.guestCeilingBucket, limit: guestCeiling, at: self.clock.now(),
+                    on: connection)
             }
             return LookupResult(kept: found.kept, guests: found.guests)
         }
-        return Lookup(stage: stage, jobs: starting.map(\.seq))
+        return Lookup(stage: stage, jobs: starting.map(\.seq), writer: writer)
     }
 
     /// The bucket of the global guest ceiling (per-client buckets are `guest:<client>`).
@@ -207,6 +211,8 @@ extension RequestPipeline {
     struct Lookup {
         let stage: Stage<LookupResult>
         let jobs: [Int]
+        /// The batch writer it reads on, nil for the pool.
+        let writer: Int?
     }
 
     /// Prepares requests one after the other in a task of their own, posting each outcome.

@@ -71,6 +71,11 @@ extension RequestPipeline {
     /// marking costs no statement and no commit of its own (at 100 logins/s it was a third of the
     /// commits); it is far below the relay's grace (30 s), so the relay never takes them meanwhile.
     static let idleMarkDelay: Duration = .seconds(1)
+    /// How many ready jobs make a writer start while one before it is busy.
+    static let spillBacklog = 8
+    /// How long a writer may write before the next one starts whatever the backlog (a write that
+    /// waits on a row lock, a slow server).
+    static let spillAfter: Duration = .milliseconds(20)
     /// The longest the busy loop waits on its doorbell without polling the consumer.
     static let waitTick: Duration = .milliseconds(100)
 

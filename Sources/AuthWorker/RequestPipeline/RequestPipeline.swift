@@ -128,9 +128,11 @@ public final class RequestPipeline: Service {
         // The stages overlap: while batches are written, the next requests are decoded and
         // prepared and the batches before are published. Each writer writes one batch at a time;
         // a lane's jobs are written by one writer at a time, in order: per-key order holds across
-        // batches. The first free writer takes what is ready, so light load uses one connection.
+        // batches. The first free writer takes what is ready (a later one only behind a backlog),
+        // and a lookup reads on a writer with nothing to write: light load uses one connection.
         let writers = max(processing.writers, 1)
         var writing: [Stage<WrittenBatch>?] = Array(repeating: nil, count: writers)
+        var writingSince: [ContinuousClock.Instant] = Array(repeating: .now, count: writers)
         // Publishes overlap (a topic's first record can wait on the broker), finishing in any order:
         // the offset watermark and the per-partition order of the producer keep what matters.
         var publishing: [(stage: Stage<[UUID]>, jobs: [JobRecords])] = []
@@ -214,7 +216,6 @@ public final class RequestPipeline: Service {
                 start(lookup.jobs, kept: found.kept, guests: found.guests, &state)
                 looking = nil
             }
-            if looking == nil { looking = beginLookup(&state) }
             collect(&state)
             startParked(&state)
 
@@ -245,12 +246,33 @@ public final class RequestPipeline: Service {
                 publishing.append((Stage(wake: wake) { try await self.publish(entries) }, jobs))
             }
             var wrote = false
-            // In the writers' order: the second writes only what the first, busy, cannot take.
-            for writer in 0..<writers where writing[writer] == nil {
-                let ready = state.readyJobs(for: writer, limit: max(processing.batchMax, 1))
+            // In the writers' order. A writer after a busy one (writing, or reading a lookup)
+            // starts only behind a backlog, or when the one before has been writing for long: a
+            // few requests wait for the busy writer (a write of one login takes a millisecond or
+            // two) rather than wake another connection and its server process, both gone cold.
+            let now = ContinuousClock.now
+            var busyBefore = false
+            for writer in 0..<writers {
+                if looking?.writer == writer {
+                    busyBefore = true
+                    continue
+                }
+                guard writing[writer] == nil else {
+                    if now - writingSince[writer] < Self.spillAfter { busyBefore = true }
+                    continue
+                }
+                let ready = state.readyJobs(
+                    for: writer, limit: max(processing.batchMax, 1), minimum: busyBefore ? Self.spillBacklog : 1)
                 guard !ready.isEmpty else { continue }
                 writing[writer] = beginWrite(ready, writer: writer, &state)
+                writingSince[writer] = now
                 wrote = true
+            }
+            if looking == nil {
+                // Writes first: a lookup reads on a writer only when it writes nothing even so
+                // (under light load a request's lookup and write then share one connection,
+                // `PostgresStore.ReadConnection`), on the pool's connections otherwise.
+                looking = beginLookup(&state, writer: (0..<writers).first { writing[$0] == nil })
             }
             if !wrote, !busy { try await markPublishedWhileIdle(&state, after: Self.idleMarkDelay) }
         }
