@@ -6,8 +6,17 @@ public enum Migrations {
     public static let all: [PGMigration] = [
         initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
         oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens, passkeys,
-        accountAdministration, consoleSessions,
+        accountAdministration, consoleSessions, outboxWithoutPartialIndex,
     ]
+
+    /// Published events leave the outbox (version 4), so every row in it is unpublished and the
+    /// partial index on `seq` for unpublished rows only repeated the primary key: one more index
+    /// entry written, and its WAL, for every event. The relay reads by the primary key instead.
+    static let outboxWithoutPartialIndex = PGMigration(
+        version: 15, name: "outbox without its partial index",
+        sql: """
+            DROP INDEX IF EXISTS outbox_unpublished;
+            """)
 
     /// The admin console's sign-in sessions: the SHA-256 of the cookie's random id (never the id),
     /// its holder, the login session its sign-in opened, and both timeouts' clocks.

@@ -29,5 +29,10 @@ import Testing
             "SELECT table_name FROM information_schema.views WHERE table_schema = 'public' ORDER BY 1"
         ).map { try $0.decode("table_name", as: String.self) }
         #expect(views == ["gateway_access_tokens"], "the read-only view gateways may be granted")
+        // Every event an insert writes is indexed twice: by its sequence and by its id (the marks).
+        let outboxIndexes = try connection.query(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = 'public' AND tablename = 'outbox' ORDER BY 1"
+        ).map { try $0.decode("indexname", as: String.self) }
+        #expect(outboxIndexes == ["outbox_event_id_key", "outbox_pkey"])
     }
 }
