@@ -18,6 +18,7 @@ extension WorkerConfiguration {
         kafka.properties = kafkaProperties
         var consumer = KafkaConsumerConfiguration(kafka: kafka, groupID: kafkaGroup)
         consumer.sessionTimeout = processing.kafkaSessionTimeout
+        consumer.maxPollInterval = processing.kafkaMaxPollInterval
         consumer.fetchWaitMax = processing.kafkaFetchWait
         return consumer
     }

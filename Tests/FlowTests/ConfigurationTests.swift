@@ -191,6 +191,19 @@ import Testing
         #expect(tuned.consumerConfiguration.librdkafkaProperties["fetch.wait.max.ms"] == "50")
         #expect(tuned.producerConfiguration.librdkafkaProperties["linger.ms"] == "10")
         #expect(tuned.processing.batchMax == 32, "the earlier name of AUTH_BATCH_MAX still works")
+        #expect(defaults.consumerConfiguration.librdkafkaProperties["max.poll.interval.ms"] == "300000")
+        let shortRebalances = try WorkerConfiguration.fromEnvironment([
+            "AUTH_KAFKA_MAX_POLL_INTERVAL_MS": "30000", "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        ])
+        #expect(shortRebalances.consumerConfiguration.librdkafkaProperties["max.poll.interval.ms"] == "30000")
+        let belowTheSession = try WorkerConfiguration.fromEnvironment([
+            "AUTH_KAFKA_MAX_POLL_INTERVAL_MS": "5000", "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
+            "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": "postgres://db/x",
+            "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+        ])
+        #expect(throws: ConfigurationError(variable: "AUTH_KAFKA_MAX_POLL_INTERVAL_MS", reason: "")) {
+            try belowTheSession.validate()
+        }
     }
 
     func providersFile(_ json: String) throws -> String {

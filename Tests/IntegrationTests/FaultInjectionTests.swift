@@ -133,6 +133,10 @@ import Testing
             "AUTH_KAFKA_BROKERS": cluster.brokers, "AUTH_DATABASE_URL": databaseURL,
             "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
             "AUTH_RESULTS_KEY_FILE": keyFile, "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
+            // A rebalance waits for members to rejoin up to this: once here no partition was
+            // assigned for the three minutes left after a broker freeze and a replica's SIGKILL.
+            // 30 s bounds that wait well inside the test's; librdkafka's default is 300.
+            "AUTH_KAFKA_MAX_POLL_INTERVAL_MS": "30000",
             "AUTH_MAX_RETRY_DELAY_MS": "1000",
             "AUTH_HEALTH_PORT": "off", "AUTH_REQUEST_DEADLINE_SECONDS": "0", "AUTH_OUTBOX_RELAY_GRACE_SECONDS": "2",
             "AUTH_GUEST_RATE_LIMIT": "0/60", "AUTH_GUEST_GLOBAL_RATE_LIMIT": "0/60", "AUTH_BATCH_WAIT_MS": "50",

@@ -111,6 +111,9 @@ extension WorkerConfiguration {
         if let value = try reader.integer("AUTH_KAFKA_SESSION_TIMEOUT_MS") {
             config.processing.kafkaSessionTimeout = .milliseconds(value)
         }
+        if let value = try reader.integer("AUTH_KAFKA_MAX_POLL_INTERVAL_MS") {
+            config.processing.kafkaMaxPollInterval = .milliseconds(value)
+        }
         if let value = try reader.bool("AUTH_MIGRATE_ON_START") { config.migrateOnStart = value }
         if let path = reader.string("AUTH_RESULTS_KEY_FILE") {
             guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {

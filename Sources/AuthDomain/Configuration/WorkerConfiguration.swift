@@ -379,6 +379,12 @@ public struct WorkerConfiguration: Sendable {
         public var maxRetryDelay: Duration = .seconds(10)
         /// Consumer session timeout. Env: `AUTH_KAFKA_SESSION_TIMEOUT_MS`. Default: 10 s.
         public var kafkaSessionTimeout: Duration = .seconds(10)
+        /// The longest the consumer may go between polls before it leaves the group, and so how
+        /// long a rebalance waits for a member to rejoin: a member that died mid-rebalance holds
+        /// every partition of the group until then on a broker that does not end its session
+        /// sooner. The loop polls at least every 100 ms. At least the session timeout.
+        /// Env: `AUTH_KAFKA_MAX_POLL_INTERVAL_MS`. Default: 300 s (librdkafka's).
+        public var kafkaMaxPollInterval: Duration = .seconds(300)
         /// How long the broker may hold a fetch waiting for data. Apache Kafka (and Redpanda, MSK,
         /// Confluent Cloud) answers a waiting fetch as soon as data arrives, so there this only sets
         /// how often an idle consumer asks again (an idle worker: 10 fetches a second, under half a
@@ -429,6 +435,10 @@ public struct WorkerConfiguration: Sendable {
             throw ConfigurationError(
                 variable: "AUTH_DLQ_MAX_BYTES", reason: "must be between 1 and 900000 (the producer's limit is 1000000)"
             )
+        }
+        guard processing.kafkaMaxPollInterval >= processing.kafkaSessionTimeout else {
+            throw ConfigurationError(
+                variable: "AUTH_KAFKA_MAX_POLL_INTERVAL_MS", reason: "must be at least AUTH_KAFKA_SESSION_TIMEOUT_MS")
         }
         guard processing.writers >= 1 else {
             throw ConfigurationError(variable: "AUTH_DB_WRITERS", reason: "must be at least 1")
