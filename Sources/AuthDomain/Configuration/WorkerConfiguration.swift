@@ -382,7 +382,8 @@ public struct WorkerConfiguration: Sendable {
         /// The longest the consumer may go between polls before it leaves the group, and so how
         /// long a rebalance waits for a member to rejoin: a member that died mid-rebalance holds
         /// every partition of the group until then on a broker that does not end its session
-        /// sooner. The loop polls at least every 100 ms. At least the session timeout.
+        /// sooner. The loop polls at least every 100 ms while it has room for more requests. At
+        /// least the session timeout.
         /// Env: `AUTH_KAFKA_MAX_POLL_INTERVAL_MS`. Default: 300 s (librdkafka's).
         public var kafkaMaxPollInterval: Duration = .seconds(300)
         /// How long the broker may hold a fetch waiting for data. Apache Kafka (and Redpanda, MSK,
