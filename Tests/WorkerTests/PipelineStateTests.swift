@@ -23,6 +23,21 @@ import Testing
         state.move(job, to: .ready(.publish([], outcome: "ok", audit: nil)))
     }
 
+    /// `count` jobs at offsets 0..<count, each keyed by `key(offset)`.
+    private func makeJobs(_ count: Int, _ state: inout LoopState, key: (Int) -> String) -> [Job] {
+        (0..<count).map { offset in
+            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: key(offset)), epoch: 0)
+        }
+    }
+
+    /// Takes `jobs` in and makes each ready.
+    private func admitReady(_ jobs: some Sequence<Job>, _ state: inout LoopState) {
+        for job in jobs {
+            state.add(job, in: .lookup)
+            ready(job, &state)
+        }
+    }
+
     @Test func acknowledgedEventsWaitForTheNextTransactionFromTheFirstAcknowledgement() throws {
         var state = LoopState()
         state.acknowledged([])
@@ -102,13 +117,8 @@ import Testing
 
     @Test func aBatchIsCutAtTheLimitInReadOrderAndTheRestComesNext() {
         var state = LoopState()
-        let jobs = (0..<10).map { offset in
-            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: "k\(offset % 3)"), epoch: 0)
-        }
-        for job in jobs {
-            state.add(job, in: .lookup)
-            ready(job, &state)
-        }
+        let jobs = makeJobs(10, &state) { "k\($0 % 3)" }
+        admitReady(jobs, &state)
         let first = state.readyJobs(for: 0, limit: 4)
         #expect(first.map(\.seq) == jobs.prefix(4).map(\.seq))
         for job in first { state.move(job, to: .batched) }
@@ -156,16 +166,10 @@ import Testing
     /// A writer asked for a backlog takes nothing below it, and leaves what it saw for the next ask.
     @Test func belowTheMinimumNothingIsTakenAndNothingIsLost() {
         var state = LoopState()
-        let jobs = (0..<3).map { offset in
-            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: "k\(offset)"), epoch: 0)
-        }
-        for job in jobs.prefix(2) {
-            state.add(job, in: .lookup)
-            ready(job, &state)
-        }
+        let jobs = makeJobs(3, &state) { "k\($0)" }
+        admitReady(jobs.prefix(2), &state)
         #expect(state.readyJobs(for: 1, minimum: 3).isEmpty)
-        state.add(jobs[2], in: .lookup)
-        ready(jobs[2], &state)
+        admitReady([jobs[2]], &state)
         #expect(state.readyJobs(for: 1, minimum: 3).map(\.seq) == jobs.map(\.seq))
         #expect(state.readyJobs(for: 0).isEmpty)
     }
@@ -174,19 +178,11 @@ import Testing
     /// while the first is busy, and together they cover every job once.
     @Test func writersTogetherCoverEveryJobOnceAndTheFirstTakesAllWhenFree() {
         var state = LoopState()
-        let jobs = (0..<40).map { offset in
-            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: "key-\(offset % 7)"), epoch: 0)
-        }
-        for job in jobs.prefix(20) {
-            state.add(job, in: .lookup)
-            ready(job, &state)
-        }
+        let jobs = makeJobs(40, &state) { "key-\($0 % 7)" }
+        admitReady(jobs.prefix(20), &state)
         let zero = state.readyJobs(for: 0, limit: 10)
         for job in zero { state.batch(job, on: 0) }
-        for job in jobs.suffix(20) {
-            state.add(job, in: .lookup)
-            ready(job, &state)
-        }
+        admitReady(jobs.suffix(20), &state)
         let one = state.readyJobs(for: 1)
         // Every lane has jobs in writer 0's batch: writer 1 may take none of them yet.
         #expect(one.isEmpty)
