@@ -142,7 +142,7 @@ import Testing
             try await Task.sleep(for: .milliseconds(100))
             metrics = try await HTTP.get("http://127.0.0.1:\(port)/metrics")
         }
-        try MetricsExposition.check(metrics.body)
+        try await MetricsExposition.check(metrics.body)
         #expect(metrics.body.contains("auth_results_total{code=\"ok\"} 1"))
         #expect(metrics.body.contains("auth_results_total{code=\"\(invalidCode)\"} 1"), "invalid requests counted")
         #expect(metrics.body.contains("auth_requests_dead_lettered_total{reason=\"invalid_json\"} 1"))

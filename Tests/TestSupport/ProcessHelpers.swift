@@ -77,7 +77,7 @@ enum MetricsExposition {
         let description: String
     }
 
-    static func check(_ text: String) throws {
+    static func check(_ text: String) async throws {
         var helped = Set<String>()
         var typed: [String: String] = [:]
         for line in text.split(separator: "\n") {
@@ -107,20 +107,24 @@ enum MetricsExposition {
             }
             return
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: promtool)
-        process.arguments = ["check", "metrics"]
-        let input = Pipe()
-        let output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        input.fileHandleForWriting.write(Data(text.utf8))
-        try input.fileHandleForWriting.close()
-        let report = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0, report.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+        // promtool is waited for on a thread of its own, never on a cooperative one.
+        let (status, report) = try await Blocking.run {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: promtool)
+            process.arguments = ["check", "metrics"]
+            let input = Pipe()
+            let output = Pipe()
+            process.standardInput = input
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            input.fileHandleForWriting.write(Data(text.utf8))
+            try input.fileHandleForWriting.close()
+            let report = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            return (process.terminationStatus, report)
+        }
+        guard status == 0, report.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
             throw Problem(description: "promtool check metrics: \(report)")
         }
     }

@@ -6,7 +6,7 @@ import Testing
 @testable import TestSupport
 
 @Suite struct MetricsTests {
-    @Test func everyFamilyHasHelpAndTypeAndLabelsAreEscaped() throws {
+    @Test func everyFamilyHasHelpAndTypeAndLabelsAreEscaped() async throws {
         let registry = MetricsRegistry()
         let counter = registry.counter("things_total", help: "Things.\nSecond line", labels: ["kind"])
         counter.labels("a\"b\\c\nd").increment(by: 3)
@@ -15,10 +15,10 @@ import Testing
         #expect(text.contains("# HELP things_total Things.\\nSecond line\n# TYPE things_total counter\n"))
         #expect(text.contains("things_total{kind=\"a\\\"b\\\\c\\nd\"} 3\n"))
         #expect(text.contains("# TYPE level gauge\nlevel 2.5\n"))
-        try MetricsExposition.check(text)
+        try await MetricsExposition.check(text)
     }
 
-    @Test func histogramBucketsAreCumulativeWithInfinityCountAndSum() throws {
+    @Test func histogramBucketsAreCumulativeWithInfinityCountAndSum() async throws {
         let registry = MetricsRegistry()
         let family = registry.histogram("took_seconds", help: "Took.", labels: ["m"], bounds: [0.01, 0.1, 1])
         let histogram = family.labels("x")
@@ -30,10 +30,10 @@ import Testing
         #expect(text.contains("took_seconds_bucket{m=\"x\",le=\"+Inf\"} 5\n"))
         #expect(text.contains("took_seconds_count{m=\"x\"} 5\n"))
         #expect(text.contains("took_seconds_sum{m=\"x\"} 20.605\n"))
-        try MetricsExposition.check(text)
+        try await MetricsExposition.check(text)
     }
 
-    @Test func workerMetricsExposeTheDocumentedFamiliesAndProcessFigures() throws {
+    @Test func workerMetricsExposeTheDocumentedFamiliesAndProcessFigures() async throws {
         let metrics = WorkerMetrics()
         metrics.trackProcess()
         metrics.requestDuration.labels("guest", "ok").observe(.milliseconds(3))
@@ -48,6 +48,6 @@ import Testing
         let start = try #require(text.split(separator: "\n").first { $0.hasPrefix("process_start_time_seconds ") })
         let started = Double(start.split(separator: " ")[1]) ?? 0
         #expect(abs(started - Date().timeIntervalSince1970) < 86_400 * 7, "a plausible start time")
-        try MetricsExposition.check(text)
+        try await MetricsExposition.check(text)
     }
 }
