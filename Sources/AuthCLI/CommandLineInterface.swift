@@ -277,7 +277,7 @@ public struct CommandLineInterface: Sendable {
     /// exit 0 when it answers 200 within two seconds, 1 otherwise.
     private func probe(_ path: String) -> Int32 {
         let port = environment["AUTH_HEALTH_PORT"].flatMap { UInt16($0) } ?? 8080
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { return 1 }
         defer { close(fd) }
         var timeout = timeval(tv_sec: 2, tv_usec: 0)

@@ -91,7 +91,9 @@ public final class HealthServer: Service, @unchecked Sendable {
     }
 
     private func listen() throws -> Int32 {
-        let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        // Close-on-exec, as every descriptor of the server: a program the host process starts
+        // must not keep the port (or a client's connection) open after the server closed it.
+        let fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw HealthServerError(reason: "socket() failed") }
         var yes: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
@@ -164,6 +166,8 @@ public final class HealthServer: Service, @unchecked Sendable {
                 while true {
                     let client = accept(listener, nil, nil)
                     guard client >= 0 else { break }
+                    // Close-on-exec as well (accept4, which does both at once, is not in Glibc's module).
+                    _ = fcntl(client, F_SETFD, FD_CLOEXEC)
                     _ = fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK)
                     var connection = Connection(fd: client, deadline: now + requestTimeout)
                     // A probe sends its request with the connection: answered here, it never

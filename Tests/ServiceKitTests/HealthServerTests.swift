@@ -57,6 +57,49 @@ import Testing
         return (server, task)
     }
 
+    /// The server's sockets (the listening one, each client's connection) are close-on-exec: a
+    /// program the host process starts holds neither the port nor a connection open after the
+    /// server closed them.
+    @Test func theServersSocketsAreNotPassedToProgramsItsProcessStarts() async throws {
+        let (server, task) = try await start(["/livez": { (200, "ok\n") }], requestTimeout: .seconds(10))
+        let idle = try Self.connect(server.port)
+        var sockets: [Int32: Bool] = [:]
+        // The listener at once; the idle client's connection once the server has accepted it.
+        for _ in 0..<200 {
+            sockets = Self.socketsListeningOrAccepted(on: server.port)
+            if sockets.count >= 2 { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        close(idle)
+        server.triggerGracefulShutdown()
+        try await task.value
+        #expect(sockets.count == 2, "the listening socket and the idle client's connection: \(sockets)")
+        #expect(sockets.values.allSatisfy { $0 }, "close-on-exec, by descriptor: \(sockets)")
+    }
+
+    /// This process's sockets whose local port is `port` (a server's listening socket and the
+    /// connections it accepted), each with whether it is close-on-exec.
+    static func socketsListeningOrAccepted(on port: UInt16) -> [Int32: Bool] {
+        let table = (try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8)) ?? ""
+        var inodes: Set<Substring> = []
+        for line in table.split(separator: "\n").dropFirst() {
+            let fields = line.split(separator: " ")
+            guard fields.count > 9, let local = fields[1].split(separator: ":").last,
+                UInt16(local, radix: 16) == port
+            else { continue }
+            inodes.insert(fields[9])
+        }
+        var found: [Int32: Bool] = [:]
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
+            guard let fd = Int32(entry),
+                let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)"),
+                target.hasPrefix("socket:["), inodes.contains(target.dropFirst(8).dropLast())
+            else { continue }
+            found[fd] = fcntl(fd, F_GETFD) & FD_CLOEXEC != 0
+        }
+        return found
+    }
+
     /// Twenty clients connect and say nothing; every probe is still answered at once (under 500 ms
     /// on a loaded machine; one idle connection used to hold every later probe for its 2 s read
     /// timeout).
