@@ -80,20 +80,15 @@ import Testing
     /// This process's sockets whose local port is `port` (a server's listening socket and the
     /// connections it accepted), each with whether it is close-on-exec.
     static func socketsListeningOrAccepted(on port: UInt16) -> [Int32: Bool] {
-        let table = (try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8)) ?? ""
-        var inodes: Set<Substring> = []
-        for line in table.split(separator: "\n").dropFirst() {
-            let fields = line.split(separator: " ")
-            guard fields.count > 9, let local = fields[1].split(separator: ":").last,
-                UInt16(local, radix: 16) == port
-            else { continue }
-            inodes.insert(fields[9])
-        }
         var found: [Int32: Bool] = [:]
         for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
-            guard let fd = Int32(entry),
-                let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(entry)"),
-                target.hasPrefix("socket:["), inodes.contains(target.dropFirst(8).dropLast())
+            guard let fd = Int32(entry) else { continue }
+            var address = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let named = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+            }
+            guard named == 0, address.sin_family == sa_family_t(AF_INET), UInt16(bigEndian: address.sin_port) == port
             else { continue }
             found[fd] = fcntl(fd, F_GETFD) & FD_CLOEXEC != 0
         }
