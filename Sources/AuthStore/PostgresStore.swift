@@ -207,7 +207,7 @@ public final class PostgresStore: Sendable {
 
     /// Takes published events out of the outbox, as the first statement of a batch's transaction.
     public static func markPublished(_ eventIDs: [UUID]) -> PGQuery {
-        "DELETE FROM outbox WHERE event_id = ANY(\(PGArray(eventIDs))::uuid[])"
+        "DELETE FROM outbox WHERE event_id = ANY(\(PGArray(eventIDs)))"
     }
 
     // MARK: - Before a batch
@@ -261,7 +261,7 @@ public final class PostgresStore: Sendable {
             try connection.pipeline([
                 """
                 SELECT r.granted, r.window_end
-                FROM (SELECT count(*)::integer AS wanted FROM unnest(\(PGArray(guests))::text[]) AS g(id)
+                FROM (SELECT count(*)::integer AS wanted FROM unnest(\(PGArray(guests))) AS g(id)
                       WHERE NOT EXISTS (SELECT 1 FROM processed_requests p WHERE p.request_id = g.id)) AS w,
                      LATERAL auth_reserve_rate_limit(
                         \(bucket), \(date), make_interval(secs => \(limit.window)),
@@ -283,7 +283,7 @@ public final class PostgresStore: Sendable {
     private static func keptRequestsQuery(_ ids: [String]) -> PGQuery {
         """
         SELECT request_id, request_digest, result_sealed FROM processed_requests
-        WHERE request_id = ANY(\(PGArray(ids))::text[])
+        WHERE request_id = ANY(\(PGArray(ids)))
         """
     }
 

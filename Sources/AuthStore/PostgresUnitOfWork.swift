@@ -394,7 +394,7 @@ final class PostgresUnitOfWork: UnitOfWork {
                 let unknown = handles[index...].filter { cache.takenHandles[$0] == nil }
                 let taken = Set(
                     try connection.query(
-                        "SELECT handle FROM users WHERE handle = ANY(\(PGArray(Array(unknown)))::text[])"
+                        "SELECT handle FROM users WHERE handle = ANY(\(PGArray(Array(unknown))))"
                     ).map { try $0.decode("handle", as: String.self) })
                 for handle in unknown { cache.takenHandles[handle] = taken.contains(handle) }
             }
@@ -491,7 +491,7 @@ final class PostgresUnitOfWork: UnitOfWork {
         current.statements.append(
             """
             UPDATE sessions SET revoked_at = \(date), revoked_reason = \(reason)
-            WHERE id = ANY(\(PGArray(ids))::uuid[]) AND revoked_at IS NULL
+            WHERE id = ANY(\(PGArray(ids))) AND revoked_at IS NULL
             """)
         for id in ids { cache.forgetSession(id) }
     }
@@ -507,7 +507,7 @@ final class PostgresUnitOfWork: UnitOfWork {
 
     func deleteUsers(_ ids: [UUID]) throws {
         guard !ids.isEmpty else { return }
-        current.statements.append("DELETE FROM users WHERE id = ANY(\(PGArray(ids))::uuid[])")
+        current.statements.append("DELETE FROM users WHERE id = ANY(\(PGArray(ids)))")
         // Deleting cascades through identities, sessions and tokens: trust no cached row after it.
         cache = Cache(takenHandles: cache.takenHandles)
     }
@@ -543,7 +543,7 @@ final class PostgresUnitOfWork: UnitOfWork {
         current.statements.append(
             """
             UPDATE one_time_codes SET used_at = \(date)
-            WHERE user_id = \(userID) AND purpose = ANY(\(PGArray(purposes))::text[]) AND used_at IS NULL
+            WHERE user_id = \(userID) AND purpose = ANY(\(PGArray(purposes))) AND used_at IS NULL
             """)
     }
 
@@ -865,15 +865,15 @@ private struct Writes {
                 """
                 INSERT INTO processed_requests (request_id, method, status, user_id, session_id, processed_at,
                                                 expires_at, request_digest, result_sealed)
-                SELECT * FROM unnest(\(PGArray(requests.map(\.requestID)))::text[],
-                                     \(PGArray(requests.map(\.method)))::text[],
-                                     \(PGArray(requests.map(\.status)))::text[],
-                                     \(PGArray(requests.map(\.userID)))::uuid[],
-                                     \(PGArray(requests.map(\.sessionID)))::uuid[],
-                                     \(PGArray(requests.map(\.processedAt)))::timestamptz[],
-                                     \(PGArray(requests.map(\.expiresAt)))::timestamptz[],
-                                     \(PGArray(requests.map { $0.digest.map(PGBytes.init) }))::bytea[],
-                                     \(PGArray(requests.map { $0.resultSealed.map(PGBytes.init) }))::bytea[])
+                SELECT * FROM unnest(\(PGArray(requests.map(\.requestID))),
+                                     \(PGArray(requests.map(\.method))),
+                                     \(PGArray(requests.map(\.status))),
+                                     \(PGArray(requests.map(\.userID))),
+                                     \(PGArray(requests.map(\.sessionID))),
+                                     \(PGArray(requests.map(\.processedAt))),
+                                     \(PGArray(requests.map(\.expiresAt))),
+                                     \(PGArray(requests.map { $0.digest.map(PGBytes.init) })),
+                                     \(PGArray(requests.map { $0.resultSealed.map(PGBytes.init) })))
                 """)
         }
         if !users.isEmpty {
@@ -882,12 +882,12 @@ private struct Writes {
                 INSERT INTO users (id, handle, name, email, email_verified, is_private_email, is_guest, created_at,
                                    updated_at)
                 SELECT id, handle, name, email, verified, private, guest, created, created
-                FROM unnest(\(PGArray(users.map(\.user.id)))::uuid[], \(PGArray(users.map(\.handle)))::text[],
-                            \(PGArray(users.map(\.user.name)))::text[], \(PGArray(users.map(\.user.email)))::text[],
-                            \(PGArray(users.map(\.user.emailVerified)))::boolean[],
-                            \(PGArray(users.map(\.user.isPrivateEmail)))::boolean[],
-                            \(PGArray(users.map(\.user.isGuest)))::boolean[],
-                            \(PGArray(users.map(\.user.createdAt)))::timestamptz[])
+                FROM unnest(\(PGArray(users.map(\.user.id))), \(PGArray(users.map(\.handle))),
+                            \(PGArray(users.map(\.user.name))), \(PGArray(users.map(\.user.email))),
+                            \(PGArray(users.map(\.user.emailVerified))),
+                            \(PGArray(users.map(\.user.isPrivateEmail))),
+                            \(PGArray(users.map(\.user.isGuest))),
+                            \(PGArray(users.map(\.user.createdAt))))
                     AS t(id, handle, name, email, verified, private, guest, created)
                 """)
         }
@@ -897,14 +897,14 @@ private struct Writes {
                 INSERT INTO identities (provider, subject, user_id, email, email_verified, is_private_email,
                                         password_hash, created_at, last_login_at)
                 SELECT provider, subject, user_id, email, verified, private, hash, at, at
-                FROM unnest(\(PGArray(identities.map(\.identity.provider)))::text[],
-                            \(PGArray(identities.map(\.identity.subject)))::text[],
-                            \(PGArray(identities.map(\.userID)))::uuid[],
-                            \(PGArray(identities.map(\.identity.email)))::text[],
-                            \(PGArray(identities.map(\.identity.emailVerified)))::boolean[],
-                            \(PGArray(identities.map(\.identity.isPrivateEmail)))::boolean[],
-                            \(PGArray(identities.map(\.identity.passwordHash)))::text[],
-                            \(PGArray(identities.map(\.at)))::timestamptz[])
+                FROM unnest(\(PGArray(identities.map(\.identity.provider))),
+                            \(PGArray(identities.map(\.identity.subject))),
+                            \(PGArray(identities.map(\.userID))),
+                            \(PGArray(identities.map(\.identity.email))),
+                            \(PGArray(identities.map(\.identity.emailVerified))),
+                            \(PGArray(identities.map(\.identity.isPrivateEmail))),
+                            \(PGArray(identities.map(\.identity.passwordHash))),
+                            \(PGArray(identities.map(\.at))))
                     AS t(provider, subject, user_id, email, verified, private, hash, at)
                 """)
         }
@@ -914,13 +914,13 @@ private struct Writes {
                 INSERT INTO sessions (id, user_id, provider, device_name, device_platform, abilities, created_at,
                                       expires_at)
                 SELECT id, user_id, provider, device, platform, abilities::text[], created, expires
-                FROM unnest(\(PGArray(sessions.map(\.session.id)))::uuid[], \(PGArray(sessions.map(\.userID)))::uuid[],
-                            \(PGArray(sessions.map(\.session.provider)))::text[],
-                            \(PGArray(sessions.map(\.session.deviceName)))::text[],
-                            \(PGArray(sessions.map(\.session.devicePlatform)))::text[],
-                            \(PGArray(sessions.map(\.session.abilities)))::text[],
-                            \(PGArray(sessions.map(\.session.createdAt)))::timestamptz[],
-                            \(PGArray(sessions.map(\.session.expiresAt)))::timestamptz[])
+                FROM unnest(\(PGArray(sessions.map(\.session.id))), \(PGArray(sessions.map(\.userID))),
+                            \(PGArray(sessions.map(\.session.provider))),
+                            \(PGArray(sessions.map(\.session.deviceName))),
+                            \(PGArray(sessions.map(\.session.devicePlatform))),
+                            \(PGArray(sessions.map(\.session.abilities))),
+                            \(PGArray(sessions.map(\.session.createdAt))),
+                            \(PGArray(sessions.map(\.session.expiresAt))))
                     AS t(id, user_id, provider, device, platform, abilities, created, expires)
                 """)
         }
@@ -929,13 +929,13 @@ private struct Writes {
                 """
                 INSERT INTO access_tokens (id, session_id, token_hash, name, abilities, created_at, expires_at)
                 SELECT id, session_id, hash, name, abilities::text[], created, expires
-                FROM unnest(\(PGArray(accessTokens.map(\.id)))::uuid[],
-                            \(PGArray(accessTokens.map(\.sessionID)))::uuid[],
-                            \(PGArray(accessTokens.map { PGBytes($0.hash) }))::bytea[],
-                            \(PGArray(accessTokens.map(\.name)))::text[],
-                            \(PGArray(accessTokens.map(\.abilities)))::text[],
-                            \(PGArray(accessTokens.map(\.createdAt)))::timestamptz[],
-                            \(PGArray(accessTokens.map(\.expiresAt)))::timestamptz[])
+                FROM unnest(\(PGArray(accessTokens.map(\.id))),
+                            \(PGArray(accessTokens.map(\.sessionID))),
+                            \(PGArray(accessTokens.map { PGBytes($0.hash) })),
+                            \(PGArray(accessTokens.map(\.name))),
+                            \(PGArray(accessTokens.map(\.abilities))),
+                            \(PGArray(accessTokens.map(\.createdAt))),
+                            \(PGArray(accessTokens.map(\.expiresAt))))
                     AS t(id, session_id, hash, name, abilities, created, expires)
                 """)
         }
@@ -943,12 +943,12 @@ private struct Writes {
             out.append(
                 """
                 INSERT INTO refresh_tokens (id, session_id, token_hash, parent_id, created_at, expires_at)
-                SELECT * FROM unnest(\(PGArray(refreshTokens.map(\.id)))::uuid[],
-                                     \(PGArray(refreshTokens.map(\.sessionID)))::uuid[],
-                                     \(PGArray(refreshTokens.map { PGBytes($0.hash) }))::bytea[],
-                                     \(PGArray(refreshTokens.map(\.parentID)))::uuid[],
-                                     \(PGArray(refreshTokens.map(\.createdAt)))::timestamptz[],
-                                     \(PGArray(refreshTokens.map(\.expiresAt)))::timestamptz[])
+                SELECT * FROM unnest(\(PGArray(refreshTokens.map(\.id))),
+                                     \(PGArray(refreshTokens.map(\.sessionID))),
+                                     \(PGArray(refreshTokens.map { PGBytes($0.hash) })),
+                                     \(PGArray(refreshTokens.map(\.parentID))),
+                                     \(PGArray(refreshTokens.map(\.createdAt))),
+                                     \(PGArray(refreshTokens.map(\.expiresAt))))
                 """)
         }
         if cachingInsertPlans, !statements.isEmpty {
@@ -964,22 +964,22 @@ private struct Writes {
                 """
                 INSERT INTO audit_log (at, user_id, action, outcome, request_id, client_id, device_name, device_platform,
                                        ip, user_agent, actor)
-                SELECT * FROM unnest(\(PGArray(audits.map(\.at)))::timestamptz[], \(PGArray(audits.map(\.userID)))::uuid[],
-                                     \(PGArray(audits.map(\.action)))::text[], \(PGArray(audits.map(\.outcome)))::text[],
-                                     \(PGArray(audits.map(\.requestID)))::text[], \(PGArray(audits.map(\.clientID)))::text[],
-                                     \(PGArray(audits.map(\.deviceName)))::text[],
-                                     \(PGArray(audits.map(\.devicePlatform)))::text[], \(PGArray(audits.map(\.ip)))::text[],
-                                     \(PGArray(audits.map(\.userAgent)))::text[], \(PGArray(audits.map(\.actor)))::text[])
+                SELECT * FROM unnest(\(PGArray(audits.map(\.at))), \(PGArray(audits.map(\.userID))),
+                                     \(PGArray(audits.map(\.action))), \(PGArray(audits.map(\.outcome))),
+                                     \(PGArray(audits.map(\.requestID))), \(PGArray(audits.map(\.clientID))),
+                                     \(PGArray(audits.map(\.deviceName))),
+                                     \(PGArray(audits.map(\.devicePlatform))), \(PGArray(audits.map(\.ip))),
+                                     \(PGArray(audits.map(\.userAgent))), \(PGArray(audits.map(\.actor))))
                 """)
         }
         if !events.isEmpty {
             out.append(
                 """
                 INSERT INTO outbox (event_id, topic, message_key, payload, created_at)
-                SELECT * FROM unnest(\(PGArray(events.map(\.id)))::uuid[], \(PGArray(events.map(\.topic)))::text[],
-                                     \(PGArray(events.map(\.key)))::text[],
-                                     \(PGArray(events.map { PGBytes($0.payload) }))::bytea[],
-                                     \(PGArray(events.map(\.createdAt)))::timestamptz[])
+                SELECT * FROM unnest(\(PGArray(events.map(\.id))), \(PGArray(events.map(\.topic))),
+                                     \(PGArray(events.map(\.key))),
+                                     \(PGArray(events.map { PGBytes($0.payload) })),
+                                     \(PGArray(events.map(\.createdAt))))
                 """)
         }
         return out
@@ -996,8 +996,8 @@ private struct Writes {
             let latest = rows.map(\.at).max() ?? Date()
             return """
                 INSERT INTO rate_limits (bucket, window_start, count)
-                SELECT * FROM unnest(\(PGArray(rows.map(\.bucket)))::text[], \(PGArray(rows.map(\.at)))::timestamptz[],
-                                     \(PGArray(rows.map(\.count)))::integer[])
+                SELECT * FROM unnest(\(PGArray(rows.map(\.bucket))), \(PGArray(rows.map(\.at))),
+                                     \(PGArray(rows.map { Int32(clamping: $0.count) })))
                 ON CONFLICT (bucket) DO UPDATE SET
                     count = CASE WHEN rate_limits.window_start <= \(latest - window) THEN EXCLUDED.count
                                  ELSE rate_limits.count + EXCLUDED.count END,
@@ -1066,7 +1066,7 @@ struct PrefetchQueries {
                 """
                 SELECT i.provider, i.subject, i.user_id, i.email, i.email_verified, i.is_private_email, i.password_hash
                 FROM identities i
-                JOIN unnest(\(PGArray(identities.map(\.provider)))::text[], \(PGArray(identities.map(\.subject)))::text[])
+                JOIN unnest(\(PGArray(identities.map(\.provider))), \(PGArray(identities.map(\.subject))))
                     AS k(provider, subject) ON i.provider = k.provider AND i.subject = k.subject
                 ORDER BY i.provider, i.subject FOR UPDATE OF i
                 """)
@@ -1076,7 +1076,7 @@ struct PrefetchQueries {
                 .refreshTokens,
                 """
                 \(unsafeRaw: Self.refreshColumns)
-                WHERE r.token_hash = ANY(\(PGArray(refresh))::bytea[]) ORDER BY s.id, r.id FOR UPDATE OF r, s
+                WHERE r.token_hash = ANY(\(PGArray(refresh))) ORDER BY s.id, r.id FOR UPDATE OF r, s
                 """)
         }
         if !sessions.isEmpty {
@@ -1084,7 +1084,7 @@ struct PrefetchQueries {
                 .sessions,
                 """
                 \(unsafeRaw: Self.sessionColumns)
-                WHERE s.id = ANY(\(PGArray(sessions))::uuid[]) ORDER BY s.id FOR UPDATE OF s
+                WHERE s.id = ANY(\(PGArray(sessions))) ORDER BY s.id FOR UPDATE OF s
                 """)
         }
         if !accessTokens.isEmpty {
@@ -1092,7 +1092,7 @@ struct PrefetchQueries {
                 .accessTokens,
                 """
                 \(unsafeRaw: Self.accessTokenColumns)
-                WHERE a.token_hash = ANY(\(PGArray(accessTokens))::bytea[]) ORDER BY s.id FOR UPDATE OF s
+                WHERE a.token_hash = ANY(\(PGArray(accessTokens))) ORDER BY s.id FOR UPDATE OF s
                 """)
         }
         let users = Self.unique(prefetch.users)
@@ -1105,34 +1105,34 @@ struct PrefetchQueries {
                 """
                 \(unsafeRaw: Self.userColumns)
                 WHERE u.id IN (
-                    SELECT unnest(\(PGArray(users))::uuid[])
+                    SELECT unnest(\(PGArray(users)))
                     UNION ALL
                     SELECT i.user_id FROM identities i
-                    JOIN unnest(\(PGArray(identities.map(\.provider)))::text[],
-                                \(PGArray(identities.map(\.subject)))::text[]) AS k(provider, subject)
+                    JOIN unnest(\(PGArray(identities.map(\.provider))),
+                                \(PGArray(identities.map(\.subject)))) AS k(provider, subject)
                       ON i.provider = k.provider AND i.subject = k.subject
                     UNION ALL
                     SELECT s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id
-                    WHERE r.token_hash = ANY(\(PGArray(refresh))::bytea[])
+                    WHERE r.token_hash = ANY(\(PGArray(refresh)))
                     UNION ALL
-                    SELECT user_id FROM sessions WHERE id = ANY(\(PGArray(sessions))::uuid[])
+                    SELECT user_id FROM sessions WHERE id = ANY(\(PGArray(sessions)))
                     UNION ALL
                     SELECT s.user_id FROM access_tokens a JOIN sessions s ON s.id = a.session_id
-                    WHERE a.token_hash = ANY(\(PGArray(accessTokens))::bytea[]))
+                    WHERE a.token_hash = ANY(\(PGArray(accessTokens))))
                 ORDER BY u.id FOR UPDATE OF u
                 """)
         }
         keyedStart = queries.count
         let handles = Self.unique(prefetch.handles)
         if !handles.isEmpty {
-            add(.handles, "SELECT handle FROM users WHERE handle = ANY(\(PGArray(handles))::text[])")
+            add(.handles, "SELECT handle FROM users WHERE handle = ANY(\(PGArray(handles)))")
         }
         let buckets = Self.unique(prefetch.rateLimitBuckets).sorted()
         if !buckets.isEmpty {
             add(
                 .rateLimits,
                 """
-                SELECT bucket, window_start, count FROM rate_limits WHERE bucket = ANY(\(PGArray(buckets))::text[])
+                SELECT bucket, window_start, count FROM rate_limits WHERE bucket = ANY(\(PGArray(buckets)))
                 ORDER BY bucket FOR UPDATE
                 """)
         }

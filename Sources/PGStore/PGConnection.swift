@@ -112,11 +112,11 @@ public final class PGConnection {
             statements[query.sql] = fresh
             name = fresh
         }
-        let result = withParameters(query.parameters) { values, count in
+        let result = withParameters(query.parameters) { values, lengths, formats, count in
             if let name {
-                PQexecPrepared(connection, name, count, values, nil, nil, 0)
+                PQexecPrepared(connection, name, count, values, lengths, formats, 0)
             } else {
-                PQexecParams(connection, query.sql, count, nil, values, nil, nil, 0)
+                PQexecParams(connection, query.sql, count, nil, values, lengths, formats, 0)
             }
         }
         defer { PQclear(result) }
@@ -206,11 +206,11 @@ public final class PGConnection {
                 prepares = fresh
             }
             preparedBefore.append(prepares)
-            let sent = withParameters(query.parameters) { values, count in
+            let sent = withParameters(query.parameters) { values, lengths, formats, count in
                 if let name {
-                    PQsendQueryPrepared(connection, name, count, values, nil, nil, 0)
+                    PQsendQueryPrepared(connection, name, count, values, lengths, formats, 0)
                 } else {
-                    PQsendQueryParams(connection, query.sql, count, nil, values, nil, nil, 0)
+                    PQsendQueryParams(connection, query.sql, count, nil, values, lengths, formats, 0)
                 }
             }
             guard sent == 1 else { throw brokenPipeline(connection) }
@@ -308,29 +308,56 @@ public final class PGConnection {
     }
 
     /// Text parameters end at their first NUL byte in libpq, and PostgreSQL's text types cannot hold
-    /// one: a value with a NUL would be silently cut short (`P\0A` stored as `P`), so it is refused.
+    /// one: a value with a NUL would be silently cut short (`P\0A` stored as `P`), or refused by
+    /// the server as a text array's element, so it is refused here.
     /// - Throws: `PGError` `.parameter` naming the parameter.
-    static func checkParameters(_ parameters: [String?]) throws {
-        for (index, parameter) in parameters.enumerated() {
-            guard var parameter else { continue }
-            let hasNUL = parameter.withUTF8 { bytes in
-                bytes.baseAddress.map { memchr($0, 0, bytes.count) != nil } ?? false
-            }
-            if hasNUL {
-                throw PGError(.parameter, detail: "parameter $\(index + 1) contains a NUL byte", step: "bind")
-            }
+    static func checkParameters(_ parameters: [PGParameter?]) throws {
+        for (index, parameter) in parameters.enumerated() where parameter?.containsNUL == true {
+            throw PGError(.parameter, detail: "parameter $\(index + 1) contains a NUL byte", step: "bind")
         }
     }
 
-    /// Keeps the parameter C strings alive for the duration of `body`, as libpq requires.
+    /// The parameters as libpq takes them, alive for the duration of `body`: each value's
+    /// address (a text one NUL-terminated), length and format (0 text, 1 binary).
     private func withParameters<T>(
-        _ parameters: [String?], _ body: (UnsafePointer<UnsafePointer<CChar>?>?, Int32) -> T
+        _ parameters: [PGParameter?],
+        _ body: (UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?, Int32) -> T
     ) -> T {
-        if parameters.isEmpty { return body(nil, 0) }
-        let storage: [UnsafeMutablePointer<CChar>?] = parameters.map { $0.map { strdup($0) } ?? nil }
-        defer { storage.forEach { free($0) } }
+        if parameters.isEmpty { return body(nil, nil, nil, 0) }
+        var storage: [UnsafeMutablePointer<CChar>?] = []
+        storage.reserveCapacity(parameters.count)
+        var lengths: [Int32] = []
+        lengths.reserveCapacity(parameters.count)
+        var formats: [Int32] = []
+        formats.reserveCapacity(parameters.count)
+        for parameter in parameters {
+            guard let parameter else {
+                storage.append(nil)
+                lengths.append(0)
+                formats.append(0)
+                continue
+            }
+            let count = parameter.bytes.count
+            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: count + 1)
+            parameter.bytes.withUnsafeBufferPointer { bytes in
+                if let base = bytes.baseAddress {
+                    UnsafeMutableRawPointer(copy).copyMemory(from: base, byteCount: count)
+                }
+            }
+            copy[count] = 0
+            storage.append(copy)
+            lengths.append(Int32(clamping: count))
+            formats.append(parameter.isBinary ? 1 : 0)
+        }
+        defer { storage.forEach { $0?.deallocate() } }
         let constant = storage.map { UnsafePointer($0) }
-        return constant.withUnsafeBufferPointer { body($0.baseAddress, Int32($0.count)) }
+        return constant.withUnsafeBufferPointer { values in
+            lengths.withUnsafeBufferPointer { lengths in
+                formats.withUnsafeBufferPointer { formats in
+                    body(values.baseAddress, lengths.baseAddress, formats.baseAddress, Int32(values.count))
+                }
+            }
+        }
     }
 }
 

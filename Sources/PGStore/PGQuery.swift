@@ -10,8 +10,8 @@
 public struct PGQuery: Sendable, ExpressibleByStringInterpolation, CustomStringConvertible {
     /// The statement, with `$1…$n` placeholders.
     public private(set) var sql: String
-    /// The parameter values in text format; nil is SQL NULL.
-    public private(set) var parameters: [String?]
+    /// The parameter values; nil is SQL NULL.
+    public private(set) var parameters: [PGParameter?]
 
     public init(stringLiteral value: String) {
         sql = value
@@ -29,12 +29,19 @@ public struct PGQuery: Sendable, ExpressibleByStringInterpolation, CustomStringC
         parameters = []
     }
 
+    /// A statement from text the code controls, with parameters already bound (`EXPLAIN` + a
+    /// query's own text, with the query's parameters).
+    public init(unsafeSQL: String, parameters: [PGParameter?]) {
+        sql = unsafeSQL
+        self.parameters = parameters
+    }
+
     /// The statement only: parameter values are never printed.
     public var description: String { sql }
 
     public struct StringInterpolation: StringInterpolationProtocol {
         var sql = ""
-        var parameters: [String?] = []
+        var parameters: [PGParameter?] = []
 
         public init(literalCapacity: Int, interpolationCount: Int) {
             sql.reserveCapacity(literalCapacity + interpolationCount * 3)
@@ -46,14 +53,20 @@ public struct PGQuery: Sendable, ExpressibleByStringInterpolation, CustomStringC
 
         /// A bound parameter.
         public mutating func appendInterpolation(_ value: some PGEncodable) {
-            parameters.append(value.pgText)
+            parameters.append(PGParameter(text: value.pgText))
             sql += "$\(parameters.count)"
         }
 
         /// A bound parameter that may be NULL.
         public mutating func appendInterpolation(_ value: (some PGEncodable)?) {
-            parameters.append(value?.pgText)
+            parameters.append(value.map { PGParameter(text: $0.pgText) })
             sql += "$\(parameters.count)"
+        }
+
+        /// An array parameter, in binary, cast to its type: `$n::uuid[]`.
+        public mutating func appendInterpolation(_ array: PGArray) {
+            parameters.append(array.parameter)
+            sql += "$\(parameters.count)::\(array.typeName)"
         }
 
         /// Literal SQL text, not a parameter: only for fragments the code itself chooses.

@@ -300,9 +300,9 @@ import Testing
                 ANALYZE processed_requests;
                 """)
         let ids = PGArray(["r1", "r2"])
-        let read: PGQuery = "SELECT request_id FROM processed_requests WHERE request_id = ANY(\(ids)::text[])"
+        let read: PGQuery = "SELECT request_id FROM processed_requests WHERE request_id = ANY(\(ids))"
         let control: PGQuery =
-            "SELECT request_id FROM processed_requests WHERE request_id = ANY(\(ids)::text[]) AND true"
+            "SELECT request_id FROM processed_requests WHERE request_id = ANY(\(ids)) AND true"
         let genericOnly: PGQuery = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
         for _ in 1...3 {
             #expect(try connection.pipeline([KeyedPlans.cachedKeyedPlans, read]).last?.count == 2)
@@ -430,13 +430,8 @@ import Testing
         let users = try #require(queries.first { $0.sql.contains("FROM users u") })
         // The plan of the statement with these very parameters (a custom plan, as the server
         // makes for the first executions of each connection's statements).
-        try connection.execute(unsafeSQL: "PREPARE prefetch_users AS " + users.sql)
-        let literals = users.parameters.map { value in
-            value.map { "'" + $0.replacingOccurrences(of: "'", with: "''") + "'" } ?? "NULL"
-        }
-        let plan = try connection.execute(
-            unsafeSQL: "EXPLAIN EXECUTE prefetch_users(" + literals.joined(separator: ", ") + ")"
-        ).map { try $0.decode("QUERY PLAN", as: String.self) }.joined(separator: "\n")
+        let plan = try connection.query(PGQuery(unsafeSQL: "EXPLAIN " + users.sql, parameters: users.parameters))
+            .map { try $0.decode("QUERY PLAN", as: String.self) }.joined(separator: "\n")
         // Every scan of `users` looks rows up by key (an index condition), none reads the table
         // or its whole index through a filter.
         let lines = plan.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
@@ -446,9 +441,7 @@ import Testing
             let next = index + 1 < lines.count ? lines[index + 1] : ""
             #expect(next.hasPrefix("Index Cond:") && !lines[index].hasPrefix("Seq Scan"), "\(plan)")
         }
-        let found = try connection.execute(
-            unsafeSQL: "EXECUTE prefetch_users(" + literals.joined(separator: ", ") + ")")
-        #expect(found.count == 100)
+        #expect(try connection.query(users).count == 100)
     }
 
     struct Failure: Error, CustomStringConvertible {

@@ -30,6 +30,39 @@ import Testing
         #expect(throws: PGError.self) { try row.decode("missing", as: String.self) }
     }
 
+    /// Arrays go in binary: every element type the store sends comes back as it went, NULLs,
+    /// empty arrays, dates before 2000 and text PostgreSQL's array literals would have quoted
+    /// included; a NUL in a text element is refused before anything is sent.
+    @Test func binaryArraysRoundTripEveryElementType() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
+        func column<T: PGDecodable>(_ array: PGArray, as type: T.Type) throws -> [T?] {
+            try connection.query("SELECT v FROM unnest(\(array)) WITH ORDINALITY AS t(v, n) ORDER BY n")
+                .map { try $0.decode("v", as: T?.self) }
+        }
+        let ids = [UUID(), nil, UUID()]
+        #expect(try column(PGArray(ids), as: UUID.self) == ids)
+        let texts: [String?] = ["plain", "a,b", "say \"hi\"", "back\\slash", "", nil, "NULL", "{}", "\u{1F600} é"]
+        #expect(try column(PGArray(texts), as: String.self) == texts)
+        let dates = [
+            Date(timeIntervalSince1970: 1_795_953_600.123456), Date(timeIntervalSince1970: -86_400.5),
+            Date(timeIntervalSince1970: 946_684_800),
+        ]
+        #expect(try column(PGArray(dates), as: Date.self) == dates)
+        #expect(try column(PGArray([true, false]), as: Bool.self) == [true, false])
+        #expect(try column(PGArray([Int32.max, Int32.min, 0]), as: Int32.self) == [Int32.max, Int32.min, 0])
+        #expect(try column(PGArray([Int64(1) << 40, -1]), as: Int64.self) == [1 << 40, -1])
+        let bytes = [PGBytes([0, 1, 254, 255]), PGBytes([]), nil]
+        #expect(try column(PGArray(bytes), as: PGBytes.self) == bytes)
+        #expect(try column(PGArray([String]()), as: String.self).isEmpty)
+        // A column of text arrays, each one element holding its literal, cast back by the statement.
+        let lists = try connection.query(
+            "SELECT v::text[] AS v FROM unnest(\(PGArray([["a", "b,c"], []]))) WITH ORDINALITY AS t(v, n) ORDER BY n"
+        ).map { try $0.decode("v", as: [String].self) }
+        #expect(lists == [["a", "b,c"], []])
+        #expect(throws: PGError.self) { try connection.query("SELECT \(PGArray(["ok", "P\u{0}A"])) AS v") }
+        #expect(try connection.query("SELECT 1 AS one").count == 1, "the connection is still usable")
+    }
+
     /// libpq takes text parameters as C strings: `P\0A` would reach the server as `P`. The
     /// connection refuses such a parameter before anything is sent, and says which one.
     @Test func textParametersWithANULAreRefusedNotCutShort() throws {
@@ -265,7 +298,7 @@ import Testing
             next += 1
             let round: [PGQuery] = [
                 "BEGIN", "SET LOCAL plan_cache_mode = auto",
-                "INSERT INTO rows SELECT * FROM unnest(\(PGArray([next]))::integer[], \(PGArray(["x"]))::text[])",
+                "INSERT INTO rows SELECT * FROM unnest(\(PGArray([Int32(next)])), \(PGArray(["x"])))",
                 "SET LOCAL plan_cache_mode = force_custom_plan",
                 "UPDATE rows SET body = \("y") WHERE id = \(next)", "COMMIT",
             ]

@@ -9,7 +9,7 @@ import Testing
         let email = "x'; DROP TABLE users; --"
         let query: PGQuery = "SELECT id FROM users WHERE email = \(email) AND is_guest = \(false) LIMIT \(5)"
         #expect(query.sql == "SELECT id FROM users WHERE email = $1 AND is_guest = $2 LIMIT $3")
-        #expect(query.parameters == [email, "f", "5"])
+        #expect(query.parameters.map { $0?.text } == [email, "f", "5"])
         #expect(!query.description.contains("DROP"), "descriptions never show values")
     }
 
@@ -17,7 +17,31 @@ import Testing
         let missing: String? = nil
         let query: PGQuery =
             "UPDATE users SET name = \(missing) WHERE id = \(UUID(uuidString: "01a22751-bb1f-74b7-b623-f9d339ce44f3")!)"
-        #expect(query.parameters == [nil, "01a22751-bb1f-74b7-b623-f9d339ce44f3"])
+        #expect(query.parameters.map { $0?.text } == [nil, "01a22751-bb1f-74b7-b623-f9d339ce44f3"])
+    }
+
+    /// An array goes in PostgreSQL's binary format (`array_send`'s layout: dimensions, NULL flag,
+    /// element type, length and lower bound, then each element's length and bytes), cast in the
+    /// statement to its element type's array.
+    @Test func arraysAreBinaryAndCastToTheirType() {
+        let query: PGQuery = "SELECT * FROM unnest(\(PGArray([Int32(1), nil, -2]))) WHERE \(PGArray([String]()))"
+        #expect(query.sql == "SELECT * FROM unnest($1::integer[]) WHERE $2::text[]")
+        let numbers = query.parameters[0]
+        #expect(numbers?.isBinary == true)
+        #expect(
+            numbers?.bytes == [
+                0, 0, 0, 1, /* one dimension */ 0, 0, 0, 1, /* with NULLs */ 0, 0, 0, 23, /* int4 */
+                0, 0, 0, 3, 0, 0, 0, 1, /* three elements from index 1 */
+                0, 0, 0, 4, 0, 0, 0, 1, /* 1 */ 0xFF, 0xFF, 0xFF, 0xFF, /* NULL */ 0, 0, 0, 4, 0xFF, 0xFF, 0xFF, 0xFE,
+            ])
+        #expect(query.parameters[1]?.bytes == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25], "empty: no dimensions")
+        let id = UUID(uuid: (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16))
+        let uuids = PGArray([id]).parameter.bytes
+        #expect(uuids.suffix(20) == [0, 0, 0, 16] + Array(1...16))
+        #expect(PGArray([UUID]()).typeName == "uuid[]" && PGArray([Date]()).typeName == "timestamptz[]")
+        // timestamptz: microseconds from 2000-01-01 UTC.
+        let dates = PGArray([Date(timeIntervalSince1970: 946_684_800.000_001)]).parameter.bytes
+        #expect(dates.suffix(8) == [0, 0, 0, 0, 0, 0, 0, 1])
     }
 
     @Test func rawFragmentsAreExplicit() {
