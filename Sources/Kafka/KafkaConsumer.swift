@@ -21,6 +21,11 @@ public actor KafkaConsumer {
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
+    /// The consumer's thread, as a task executor. A loop that runs there
+    /// (`withTaskExecutorPreference`) polls without a hop to this thread and back: a poll that
+    /// finds nothing waiting costs no wake-up of another thread.
+    public nonisolated var taskExecutor: any TaskExecutor { executor }
+
     /// Creates the client and subscribes to `topics`.
     /// - Throws: `KafkaError` `.configuration`, `.clientCreation` or `.subscription`.
     public init(configuration: KafkaConsumerConfiguration, topics: [String], logger: Logger) throws {

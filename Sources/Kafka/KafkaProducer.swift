@@ -84,16 +84,30 @@ public final class KafkaProducer: Sendable {
     /// - Returns: one outcome per record, in the records' order.
     public func deliver(_ records: [ProducerRecord]) async -> [Result<DeliveryReport, KafkaError>] {
         guard !records.isEmpty else { return [] }
-        guard !handle.isClosing.load(ordering: .acquiring) else {
-            return records.map { _ in .failure(KafkaError(.closed, reason: "producer is closed", isRetriable: false)) }
-        }
         return await withCheckedContinuation { continuation in
-            let ids = deliveries.register(count: records.count, continuation)
-            for (record, id) in zip(records, ids) {
-                let error = enqueue(record, opaque: UnsafeMutableRawPointer(bitPattern: id))
-                if error != RD_KAFKA_RESP_ERR_NO_ERROR {
-                    deliveries.settle(id, with: .failure(KafkaError(.produce, error: error)))
-                }
+            deliver(records) { continuation.resume(returning: $0) }
+        }
+    }
+
+    /// Produces records in order and calls `completion` once each one is acknowledged or has
+    /// failed: for a caller that waits on work of its own and should be woken once, by the
+    /// completion, not by a task resumed on the pool first.
+    /// - Parameter completion: called once, with one outcome per record in the records' order, on
+    ///   the thread serving delivery reports (or on the caller's, before this returns, when no
+    ///   record could be queued). It must be quick and must not wait for this producer.
+    public func deliver(
+        _ records: [ProducerRecord], then completion: @escaping @Sendable ([Result<DeliveryReport, KafkaError>]) -> Void
+    ) {
+        guard !records.isEmpty else { return completion([]) }
+        guard !handle.isClosing.load(ordering: .acquiring) else {
+            return completion(
+                records.map { _ in .failure(KafkaError(.closed, reason: "producer is closed", isRetriable: false)) })
+        }
+        let ids = deliveries.register(count: records.count, completion)
+        for (record, id) in zip(records, ids) {
+            let error = enqueue(record, opaque: UnsafeMutableRawPointer(bitPattern: id))
+            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                deliveries.settle(id, with: .failure(KafkaError(.produce, error: error)))
             }
         }
     }
@@ -250,12 +264,12 @@ final class DeliveryRegistry: Sendable {
     private final class Batch: @unchecked Sendable {
         var outcomes: [Result<DeliveryReport, KafkaError>?]
         var remaining: Int
-        let continuation: CheckedContinuation<[Result<DeliveryReport, KafkaError>], Never>
+        let completion: @Sendable ([Result<DeliveryReport, KafkaError>]) -> Void
 
-        init(count: Int, continuation: CheckedContinuation<[Result<DeliveryReport, KafkaError>], Never>) {
+        init(count: Int, completion: @escaping @Sendable ([Result<DeliveryReport, KafkaError>]) -> Void) {
             outcomes = Array(repeating: nil, count: count)
             remaining = count
-            self.continuation = continuation
+            self.completion = completion
         }
     }
 
@@ -271,10 +285,10 @@ final class DeliveryRegistry: Sendable {
     init(logger: Logger) { self.logger = logger }
 
     /// Registers a batch of `count` records; returns one id per record, to pass as its opaque.
-    func register(count: Int, _ continuation: CheckedContinuation<[Result<DeliveryReport, KafkaError>], Never>)
+    func register(count: Int, _ completion: @escaping @Sendable ([Result<DeliveryReport, KafkaError>]) -> Void)
         -> [UInt]
     {
-        let batch = Batch(count: count, continuation: continuation)
+        let batch = Batch(count: count, completion: completion)
         return state.withLock { state in
             (0..<count).map { index in
                 let id = state.next
@@ -285,7 +299,7 @@ final class DeliveryRegistry: Sendable {
         }
     }
 
-    /// Records one record's outcome; resumes its batch when it was the last.
+    /// Records one record's outcome; completes its batch when it was the last.
     func settle(_ id: UInt, with outcome: Result<DeliveryReport, KafkaError>) {
         let finished = state.withLock { state -> (Batch, [Result<DeliveryReport, KafkaError>])? in
             guard let (batch, index) = state.waiting.removeValue(forKey: id) else { return nil }
@@ -299,7 +313,7 @@ final class DeliveryRegistry: Sendable {
                 }
             )
         }
-        if let (batch, outcomes) = finished { batch.continuation.resume(returning: outcomes) }
+        if let (batch, outcomes) = finished { batch.completion(outcomes) }
     }
 
     func failAll(with error: KafkaError) {

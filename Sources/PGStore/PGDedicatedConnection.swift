@@ -13,6 +13,11 @@ public actor PGDedicatedConnection {
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
+    /// The connection's thread, as a task executor: a task started on it
+    /// (`Task(executorPreference:)`) that uses this connection runs on that one thread from start
+    /// to end, instead of starting on the cooperative pool, hopping here and back.
+    public nonisolated var taskExecutor: any TaskExecutor { executor }
+
     /// Creates the client; the connection is opened on first use.
     /// - Parameters:
     ///   - conninfo: a `postgres://` URL or `key=value` string.

@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import Synchronization
 import Testing
 
 @testable import TestSupport
@@ -234,6 +235,47 @@ import Testing
             return
         }
         Issue.record("in five tries, no metadata request was under way when close began")
+    }
+
+    /// The name of the calling thread, as the kernel knows it.
+    static func threadName() -> String {
+        let fd = open("/proc/thread-self/comm", O_RDONLY)
+        guard fd >= 0 else { return "" }
+        defer { close(fd) }
+        var name = [UInt8](repeating: 0, count: 32)
+        let count = name.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        return String(decoding: name.prefix(max(count, 0)), as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    @Test func aDeliveryCallsItsCompletionOnceWithEveryOutcomeInOrder() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics(partitions: 1)
+        let producer = try producer()
+        let records = (0..<5).map { ProducerRecord(topic: topics.requests, key: nil, value: Array("value-\($0)".utf8)) }
+        let calls = Mutex<[(outcomes: [Result<DeliveryReport, KafkaError>], thread: String)]>([])
+        let (ended, end) = AsyncStream<Void>.makeStream()
+        producer.deliver(records) { outcomes in
+            calls.withLock { $0.append((outcomes, Self.threadName())) }
+            end.yield()
+        }
+        var iterator = ended.makeAsyncIterator()
+        await iterator.next()
+        // A second call, if there were one, would come with the next delivery reports served.
+        try await producer.send(ProducerRecord(topic: topics.requests, key: nil, value: Array("after".utf8)))
+        let seen = calls.withLock { $0 }
+        #expect(seen.count == 1)
+        let offsets = try #require(seen.first).outcomes.map { try $0.get().offset }
+        #expect(offsets.count == 5 && offsets == offsets.sorted() && Set(offsets).count == 5)
+        // Called where delivery reports are served, not on a task resumed elsewhere.
+        #expect(seen.first?.thread == "kafka-producer")
+
+        // Closed, nothing can be queued: the completion is called at once, each record refused.
+        producer.close(timeout: .seconds(5))
+        let refused = Mutex<[Result<DeliveryReport, KafkaError>]?>(nil)
+        producer.deliver(records) { outcomes in refused.withLock { $0 = outcomes } }
+        let outcomes = try #require(refused.withLock { $0 })
+        #expect(outcomes.count == 5)
+        #expect(outcomes.allSatisfy { if case .failure(let error) = $0 { error.code == .closed } else { false } })
     }
 
     @Test func deliveryToAnUnreachableBrokerFailsRetriably() async throws {

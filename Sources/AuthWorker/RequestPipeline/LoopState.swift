@@ -157,14 +157,34 @@ final class Stage<Output: Sendable>: Sendable {
     private let outcome = Outcome()
 
     /// Runs `body` in a task of its own; `wake` is called when it has finished.
-    init(wake: @escaping @Sendable () -> Void, _ body: @escaping @Sendable () async throws -> Output) {
-        Task { [outcome] in
+    /// - Parameter executor: where the task runs; by default the cooperative pool (said so, not
+    ///   inherited: the loop that starts stages runs on the consumer's thread). A stage whose work
+    ///   is a PostgreSQL connection's runs on that connection's thread: no hop from the pool there
+    ///   and back.
+    init(
+        on executor: any TaskExecutor = globalConcurrentExecutor, wake: @escaping @Sendable () -> Void,
+        _ body: @escaping @Sendable () async throws -> Output
+    ) {
+        Task(executorPreference: executor) { [outcome] in
             let result: Result<Output, any Error>
             do {
                 result = .success(try await body())
             } catch {
                 result = .failure(error)
             }
+            outcome.result.withLock { $0 = result }
+            wake()
+        }
+    }
+
+    /// Starts work that reports its own end: `start` is given the function to call, once, with
+    /// the outcome (on whatever thread the work ends on); `wake` is called then. No task carries
+    /// it, so its end wakes the loop and nothing else.
+    init(
+        wake: @escaping @Sendable () -> Void,
+        reporting start: (@escaping @Sendable (Result<Output, any Error>) -> Void) -> Void
+    ) {
+        start { [outcome] result in
             outcome.result.withLock { $0 = result }
             wake()
         }

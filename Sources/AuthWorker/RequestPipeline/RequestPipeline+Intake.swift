@@ -84,7 +84,7 @@ extension RequestPipeline {
         let guestIDs = starting.compactMap { $0.request?.method == .guest ? $0.request?.id : nil }
         let guestCeiling = configuration.accounts.guestGlobalRateLimit
         let connection: PostgresStore.ReadConnection = writer.map { .writer($0) } ?? .pool
-        let stage = Stage(wake: wake) {
+        let stage = Stage(on: writer.map { store.executor(ofWriter: $0) } ?? globalConcurrentExecutor, wake: wake) {
             guard !ids.isEmpty else { return LookupResult(kept: [:], guests: nil) }
             guard guestCeiling.count > 0, !guestIDs.isEmpty else {
                 let kept = try await self.retrying("look up request ids", requestIDs: ids) {
@@ -121,6 +121,10 @@ extension RequestPipeline {
     ) {
         let starting = seqs.compactMap { state.jobs[$0] }
         var cheap: [Preparation] = []
+        // A few requests whose preparation waits for nothing are prepared here, in the loop: a
+        // task each would cost a wake-up of the pool and another of the loop when it ends, more
+        // than the work. More than a few go to tasks, spread over the cores.
+        let preparesHere = starting.count <= Self.preparedInLoop
         let now = clock.now()
         var guestsAllowed = guests?.granted ?? Int.max
         for job in starting {
@@ -182,6 +186,8 @@ extension RequestPipeline {
             // task each, spread over the cores.
             if request.method == .password || request.method == .register {
                 prepare([preparation])
+            } else if preparesHere, let outcome = prepareAtOnce(preparation) {
+                state.move(job, to: step(for: outcome, job: job))
             } else {
                 cheap.append(preparation)
             }
@@ -189,6 +195,27 @@ extension RequestPipeline {
         let chunk = max(16, (cheap.count + 7) / 8)
         for start in stride(from: 0, to: cheap.count, by: chunk) {
             prepare(Array(cheap[start..<min(start + chunk, cheap.count)]))
+        }
+    }
+
+    /// How many requests starting together the loop prepares itself (when their preparation waits
+    /// for nothing).
+    static let preparedInLoop = 4
+
+    /// Prepares a request in the loop when its preparation waits for nothing.
+    /// - Returns: its outcome; nil when it waits, or failed in a way worth another try (a task
+    ///   then prepares it, retrying as it does).
+    func prepareAtOnce(_ preparation: Preparation) -> Prepared? {
+        do {
+            guard let prepared = try flows.prepareAtOnce(preparation.request) else { return nil }
+            return .login(
+                PreparedRequest(
+                    request: preparation.request, digest: preparation.digest, replyKey: preparation.replyKey,
+                    prepared: prepared))
+        } catch  where ErrorPolicy.classify(error) == .transient {
+            return nil
+        } catch {
+            return .refused(error)
         }
     }
 
@@ -215,9 +242,10 @@ extension RequestPipeline {
         let writer: Int?
     }
 
-    /// Prepares requests one after the other in a task of their own, posting each outcome.
+    /// Prepares requests one after the other in a task of their own on the cooperative pool (not
+    /// the loop's thread, the consumer's), posting each outcome.
     func prepare(_ preparations: [Preparation]) {
-        Task {
+        Task(executorPreference: globalConcurrentExecutor) {
             for preparation in preparations {
                 let outcome: Prepared
                 do {
@@ -244,7 +272,7 @@ extension RequestPipeline {
         state.move(job, to: .preparing)
         let seq = job.seq
         let value = job.message.value
-        Task {
+        Task(executorPreference: globalConcurrentExecutor) {
             let outcome: Prepared
             guard let notifications = self.notifications else {
                 self.board.post(seq, .notificationRefused("Sign in with Apple is not enabled"))

@@ -14,56 +14,89 @@ import Synchronization
 extension RequestPipeline {
     // MARK: - 5. Publish
 
-    /// Publishes records in one producer batch; transient failures are sent again.
-    /// - Returns: the ids of the events acknowledged.
-    func publish(_ entries: [(record: ProducerRecord, event: UUID?)]) async throws -> [UUID] {
-        func requestIDs(_ entries: [(record: ProducerRecord, event: UUID?)]) -> [String] {
-            entries.compactMap { entry in
-                entry.record.topic == configuration.topics.results
-                    ? entry.record.key.map { String(decoding: $0, as: UTF8.self) } : nil
+    /// Publishes records in one producer batch; transient failures are sent again. The first
+    /// attempt's end wakes the loop from the producer's delivery thread; only a retry (rare) runs
+    /// in a task of its own.
+    /// - Returns: a stage whose value is the ids of the events acknowledged.
+    func beginPublish(_ entries: [(record: ProducerRecord, event: UUID?)]) -> Stage<[UUID]> {
+        Stage(wake: wake) { finish in
+            producer.deliver(entries.map(\.record)) { outcomes in
+                let first = self.sort(entries, outcomes)
+                guard !first.again.isEmpty else { return finish(.success(first.acknowledged)) }
+                Task(executorPreference: globalConcurrentExecutor) {
+                    do {
+                        finish(.success(first.acknowledged + (try await self.publishAgain(first.again))))
+                    } catch {
+                        finish(.failure(error))
+                    }
+                }
             }
         }
-        var pending = entries
+    }
+
+    /// Sends again what failed transiently, after a growing pause, until every record has an
+    /// outcome (or the worker stops).
+    /// - Returns: the ids of the events acknowledged.
+    func publishAgain(_ failed: [(record: ProducerRecord, event: UUID?)]) async throws -> [UUID] {
+        var pending = failed
         var acknowledged: [UUID] = []
         var delay = configuration.processing.initialRetryDelay
         while !pending.isEmpty {
-            let outcomes = await producer.deliver(pending.map(\.record))
-            var again: [(record: ProducerRecord, event: UUID?)] = []
-            for (entry, outcome) in zip(pending, outcomes) {
-                switch outcome {
-                case .success:
-                    if let event = entry.event { acknowledged.append(event) }
-                case .failure(let error) where ErrorPolicy.classify(error) == .transient:
-                    again.append(entry)
-                case .failure(let error)
-                where entry.record.topic == configuration.topics.deadLetters && !entry.record.value.isEmpty:
-                    // The broker's own limit is lower than ours: publish the record of it instead.
-                    logger.warning(
-                        "A dead letter was refused; publishing the record of it",
-                        metadata: [LogKey.topic: entry.record.topic, LogKey.error: error.description])
-                    again.append((Self.recordOf(entry.record), entry.event))
-                case .failure(let error):
-                    // A record the broker will never take: that record's problem, not the worker's.
-                    logger.error(
-                        "A record could not be published",
-                        metadata: [LogKey.topic: entry.record.topic, LogKey.error: error.description])
-                }
-            }
-            guard !again.isEmpty else { break }
             if isStopping { throw ShutdownDuringRetry() }
             beat()
             metrics.retries.increment()
             logger.warning(
                 "Transient failure; retrying",
                 metadata: [
-                    "retry.operation": "publish", LogKey.count: String(again.count),
-                    LogKey.requestIDs: Self.listed(requestIDs(again)),
+                    "retry.operation": "publish", LogKey.count: String(pending.count),
+                    LogKey.requestIDs: Self.listed(requestIDs(pending)),
                 ])
             try await Task.sleep(for: Self.jitter(delay))
             delay = min(delay * 2, configuration.processing.maxRetryDelay)
-            pending = again
+            let sorted = sort(pending, await producer.deliver(pending.map(\.record)))
+            acknowledged += sorted.acknowledged
+            pending = sorted.again
         }
         return acknowledged
+    }
+
+    /// The request ids among records (the keys of results).
+    func requestIDs(_ entries: [(record: ProducerRecord, event: UUID?)]) -> [String] {
+        entries.compactMap { entry in
+            entry.record.topic == configuration.topics.results
+                ? entry.record.key.map { String(decoding: $0, as: UTF8.self) } : nil
+        }
+    }
+
+    /// Sorts a delivery's outcomes: the events acknowledged, and what to send again (a transient
+    /// failure; a dead letter the broker found too large, as the record of it). A record the
+    /// broker will never take is logged and let go.
+    func sort(_ entries: [(record: ProducerRecord, event: UUID?)], _ outcomes: [Result<DeliveryReport, KafkaError>])
+        -> (acknowledged: [UUID], again: [(record: ProducerRecord, event: UUID?)])
+    {
+        var acknowledged: [UUID] = []
+        var again: [(record: ProducerRecord, event: UUID?)] = []
+        for (entry, outcome) in zip(entries, outcomes) {
+            switch outcome {
+            case .success:
+                if let event = entry.event { acknowledged.append(event) }
+            case .failure(let error) where ErrorPolicy.classify(error) == .transient:
+                again.append(entry)
+            case .failure(let error)
+            where entry.record.topic == configuration.topics.deadLetters && !entry.record.value.isEmpty:
+                // The broker's own limit is lower than ours: publish the record of it instead.
+                logger.warning(
+                    "A dead letter was refused; publishing the record of it",
+                    metadata: [LogKey.topic: entry.record.topic, LogKey.error: error.description])
+                again.append((Self.recordOf(entry.record), entry.event))
+            case .failure(let error):
+                // A record the broker will never take: that record's problem, not the worker's.
+                logger.error(
+                    "A record could not be published",
+                    metadata: [LogKey.topic: entry.record.topic, LogKey.error: error.description])
+            }
+        }
+        return (acknowledged, again)
     }
 
     /// How long acknowledged events wait for a batch's transaction to mark them published before

@@ -108,7 +108,10 @@ public final class RequestPipeline: Service {
         }
         var state = LoopState()
         do {
-            try await loop(&state)
+            // The loop runs on the consumer's thread: its polls are calls on that thread, not hops
+            // there and back. Its stages run elsewhere (`Stage`), and nothing else of the loop waits
+            // for that thread while an idle poll blocks it.
+            try await withTaskExecutorPreference(consumer.taskExecutor) { try await loop(&state) }
             // The last batch's events were acknowledged: say so, or the relay publishes them again.
             try await markPublishedWhileIdle(&state, after: .zero)
         } catch is ShutdownDuringRetry {
@@ -243,7 +246,7 @@ public final class RequestPipeline: Service {
                 let jobs = toPublish
                 toPublish = []
                 let entries = Self.entries(jobs)
-                publishing.append((Stage(wake: wake) { try await self.publish(entries) }, jobs))
+                publishing.append((beginPublish(entries), jobs))
             }
             var wrote = false
             // In the writers' order. A writer after a busy one (writing, or reading a lookup)

@@ -1,0 +1,55 @@
+import Foundation
+import Messages
+import Testing
+
+@testable import AuthDomain
+@testable import TestSupport
+
+/// A request is prepared either at once (on the loop's thread, `LoginFlows.prepareAtOnce`) or by a
+/// task that may wait (`LoginFlows.prepare`): every method takes exactly one of the two, and both
+/// answer it alike.
+@Suite(.requiresDatabase) struct PreparationPathTests {
+    let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
+
+    /// The methods whose preparation may wait: a password hash on its pool, a provider's keys, a
+    /// read of PostgreSQL. Anything else must not wait, since the loop prepares it in place.
+    static let waiting: Set<LoginMethod> = [
+        .apple, .google, .oidc, .register, .password, .verifyEmail, .passwordReset, .changePassword, .mfaEnroll,
+        .mfaVerify, .accountDelete, .passkeyRemove,
+    ]
+
+    /// What a preparation came to, comparable across the two paths.
+    enum Ending: Equatable {
+        case prepared
+        case refused(String)
+        case notPreparedAtOnce
+    }
+
+    static func ending(_ body: () async throws -> (any PreparedWrite)?) async -> Ending {
+        do {
+            return try await body() == nil ? .notPreparedAtOnce : .prepared
+        } catch {
+            let code = (error as? LoginError)?.code.rawValue ?? "other"
+            return .refused("\(code): \(error)")
+        }
+    }
+
+    @Test(arguments: LoginMethod.allCases) func everyMethodIsPreparedByExactlyOnePath(_ method: LoginMethod)
+        async throws
+    {
+        let harness = try await FlowHarness(clock: clock)
+        // A bare request (no fields): most methods refuse it, which is an answer like any other.
+        let request = makeRequest(method)
+        let atOnce = await Self.ending { try harness.flows.prepareAtOnce(request) }
+        let waited = await Self.ending { try await harness.flows.prepare(request) }
+        if Self.waiting.contains(method) {
+            #expect(atOnce == .notPreparedAtOnce, "\(method.rawValue) may wait: the loop must not prepare it")
+        } else {
+            #expect(atOnce != .notPreparedAtOnce, "\(method.rawValue) waits for nothing: the loop prepares it")
+            #expect(atOnce == waited, "both paths answer \(method.rawValue) alike")
+        }
+        if case .refused(let reason) = waited {
+            #expect(!reason.contains("no preparation"), "\(method.rawValue) has a preparation")
+        }
+    }
+}
