@@ -395,22 +395,22 @@ extension Bool: PGArrayElement {
     }
 }
 
-extension Int32: PGArrayElement {
-    public static var pgTypeName: String { "integer" }
-    public static var pgTypeOID: UInt32 { 23 }
-    public static var pgBinarySizeHint: Int { 4 }
+/// An integer in binary: its bytes, big-endian.
+extension PGArrayElement where Self: FixedWidthInteger {
+    public static var pgBinarySizeHint: Int { MemoryLayout<Self>.size }
     public func appendPGBinary(to buffer: inout [UInt8]) {
         withUnsafeBytes(of: bigEndian) { buffer.append(contentsOf: $0) }
     }
 }
 
+extension Int32: PGArrayElement {
+    public static var pgTypeName: String { "integer" }
+    public static var pgTypeOID: UInt32 { 23 }
+}
+
 extension Int64: PGArrayElement {
     public static var pgTypeName: String { "bigint" }
     public static var pgTypeOID: UInt32 { 20 }
-    public static var pgBinarySizeHint: Int { 8 }
-    public func appendPGBinary(to buffer: inout [UInt8]) {
-        withUnsafeBytes(of: bigEndian) { buffer.append(contentsOf: $0) }
-    }
 }
 
 extension PGBytes: PGArrayElement {

@@ -107,25 +107,9 @@ enum MetricsExposition {
             }
             return
         }
-        // promtool is waited for on a thread of its own, never on a cooperative one.
-        let (status, report) = try await Blocking.run {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: promtool)
-            process.arguments = ["check", "metrics"]
-            let input = Pipe()
-            let output = Pipe()
-            process.standardInput = input
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            input.fileHandleForWriting.write(Data(text.utf8))
-            try input.fileHandleForWriting.close()
-            let report = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            return (process.terminationStatus, report)
-        }
-        guard status == 0, report.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
-            throw Problem(description: "promtool check metrics: \(report)")
+        let outcome = try await Subprocess.run([promtool, "check", "metrics"], input: text)
+        guard outcome.status == 0, outcome.output.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+            throw Problem(description: "promtool check metrics: \(outcome.output)")
         }
     }
 }
@@ -161,8 +145,11 @@ enum Subprocess {
         let output: String
     }
 
+    /// Runs `arguments` (through `env`, so the first may be a name on the PATH) and waits for it on
+    /// a thread of its own.
+    /// - Parameter input: written to its standard input, which is then closed; nil: none.
     static func run(
-        _ arguments: [String], environment: [String: String]? = nil, in directory: URL? = nil
+        _ arguments: [String], environment: [String: String]? = nil, in directory: URL? = nil, input: String? = nil
     ) async throws -> Outcome {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
@@ -172,9 +159,15 @@ enum Subprocess {
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe
+        let stdin = input.map { _ in Pipe() }
+        if let stdin { process.standardInput = stdin }
         try process.run()
         return await withCheckedContinuation { continuation in
             let thread = Thread {
+                if let stdin, let input {
+                    stdin.fileHandleForWriting.write(Data(input.utf8))
+                    try? stdin.fileHandleForWriting.close()
+                }
                 let data = pipe.fileHandleForReading.readDataToEndOfFile()
                 process.waitUntilExit()
                 continuation.resume(

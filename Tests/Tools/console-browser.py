@@ -11,8 +11,10 @@ Prints one JSON line per step; exits non-zero on the first step that does not ho
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -216,15 +218,19 @@ def main():
             out.write(f'[auth.openapi.consoleSession]\napi_key = "{cookie}"\n\n'
                       '[checks.positive_data_acceptance]\n'
                       'expected-statuses = ["2xx", "401", "403", "404", "409", "422", "429"]\n')
+        # Run from a scratch directory: schemathesis keeps a cache (`.schemathesis/`) in its working
+        # directory, which does not belong in the project.
+        scratch = tempfile.mkdtemp(prefix="schemathesis-")
         try:
             run = subprocess.run(
                 [sys.executable, "-m", "schemathesis.cli", "--config-file", config, "run",
                  os.path.join(ROOT, "contract", "admin-api.yaml"), "--url", CONSOLE, "--checks", "all",
                  "--max-examples", arguments.schemathesis_examples, "--exclude-operation-id", "signOut",
                  "--header", f"X-CSRF-Token: {token}", "--seed", "1", "--no-color"],
-                capture_output=True, text=True, timeout=600)
+                capture_output=True, text=True, timeout=600, cwd=scratch)
         finally:
             os.remove(config)
+            shutil.rmtree(scratch, ignore_errors=True)
         output = run.stdout + run.stderr
         check(run.returncode == 0, "schemathesis: " + output[-6000:])
         step("schemathesis", summary=[line for line in output.splitlines() if "passed" in line or "cases" in line][-3:])

@@ -243,7 +243,7 @@ extension RequestPipeline {
     }
 
     /// Prepares requests one after the other in a task of their own on the cooperative pool (not
-    /// the loop's thread, the consumer's), posting each outcome.
+    /// on the loop's thread, which is the consumer's), posting each outcome.
     func prepare(_ preparations: [Preparation]) {
         Task(executorPreference: globalConcurrentExecutor) {
             for preparation in preparations {
