@@ -53,8 +53,11 @@ public struct Logger: Sendable {
     /// Writes a line at `level` when enabled.
     public func log(_ level: Level, _ message: @autoclosure () -> String, metadata extra: Metadata = [:]) {
         guard level >= logLevel else { return }
-        var all = metadata
-        for (key, value) in extra { all[key] = value }
+        var all = extra
+        if !metadata.isEmpty {
+            all = metadata
+            all.merge(extra) { _, line in line }
+        }
         handler.write(LogRecord(date: Date(), level: level, label: label, message: message(), metadata: all))
     }
 
@@ -124,20 +127,25 @@ public final class JSONLinesLogHandler: LogHandler, Sendable {
     /// The JSON bytes of one record, without the newline: members in sorted key order, written
     /// directly (a line per request is on the hot path).
     public static func format(_ record: LogRecord) -> [UInt8] {
-        var object: [String: String] = record.metadata
-        object["ts"] = timestamp(record.date)
-        object["level"] = record.level.rawValue
-        object["logger"] = record.label
-        object["msg"] = record.message
+        // The four members of every line win over metadata of the same name.
+        var members: [(key: String, value: String)] = [
+            ("ts", timestamp(record.date)), ("level", record.level.rawValue), ("logger", record.label),
+            ("msg", record.message),
+        ]
+        members.reserveCapacity(4 + record.metadata.count)
+        for (key, value) in record.metadata where !fixedKeys.contains(key) { members.append((key, value)) }
+        members.sort { $0.key < $1.key }
         var writer = JSONWriter(capacity: 256)
         writer.object { out in
-            for (key, value) in object.sorted(by: { $0.key < $1.key }) {
+            for (key, value) in members {
                 out.key(key)
                 out.string(value)
             }
         }
         return writer.bytes
     }
+
+    private static let fixedKeys: Set<String> = ["ts", "level", "logger", "msg"]
 
     /// `2026-11-29T12:00:00.123Z`.
     static func timestamp(_ date: Date) -> String { RFC3339.format(date, milliseconds: true) }

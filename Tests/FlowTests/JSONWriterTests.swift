@@ -250,6 +250,24 @@ extension TimestampTests {
     }
 }
 
+extension TimestampTests {
+    /// A log line: its members in sorted key order, the line's metadata over the logger's, and
+    /// the four members every line has over any metadata of the same name.
+    @Test func aLogLineSortsItsMembersAndKeepsItsOwnFour() throws {
+        let handler = InMemoryLogHandler()
+        var logger = Logger(label: "test", handler: handler)
+        logger.metadata = ["replica": "a", "shared": "logger"]
+        logger.info("hello", metadata: ["shared": "line", "msg": "forged", "b.key": "1"])
+        let record = try #require(handler.records.first)
+        #expect(record.metadata == ["replica": "a", "shared": "line", "msg": "forged", "b.key": "1"])
+        let line = String(decoding: JSONLinesLogHandler.format(record), as: UTF8.self)
+        let keys = line.matches(of: /"([a-z.]+)":/).map { String($0.output.1) }
+        #expect(keys == ["b.key", "level", "logger", "msg", "replica", "shared", "ts"])
+        #expect(line.contains(#""msg":"hello""#) && !line.contains("forged"))
+        #expect(line.contains(#""shared":"line""#))
+    }
+}
+
 extension JSONWriterTests {
     /// The lifecycle events, the mail service's sealed secret, the notification a gateway forwards
     /// and the account export: each written by its writer, read back whole.

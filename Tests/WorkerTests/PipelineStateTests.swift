@@ -170,8 +170,12 @@ import Testing
         admitReady(jobs.prefix(2), &state)
         #expect(state.readyJobs(for: 1, minimum: 3).isEmpty)
         admitReady([jobs[2]], &state)
-        #expect(state.readyJobs(for: 1, minimum: 3).map(\.seq) == jobs.map(\.seq))
+        let taken = state.readyJobs(for: 1, minimum: 3)
+        #expect(taken.map(\.seq) == jobs.map(\.seq))
+        // The loop batches what it takes (`beginWrite`): nothing is offered twice.
+        for job in taken { state.batch(job, on: 1) }
         #expect(state.readyJobs(for: 0).isEmpty)
+        #expect(state.readyJobs(for: 1).isEmpty)
     }
 
     /// Under light load every batch goes to the first writer; the second takes only what arrives
@@ -191,6 +195,91 @@ import Testing
         #expect(Set(zero.map(\.seq)).isDisjoint(with: next.map(\.seq)))
         #expect(Set(zero.map(\.seq) + next.map(\.seq)) == Set(jobs.map(\.seq)))
         #expect(next.map(\.seq) == next.map(\.seq).sorted(), "in read order")
+    }
+
+    /// The ready jobs a writer may take, found the slow way: every lane scanned from its start.
+    private func readyByScanning(
+        _ state: LoopState, jobs: [Job], for writer: Int, limit: Int, minimum: Int
+    ) -> [Int] {
+        var ready: [Int] = []
+        let inFlight = jobs.filter { state.jobs[$0.seq] != nil }
+        let byLane = Dictionary(grouping: inFlight) { $0.laneKey }
+        lanes: for lane in byLane.values {
+            var taken: [Int] = []
+            for job in lane.sorted(by: { $0.seq < $1.seq }) {
+                if job.kind == .batched {
+                    if let other = job.writer, other != writer { continue lanes }
+                    continue
+                }
+                guard job.kind == .ready else { break }
+                taken.append(job.seq)
+            }
+            ready += taken
+        }
+        guard ready.count >= max(minimum, 1) else { return [] }
+        return Array(ready.sorted().prefix(limit))
+    }
+
+    /// The loop keeps each lane's count of jobs to take as jobs change phase, instead of scanning
+    /// the lanes at each ask: over thousands of random steps (jobs read on a few keys and none,
+    /// made ready, sent back, batched on either writer, written, finished), each ask takes exactly
+    /// what scanning every lane from its start finds.
+    @Test(arguments: 1...4)
+    func readyJobsTakeWhatScanningEveryLaneFinds(seed: UInt64) {
+        var random = SplitMix(seed: seed)
+        var state = LoopState()
+        var all: [Job] = []
+        var offset: Int64 = 0
+        var batchedBy: [Int: [Job]] = [0: [], 1: []]
+        for _ in 0..<3_000 {
+            let live = all.filter { state.jobs[$0.seq] != nil }
+            switch random.next(below: 10) {
+            case 0, 1:
+                // Sixteen keys and none: lanes of several jobs, and lanes left alone between asks.
+                let key = random.next(below: 17)
+                let job = Job(
+                    seq: state.nextSeq(), message: message(offset: offset, key: key == 16 ? nil : "k\(key)"), epoch: 0)
+                offset += 1
+                all.append(job)
+                state.add(job, in: random.next(below: 2) == 0 ? .lookup : .preparing)
+            case 2, 3, 4:
+                let waiting = live.filter { $0.kind != .batched && $0.kind != .ready }
+                guard let job = waiting.randomElement(using: &random) else { continue }
+                if random.next(below: 4) == 0 {
+                    state.move(job, to: .preparing)
+                } else {
+                    ready(job, &state)
+                }
+            case 5, 6:
+                let writer = random.next(below: 2)
+                let limit = [1, 2, 3, .max][random.next(below: 4)]
+                let minimum = [1, 2, 4][random.next(below: 3)]
+                let expected = readyByScanning(state, jobs: all, for: writer, limit: limit, minimum: minimum)
+                let taken = state.readyJobs(for: writer, limit: limit, minimum: minimum)
+                #expect(taken.map(\.seq) == expected, "writer \(writer), limit \(limit), minimum \(minimum)")
+                for job in taken { state.batch(job, on: writer) }
+                batchedBy[writer, default: []] += taken
+            case 7, 8:
+                // A writer's batch is written: its jobs are published next, then finished.
+                let writer = random.next(below: 2)
+                let batch = batchedBy[writer, default: []]
+                batchedBy[writer] = []
+                for job in batch where job.writer == writer { state.written(job) }
+                for job in batch where state.jobs[job.seq] != nil && job.kind == .batched && random.next(below: 2) == 0
+                {
+                    state.remove(job)
+                }
+            default:
+                // A conflict sends a batched job back to be looked up; or a published one finishes.
+                guard let job = live.filter({ $0.kind == .batched }).randomElement(using: &random) else { continue }
+                if job.writer != nil {
+                    state.move(job, to: .lookup)
+                } else {
+                    state.remove(job)
+                }
+            }
+        }
+        #expect(all.count > 500)
     }
 
     @Test func theStoredOffsetNeverPassesAnUnfinishedMessage() {
@@ -278,6 +367,15 @@ import Testing
         #expect(watermark.unfinished == 0)
     }
 
+    /// A result's event id is derived from the request id and the answer, the same in every
+    /// version of the worker: a redelivery answered by an upgraded replica carries the id the
+    /// gateway saw before (this value is SHA-256's first 16 bytes made a UUIDv8, computed apart).
+    @Test func aResultsEventIDIsStableAcrossVersions() {
+        let id = RequestPipeline.resultEventID(requestID: "req-1", tag: "answer:00ff")
+        #expect(id == "93141f62-3692-8b8d-bb48-d376158acf4a")
+        #expect(RequestPipeline.resultEventID(requestID: "req-1", tag: "answer:00fe") != id)
+    }
+
     /// A reply key of small order or in a non-canonical encoding is the request's fault: answered
     /// `malformed_request` on `data.reply_key`, never a retriable internal error.
     @Test(arguments: [
@@ -298,4 +396,18 @@ import Testing
             Issue.record("unexpected \(error)")
         }
     }
+}
+
+/// A small seeded generator: the same steps on every run of a seed.
+private struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func next(below bound: Int) -> Int { Int(next() % UInt64(bound)) }
 }

@@ -22,9 +22,7 @@ final class Job {
     /// The keyed digest of the request's content (or of the raw value).
     var digest: [UInt8] = []
     /// Set only by `LoopState` (`add`, `move`): every change of phase goes through one place.
-    fileprivate(set) var phase: Phase = .lookup {
-        didSet { kind = phase.kind }
-    }
+    fileprivate(set) var phase: Phase = .lookup
     /// The case of `phase` without its payload: what the loop's scans test, several times a
     /// pass, without copying the payload (a prepared write, its strings and arrays) each time.
     private(set) var kind: Phase.Kind = .lookup
@@ -36,15 +34,23 @@ final class Job {
 
     /// Messages with the same partition and key are written in order; messages without a key
     /// are ordered against nothing.
-    let lane: LaneKey
+    let laneKey: LaneKey
+    /// Its lane in the loop's table, from when the loop takes it in (`LoopState.add`).
+    fileprivate(set) var lane: Lane?
 
     init(seq: Int, message: KafkaMessage, epoch: Int) {
         self.seq = seq
         self.message = message
         self.epoch = epoch
-        lane = LaneKey(
+        laneKey = LaneKey(
             topic: message.topic, partition: message.partition, key: message.key ?? [],
             offset: message.key == nil ? message.offset : -1)
+    }
+
+    /// The one place a phase is set; its kind is read off the new phase, not copied back out.
+    fileprivate func enter(_ phase: Phase) {
+        kind = phase.kind
+        self.phase = phase
     }
 }
 
@@ -80,6 +86,29 @@ struct LaneKey: Hashable {
     }
 
     func hash(into hasher: inout Hasher) { hasher.combine(digest) }
+}
+
+/// The jobs of one lane, in read order, and what a writer may take from it now.
+///
+/// The loop keeps each lane's count of jobs a writer may take up to date as jobs change phase
+/// (`LoopState.recount`), so asking for ready jobs costs what it takes, not a scan of every lane
+/// that changed: a full batch's bookkeeping was a sixth of the loop's CPU that way.
+final class Lane {
+    let key: LaneKey
+    /// Its jobs' seqs, in read order.
+    fileprivate(set) var seqs: [Int] = []
+    /// The writer whose batch holds the lane's first jobs; nil when none does (also once that
+    /// batch is written and only published).
+    fileprivate(set) var holder: Int?
+    /// The ready jobs after those in a batch, up to the first that is not ready: what `holder`
+    /// (or, without one, any writer) may take next.
+    fileprivate(set) var takeable = 0
+    /// Changed since it was last counted (it is in `LoopState.staleLanes`).
+    fileprivate var isStale = false
+    /// Its index in `LoopState.takeableLanes` while `takeable > 0`.
+    fileprivate var takeableIndex: Int?
+
+    init(key: LaneKey) { self.key = key }
 }
 
 /// A request to prepare in the background, with what the pipeline decided about it.
@@ -223,10 +252,15 @@ struct JobRecords {
 
 struct LoopState {
     var jobs: [Int: Job] = [:]
-    /// Job seqs per lane, in the order they were read.
-    var lanes: [LaneKey: [Int]] = [:]
-    /// Lanes whose jobs changed since they were last looked at for ready jobs.
-    private var changedLanes: Set<LaneKey> = []
+    /// The lanes with jobs in flight.
+    private(set) var lanes: [LaneKey: Lane] = [:]
+    /// Lanes whose jobs changed since they were last counted, each once.
+    private var staleLanes: [Lane] = []
+    /// The lanes with jobs a writer may take (`Lane.takeable > 0`), in no order.
+    private var takeableLanes: [Lane] = []
+    /// Jobs writers may take, counted in the lanes no writer holds, and per writer in its lanes.
+    private var freeTakeable = 0
+    private var heldTakeable: [Int: Int] = [:]
     /// Jobs to look up and start in the next pass, in read order.
     var toStart: [Int] = []
     var watermark = OffsetWatermark()
@@ -265,20 +299,28 @@ struct LoopState {
     /// Jobs parked until they are first in their lane (`Phase.waitingForLane`).
     var parked: Set<Int> = []
 
-    func isFirstInLane(_ job: Job) -> Bool { lanes[job.lane]?.first == job.seq }
+    func isFirstInLane(_ job: Job) -> Bool { job.lane?.seqs.first == job.seq }
 
     /// Takes a job in, in its first phase.
     mutating func add(_ job: Job, in phase: Phase) {
-        job.phase = phase
+        job.enter(phase)
         jobs[job.seq] = job
-        lanes[job.lane, default: []].append(job.seq)
+        let lane: Lane
+        if let known = lanes[job.laneKey] {
+            lane = known
+        } else {
+            lane = Lane(key: job.laneKey)
+            lanes[job.laneKey] = lane
+        }
+        lane.seqs.append(job.seq)
+        job.lane = lane
         changed(job)
     }
 
     /// The one transition of the loop: `job` moves to `phase`. Its lane is looked at again for
     /// ready jobs, and a job sent (back) to look up is queued for the next lookup.
     mutating func move(_ job: Job, to phase: Phase) {
-        job.phase = phase
+        job.enter(phase)
         if job.kind != .batched { job.writer = nil }
         changed(job)
     }
@@ -293,13 +335,19 @@ struct LoopState {
     mutating func written(_ job: Job) {
         guard job.writer != nil else { return }
         job.writer = nil
-        changedLanes.insert(job.lane)
+        if let lane = job.lane { markStale(lane) }
     }
 
     /// Notes that a job's phase changed: its lane is looked at again, and a job to look up is queued.
     private mutating func changed(_ job: Job) {
-        changedLanes.insert(job.lane)
+        if let lane = job.lane { markStale(lane) }
         if job.kind == .lookup { toStart.append(job.seq) }
+    }
+
+    private mutating func markStale(_ lane: Lane) {
+        guard !lane.isStale else { return }
+        lane.isStale = true
+        staleLanes.append(lane)
     }
 
     /// True when `job` may go ahead with `id`: no other job in flight holds it. Otherwise the job
@@ -315,11 +363,12 @@ struct LoopState {
 
     mutating func remove(_ job: Job) {
         jobs[job.seq] = nil
-        if var lane = lanes[job.lane] {
-            if lane.first == job.seq { lane.removeFirst() } else { lane.removeAll { $0 == job.seq } }
-            lanes[job.lane] = lane.isEmpty ? nil : lane
+        if let lane = job.lane {
+            if lane.seqs.first == job.seq { lane.seqs.removeFirst() } else { lane.seqs.removeAll { $0 == job.seq } }
+            if lane.seqs.isEmpty, lanes[lane.key] === lane { lanes[lane.key] = nil }
+            // Counted again (to nothing, when empty), so its jobs leave the totals.
+            markStale(lane)
         }
-        changedLanes.insert(job.lane)
         guard let id = job.request?.id, heldIDs[id] == job.seq else { return }
         heldIDs[id] = nil
         // The next job with this id goes ahead now, and will find this one's answer.
@@ -332,40 +381,83 @@ struct LoopState {
         }
     }
 
-    /// The ready jobs `writer` may write next: each changed lane's, after those already in a
-    /// batch and up to the first that is not ready, in read order, `limit` at most. A lane with
-    /// jobs in a batch another writer is writing is left for later (its order is that writer's
-    /// until the write ends), so per-key order holds whichever writer takes a lane.
+    /// The ready jobs `writer` may write next: each lane's, after those already in a batch and
+    /// up to the first that is not ready, in read order, `limit` at most. A lane with jobs in a
+    /// batch another writer is writing is left for later (its order is that writer's until the
+    /// write ends), so per-key order holds whichever writer takes a lane.
     ///
     /// Any free writer may take any other lane: the loop offers the ready jobs to its writers in
     /// order, so under light load one connection writes every batch (the second is woken only
     /// while the first is busy), and under heavy load both write.
+    ///
+    /// The caller batches what it takes (`batch(_:on:)`): until then the jobs stay ready, and
+    /// are offered again.
     /// - Parameter minimum: fewer ready jobs than this are left for later (none taken).
     mutating func readyJobs(for writer: Int, limit: Int = .max, minimum: Int = 1) -> [Job] {
+        recount()
+        let available = freeTakeable + heldTakeable[writer, default: 0]
+        guard available >= max(minimum, 1) else { return [] }
         var ready: [Job] = []
-        var looked: [LaneKey] = []
-        lanes: for lane in changedLanes {
-            var taken: [Job] = []
-            for seq in lanes[lane] ?? [] {
+        ready.reserveCapacity(available)
+        for lane in takeableLanes where lane.holder == nil || lane.holder == writer {
+            var left = lane.takeable
+            for seq in lane.seqs {
+                guard left > 0, let job = jobs[seq] else { break }
+                if job.kind == .batched { continue }
+                guard job.kind == .ready else { break }
+                ready.append(job)
+                left -= 1
+            }
+        }
+        ready.sort { $0.seq < $1.seq }
+        // Cut in read order, which keeps each lane's prefix; the rest stays counted for the next ask.
+        guard ready.count > limit else { return ready }
+        return Array(ready.prefix(limit))
+    }
+
+    /// Counts again the lanes that changed since they were last counted: who holds each, and
+    /// how many of its jobs a writer may take.
+    private mutating func recount() {
+        for lane in staleLanes {
+            lane.isStale = false
+            var holder: Int?
+            var takeable = 0
+            for seq in lane.seqs {
                 guard let job = jobs[seq] else { break }
                 if job.kind == .batched {
-                    // Being written elsewhere: the lane is looked at again when that write ends.
-                    if let other = job.writer, other != writer { continue lanes }
+                    if let writer = job.writer { holder = writer }
                     continue
                 }
                 guard job.kind == .ready else { break }
-                taken.append(job)
+                takeable += 1
             }
-            looked.append(lane)
-            ready += taken
+            count(lane, holder: holder, takeable: takeable)
         }
-        guard ready.count >= max(minimum, 1) else { return [] }
-        for lane in looked { changedLanes.remove(lane) }
-        ready.sort { $0.seq < $1.seq }
-        guard ready.count > limit else { return ready }
-        // Cut in read order, which keeps each lane's prefix; the lanes cut short are looked at again.
-        for job in ready[limit...] { changedLanes.insert(job.lane) }
-        return Array(ready.prefix(limit))
+        staleLanes.removeAll(keepingCapacity: true)
+    }
+
+    /// Replaces `lane`'s counts, in the totals and in the list of lanes with jobs to take.
+    private mutating func count(_ lane: Lane, holder: Int?, takeable: Int) {
+        tally(-lane.takeable, to: lane.holder)
+        tally(takeable, to: holder)
+        lane.holder = holder
+        lane.takeable = takeable
+        if takeable > 0, lane.takeableIndex == nil {
+            lane.takeableIndex = takeableLanes.count
+            takeableLanes.append(lane)
+        } else if takeable == 0, let index = lane.takeableIndex {
+            let last = takeableLanes.removeLast()
+            if last !== lane {
+                takeableLanes[index] = last
+                last.takeableIndex = index
+            }
+            lane.takeableIndex = nil
+        }
+    }
+
+    private mutating func tally(_ count: Int, to holder: Int?) {
+        guard count != 0 else { return }
+        if let holder { heldTakeable[holder, default: 0] += count } else { freeTakeable += count }
     }
 
     /// How many jobs are in each phase, for a drain's log line: `ready=3 abandoned=1`.
@@ -398,8 +490,8 @@ struct LoopState {
             case .ready, .waitingForID, .waitingForLane, .abandoned: continue
             }
         }
-        for seqs in lanes.values {
-            lane: for seq in seqs {
+        for lane in lanes.values {
+            lane: for seq in lane.seqs {
                 guard let job = jobs[seq] else { break lane }
                 switch job.kind {
                 case .batched: continue lane

@@ -81,15 +81,11 @@ extension RequestPipeline {
     /// The result's CloudEvent id: every copy of one answer has the same id (so a gateway can
     /// deduplicate), and two different answers to one id never do.
     static func resultEventID(requestID: String, tag: String) -> String {
-        var bytes = Array(SHA256.hash("auth.login.result:" + requestID + "\u{0}" + tag).prefix(16))
+        var bytes = SHA256.hash("auth.login.result:" + requestID + "\u{0}" + tag)
         bytes[6] = 0x80 | (bytes[6] & 0x0F)  // UUIDv8: custom
         bytes[8] = 0x80 | (bytes[8] & 0x3F)
-        let hex = Hex.encode(bytes)
-        let parts = [
-            hex.prefix(8), hex.dropFirst(8).prefix(4), hex.dropFirst(12).prefix(4), hex.dropFirst(16).prefix(4),
-            hex.dropFirst(20),
-        ]
-        return parts.joined(separator: "-")
+        // The first 16 of SHA-256's 32 bytes, written as a lowercase UUID.
+        return UUID(uuid: bytes.withUnsafeBytes { $0.loadUnaligned(as: uuid_t.self) }).lowercasedString
     }
 
     static func answerTag(digest: [UInt8]) -> String { "answer:" + Hex.encode(digest) }
