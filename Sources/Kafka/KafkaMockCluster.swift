@@ -48,6 +48,16 @@ public final class KafkaMockCluster: @unchecked Sendable {
         }
     }
 
+    /// Disconnects every broker and refuses new connections (`up` is false), or accepts them
+    /// again; the data and the groups' committed offsets stay.
+    public func setReachable(_ up: Bool) throws {
+        let error = up ? rd_kafka_mock_broker_set_up(cluster, -1) : rd_kafka_mock_broker_set_down(cluster, -1)
+        guard error == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            let reason = String(cString: rd_kafka_err2str(error))
+            throw Failure(description: "setting the brokers \(up ? "up" : "down"): \(reason)")
+        }
+    }
+
     deinit {
         rd_kafka_mock_cluster_destroy(cluster)
         rd_kafka_destroy(handle)

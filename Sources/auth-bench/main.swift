@@ -217,7 +217,8 @@ if arguments.contains("--help") {
     print("  passwords needs AUTH_BENCH_DATABASE_URL=postgres://… (scripts/bench sets it)")
     print("  broker hosts librdkafka's mock cluster for the end-to-end benchmark: prints its bootstrap")
     print("  servers on the first line, then creates a topic for each `create NAME PARTITIONS` line")
-    print("  read from standard input (answering `ok` or `error: …`), until standard input closes")
+    print("  read from standard input, cuts every client off at `down` and lets them in again at `up`")
+    print("  (answering `ok` or `error: …`), until standard input closes")
     exit(0)
 }
 if arguments.first == "broker" {
@@ -228,12 +229,15 @@ if arguments.first == "broker" {
         reply(cluster.bootstrapServers)
         while let line = readLine() {
             let words = line.split(separator: " ")
-            guard words.count == 3, words[0] == "create", let partitions = Int32(words[2]), partitions > 0 else {
-                reply("error: expected `create NAME PARTITIONS`")
-                continue
-            }
             do {
-                try cluster.createTopic(String(words[1]), partitions: partitions)
+                if words == ["down"] || words == ["up"] {
+                    try cluster.setReachable(words == ["up"])
+                } else if words.count == 3, words[0] == "create", let partitions = Int32(words[2]), partitions > 0 {
+                    try cluster.createTopic(String(words[1]), partitions: partitions)
+                } else {
+                    reply("error: expected `create NAME PARTITIONS`, `down` or `up`")
+                    continue
+                }
                 reply("ok")
             } catch {
                 reply("error: \(error)")

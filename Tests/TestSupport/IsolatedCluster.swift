@@ -5,9 +5,19 @@ import PGStore
     import Glibc
 #endif
 
-/// A PostgreSQL server and a broker (behind its compatibility proxy) of one test's own, on free
-/// loopback ports, so the test can stop and start them without disturbing other suites.
+/// A PostgreSQL server and a broker of one test's own, on free loopback ports, so the test can stop
+/// and start them without disturbing other suites. The broker is Tansu behind its compatibility
+/// proxy, or librdkafka's mock cluster in a process of its own (`auth-bench broker`): the same
+/// faults on two brokers tell a broker's quirks from the worker's.
 final class IsolatedCluster: @unchecked Sendable {
+    enum Broker: String, Sendable, CustomStringConvertible {
+        case tansu
+        /// librdkafka's mock cluster, hosted by `auth-bench broker` (built beside the tests).
+        case mockCluster
+
+        var description: String { rawValue }
+    }
+
     // @unchecked: the pids are only changed by the one test driving the cluster.
     static let projectRoot = ProjectPaths.root
     static let pgBin = "/usr/lib/postgresql/15/bin"
@@ -15,22 +25,35 @@ final class IsolatedCluster: @unchecked Sendable {
     static var proxyScript: String { projectRoot.appendingPathComponent("scripts/kafka-compat-proxy.py").path }
 
     /// Root with a `postgres` user, the PostgreSQL binaries and the broker: what `scripts/dev-env install` sets up.
+    /// `auth-bench`, built with the tests (it hosts the mock cluster).
+    static var benchBinary: String {
+        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("auth-bench")
+            .path
+    }
+
     static var isPossible: Bool {
         getuid() == 0 && FileManager.default.isExecutableFile(atPath: "\(pgBin)/pg_ctl")
             && FileManager.default.isExecutableFile(atPath: tansu) && getpwnam("postgres") != nil
     }
 
+    let broker: Broker
     let directory: String
     let pgPort: Int
     let brokerPort: Int
     let proxyPort: Int
-    private var broker: Process?
+    private var brokerProcess: Process?
     private var proxy: Process?
+    /// The mock cluster's commands (`create`, `down`, `up`) and its answers, a line each.
+    private var mockCommands: FileHandle?
+    private var mockAnswers: FileHandle?
+    private var mockAnswerBuffer: [UInt8] = []
+    private var mockBootstrap = ""
 
     var databaseServer: String { "postgres://postgres@127.0.0.1:\(pgPort)" }
-    var brokers: String { "127.0.0.1:\(proxyPort)" }
+    var brokers: String { broker == .tansu ? "127.0.0.1:\(proxyPort)" : mockBootstrap }
 
-    init() throws {
+    init(broker: Broker = .tansu) throws {
+        self.broker = broker
         directory = "/tmp/auth-fault-\(UUID().uuidString.prefix(8))"
         pgPort = try Self.freePort()
         brokerPort = try Self.freePort()
@@ -45,8 +68,13 @@ final class IsolatedCluster: @unchecked Sendable {
                 "UTF8", "--locale=C.UTF-8",
             ])
         try startPostgres()
-        try startBroker()
-        try startProxy()
+        switch broker {
+        case .tansu:
+            try startBroker()
+            try startProxy()
+        case .mockCluster:
+            try startMockCluster()
+        }
     }
 
     private var postgres: Process?
@@ -80,7 +108,7 @@ final class IsolatedCluster: @unchecked Sendable {
     }
 
     func startBroker() throws {
-        broker = try Self.spawn(
+        brokerProcess = try Self.spawn(
             Self.tansu,
             [
                 "broker", "--listener-url", "tcp://127.0.0.1:\(brokerPort)", "--advertised-listener-url",
@@ -89,16 +117,71 @@ final class IsolatedCluster: @unchecked Sendable {
         try Self.waitForPort(brokerPort)
     }
 
-    /// Cuts every client off the broker (its data stays): the broker is unreachable until `startProxy`.
+    private func startMockCluster() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.benchBinary)
+        process.arguments = ["broker"]
+        let commands = Pipe()
+        let answers = Pipe()
+        process.standardInput = commands
+        process.standardOutput = answers
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        brokerProcess = process
+        mockCommands = commands.fileHandleForWriting
+        mockAnswers = answers.fileHandleForReading
+        mockBootstrap = try nextMockAnswer()
+    }
+
+    /// Sends the mock cluster one command and waits for its `ok`.
+    private func mockCommand(_ line: String) throws {
+        guard let mockCommands else { throw Failure(description: "the mock cluster is not running") }
+        try mockCommands.write(contentsOf: Data((line + "\n").utf8))
+        let answer = try nextMockAnswer()
+        guard answer == "ok" else { throw Failure(description: "mock cluster, `\(line)`: \(answer)") }
+    }
+
+    private func nextMockAnswer() throws -> String {
+        while true {
+            if let end = mockAnswerBuffer.firstIndex(of: 0x0A) {
+                let line = String(decoding: mockAnswerBuffer[..<end], as: UTF8.self)
+                mockAnswerBuffer.removeSubrange(...end)
+                return line
+            }
+            // What is there now (at least a byte, waiting for it); empty at the end of the stream.
+            guard let more = mockAnswers?.availableData, !more.isEmpty else {
+                throw Failure(description: "the mock cluster exited")
+            }
+            mockAnswerBuffer += more
+        }
+    }
+
+    /// Cuts every client off the broker (its data and the groups' offsets stay) until
+    /// `reconnectBroker`: Tansu's proxy is killed (every connection drops at once, as when a
+    /// broker's host goes away); the mock cluster's brokers are set down.
+    func cutOffBroker() throws {
+        switch broker {
+        case .tansu: stopProxy()
+        case .mockCluster: try mockCommand("down")
+        }
+    }
+
+    func reconnectBroker() throws {
+        switch broker {
+        case .tansu: try startProxy()
+        case .mockCluster: try mockCommand("up")
+        }
+    }
+
     /// Freezes the broker process (SIGSTOP): connections stay open and nothing answers, as
     /// with a broker stuck in a long GC pause or on a frozen VM.
     func freezeBroker() {
-        if let broker, broker.isRunning { kill(broker.processIdentifier, SIGSTOP) }
+        if let brokerProcess, brokerProcess.isRunning { kill(brokerProcess.processIdentifier, SIGSTOP) }
     }
 
     /// Resumes a frozen broker (SIGCONT).
     func thawBroker() {
-        if let broker, broker.isRunning { kill(broker.processIdentifier, SIGCONT) }
+        if let brokerProcess, brokerProcess.isRunning { kill(brokerProcess.processIdentifier, SIGCONT) }
     }
 
     func stopProxy() {
@@ -115,6 +198,10 @@ final class IsolatedCluster: @unchecked Sendable {
     }
 
     func createTopics(_ names: [String], partitions: Int) throws {
+        if broker == .mockCluster {
+            for name in names { try mockCommand("create \(name) \(partitions)") }
+            return
+        }
         // A broker that has just opened its port can still refuse a client (seen once in CI's
         // fault suite), so each creation is tried a few times; a retry that finds the topic
         // already made by the attempt before counts as done.
@@ -141,8 +228,11 @@ final class IsolatedCluster: @unchecked Sendable {
 
     func shutdown() {
         stopProxy()
-        if let broker, broker.isRunning { kill(broker.processIdentifier, SIGKILL) }
-        broker?.waitUntilExit()
+        if let brokerProcess, brokerProcess.isRunning {
+            kill(brokerProcess.processIdentifier, SIGCONT)
+            kill(brokerProcess.processIdentifier, SIGKILL)
+        }
+        brokerProcess?.waitUntilExit()
         try? stopPostgres()
         try? FileManager.default.removeItem(atPath: directory)
     }
