@@ -52,10 +52,8 @@ import Testing
         /// True when the last hand-over this replica logged is an assignment (not a revocation, nor
         /// a start that was never assigned anything).
         var lastHandOverIsAnAssignment: Bool {
-            let text = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
-            let last = text.split(separator: "\n").last {
-                $0.contains("Partitions assigned") || $0.contains("Partitions revoked") || $0.contains("\"Starting\"")
-            }
+            // `handOvers()` less the first offsets read after an assignment.
+            let last = handOvers().split(separator: "\n").last { !$0.contains("Reading a partition") }
             return last?.contains("Partitions assigned") ?? false
         }
 
