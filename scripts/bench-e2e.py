@@ -19,7 +19,8 @@ Phases, each on a database and topics of its own:
               token, kept result, rate-limit count, outbox event, and deleting published events):
               the ceiling; at each paced rate of the curve, pgbench running one login's statements
               per transaction in the worker's three round trips (PostgreSQL's floor per login at
-              that rate); and `openssl speed` for the signature primitives
+              that rate: its CPU, and each transaction's latency from its start, p50 and p99); and
+              `openssl speed` for the signature primitives
 With --fresh-broker, each phase starts on an emptied broker (an in-memory broker slows as it fills).
 Each phase also reports the CPU the hypervisor stole from this machine while it ran: on a shared
 host that varies from run to run, and explains most of the spread between runs.
@@ -28,6 +29,7 @@ Then a table (stdout, and results.json) and a chart (e2e.png) in the output fold
 
 import argparse
 import base64
+import glob
 import http.server
 import json
 import os
@@ -739,19 +741,39 @@ def run_pgbench_paced(services, rate, seconds):
         handle.write(PGBENCH_ONE_LOGIN)
     log(f"limits: pgbench, one guest login's statements per transaction, paced at {rate:,.0f}/s for {seconds} s")
     before, started = services.postgres_cpu_seconds(), time.perf_counter()
+    # Each transaction's latency goes to a log of its own (`-l`), for the floor's p50 and p99.
+    prefix = os.path.join(services.scratch, f"one-login-{uuid.uuid4().hex[:6]}")
     output = subprocess.run(["pgbench", "-n", "-M", "prepared", "-c", "3", "-j", "1", "-R", str(rate),
-                             "-T", str(seconds), "-f", script, database],
+                             "-T", str(seconds), "-l", f"--log-prefix={prefix}", "-f", script, database],
                             check=True, capture_output=True, text=True).stdout
     cores = (services.postgres_cpu_seconds() - before) / (time.perf_counter() - started)
     tps = next(float(line.split("=")[1].split()[0]) for line in output.splitlines() if line.startswith("tps"))
     latency = next((float(line.split("=")[1].split()[0]) for line in output.splitlines()
                     if line.startswith("latency average")), None)
     services.drop(database)
+    own = transaction_latencies_ms(prefix)
     per_login = cores / max(tps, 1e-9) * 1e6
+    p50, p99 = (percentile(own, 0.50), percentile(own, 0.99)) if own else (None, None)
     log(f"limits: {tps:,.0f} transactions/s, PostgreSQL {cores:.2f} core, {per_login:,.0f} µs per transaction, "
-        f"latency {latency} ms on average")
+        f"latency {latency} ms on average, p50 / p99 {p50} / {p99} ms from each transaction's start")
     return {"offered_rate": rate, "transactions_per_second": tps, "postgres_cores": cores,
-            "postgres_cpu_us_per_login": per_login, "latency_average_ms": latency}
+            "postgres_cpu_us_per_login": per_login, "latency_average_ms": latency,
+            "transaction_p50_ms": p50, "transaction_p99_ms": p99}
+
+
+def transaction_latencies_ms(prefix):
+    """Each logged transaction's latency in ms, from when it started (pgbench's `time` less its
+    `schedule_lag`: the time counts from the scheduled start under `--rate`), and the logs removed."""
+    latencies = []
+    for path in glob.glob(f"{prefix}.*"):
+        with open(path) as handle:
+            for line in handle:
+                fields = line.split()
+                # client, transaction, time (µs), script, epoch seconds, µs, schedule lag (µs)
+                if len(fields) >= 7 and fields[2].isdigit() and fields[6].isdigit():
+                    latencies.append(round((int(fields[2]) - int(fields[6])) / 1000, 2))
+        os.remove(path)
+    return latencies
 
 
 def run_idle_both(services, key_server, seconds):
@@ -931,8 +953,18 @@ def report(results):
             return f" ({e['cpu'].get('stolen_cores', 0):.2f} core stolen)"
 
         limit = f"broker echo: {echo['p50_ms']} / {echo['p99_ms']} ms{stolen(echo)}" if echo else ""
+        # PostgreSQL's own floor at that rate: pgbench's one-login transaction, from its start.
+        paced = next((p for p in results.get("pgbench_paced", [])
+                      if p["offered_rate"] == entry["offered_rate"] and p.get("transaction_p99_ms") is not None), None)
+        ratio = ""
+        if paced:
+            limit += (f"; PostgreSQL, one login's transaction (pgbench): {paced['transaction_p50_ms']:.1f} / "
+                      f"{paced['transaction_p99_ms']:.1f} ms")
+            if echo:
+                floor = echo["p99_ms"] + paced["transaction_p99_ms"]
+                ratio = f"{entry['p99_ms'] / max(floor, 1e-9):.1f}× the two p99s summed ({floor:.1f} ms)"
         lines.append(f"| guest latency at {entry['offered_rate']:,.0f}/s, p50 / p99 | "
-                     f"{entry['p50_ms']} / {entry['p99_ms']} ms{stolen(entry)} | {limit} | |")
+                     f"{entry['p50_ms']} / {entry['p99_ms']} ms{stolen(entry)} | {limit} | {ratio} |")
     # What a login costs when batches are small: CPU per login at each paced rate against the
     # full-batch (preloaded) guest figures.
     full_worker = results.get("guest", {}).get("worker_cpu_us_per_login")
