@@ -378,13 +378,19 @@ class ResultReader:
                     else:
                         self.duplicates += 1
 
-    def wait_for(self, keys, timeout):
+    def wait_for(self, keys, timeout, responder=None):
+        """Whether every key was answered within `timeout`; False at once when `responder` (the
+        worker or the echo) exited meanwhile, so a worker that refused its configuration fails the
+        phase instead of leaving the bench waiting."""
         deadline = time.time() + timeout
         wanted = set(keys)
         while time.time() < deadline:
             with self.lock:
                 if wanted.issubset(self.stamps.keys()):
                     return True
+            if responder is not None and responder.process.poll() is not None:
+                log(f"the responder exited with status {responder.process.returncode}")
+                return False
             time.sleep(0.1)
         return False
 
@@ -438,7 +444,11 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
     wal_before, pg_cpu_before = services.wal_lsn_bytes(), services.postgres_cpu_seconds()
     machine_before = services.machine_cpu_seconds()
     worker = Worker(services, database, topics, key_server, extra)
-    answered = reader.wait_for(keys, timeout=max(120, count / 50))
+    answered = reader.wait_for(keys, timeout=max(120, count / 50), responder=worker)
+    if worker.process.poll() is not None:
+        reader.close()
+        raise RuntimeError(f"{kind}: the worker exited with status {worker.process.returncode}; "
+                           f"see {worker.log.name}")
     machine_after = services.machine_cpu_seconds()
     stolen = (machine_after[2] - machine_before[2]) / max(machine_after[1] - machine_before[1], 1e-9)
     pg_cpu = services.postgres_cpu_seconds() - pg_cpu_before
@@ -594,7 +604,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     out.produce(topics["requests"], key=warm.encode(), value=request(warm, {"method": "guest"}),
                 timestamp=sent[warm], on_delivery=delivered)
     out.flush(10)
-    if not reader.wait_for([warm], timeout=60):
+    if not reader.wait_for([warm], timeout=60, responder=worker):
         raise RuntimeError(f"latency: the {responder} never answered")
     log(f"latency: {rate:,.0f} guest logins/s for {seconds} s, answered by the {responder}")
     # Built before the clock starts, so the pacing loop costs the machine under test little: a
@@ -798,7 +808,7 @@ def run_idle(services, key_server, seconds, extra=None):
         warm = str(uuid.uuid4())
         out.produce(topics["requests"], key=warm.encode(), value=request(warm, {"method": "guest"}))
         out.flush(10)
-        if not reader.wait_for([warm], timeout=60):
+        if not reader.wait_for([warm], timeout=60, responder=worker):
             raise RuntimeError("idle: the worker never answered")
         # The relay's and the idle marker's first rounds after the answer settle first.
         time.sleep(8)
