@@ -38,24 +38,39 @@ import Testing
         try FileManager.default.createSymbolicLink(
             at: copy.appendingPathComponent(".local/tansu/tansu"), withDestinationURL: broker)
 
-        // Another process holds a port: the one PostgreSQL is asked to take.
+        // Another process holds a port: the one PostgreSQL is asked to take. It holds it until its
+        // standard input closes (the test ends, or its process dies), not for a fixed time: on a
+        // loaded machine `dev-env up` once took longer than the holder's minute, found the port
+        // free and started the copy's services, whose broker kept the test's output open.
         let holder = Process()
         holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         holder.arguments = [
             "-c",
-            "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
-                + "print(s.getsockname()[1], flush=True); time.sleep(60)",
+            "import socket, sys; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+                + "print(s.getsockname()[1], flush=True); sys.stdin.read()",
         ]
         let portPipe = Pipe()
+        let lifeline = Pipe()
         holder.standardOutput = portPipe
+        holder.standardInput = lifeline
+        holder.standardError = FileHandle.nullDevice
         try holder.run()
-        defer { holder.terminate() }
+        defer {
+            try? lifeline.fileHandleForWriting.close()
+            holder.terminate()
+            holder.waitUntilExit()
+        }
         let line = String(decoding: portPipe.fileHandleForReading.availableData, as: UTF8.self)
         let port = try #require(Int(line.trimmingCharacters(in: .whitespacesAndNewlines)))
 
+        // The broker and its proxy are asked for the same port: should the check ever pass,
+        // nothing of the copy's starts and stays behind.
         let (status, output) = try await shell(
             ["scripts/dev-env", "up"], in: copy,
-            environment: ["AUTH_DEV_PG_PORT": String(port), "AUTH_DEV_BROKER_PORT": "1", "AUTH_DEV_PROXY_PORT": "1"])
+            environment: [
+                "AUTH_DEV_PG_PORT": String(port), "AUTH_DEV_BROKER_PORT": String(port),
+                "AUTH_DEV_PROXY_PORT": String(port),
+            ])
         #expect(status != 0, "\(output)")
         #expect(output.contains("port \(port), wanted for PostgreSQL, is taken by"), "\(output)")
         #expect(output.contains("python3"), "the holder is named: \(output)")
