@@ -10,32 +10,47 @@ public enum Base64URL {
 
     /// Encodes without padding.
     public static func encode<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        let input = Array(bytes)
-        var out: [UInt8] = []
-        out.reserveCapacity((input.count * 4 + 2) / 3)
-        var index = 0
-        while index + 3 <= input.count {
-            let chunk = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
-            out.append(alphabet[Int(chunk >> 18 & 0x3F)])
-            out.append(alphabet[Int(chunk >> 12 & 0x3F)])
-            out.append(alphabet[Int(chunk >> 6 & 0x3F)])
-            out.append(alphabet[Int(chunk & 0x3F)])
-            index += 3
+        if let encoded = bytes.withContiguousStorageIfAvailable(encode(buffer:)) { return encoded }
+        return Array(bytes).withUnsafeBufferPointer(encode(buffer:))
+    }
+
+    /// Written straight into the string's storage (one allocation, none for up to 15 characters),
+    /// from the bytes where they are.
+    private static func encode(buffer input: UnsafeBufferPointer<UInt8>) -> String {
+        let rest = input.count % 3
+        let length = input.count / 3 * 4 + (rest == 0 ? 0 : rest + 1)
+        guard length > 0 else { return "" }
+        return alphabet.withUnsafeBufferPointer { alphabet in
+            String(unsafeUninitializedCapacity: length) { out in
+                var at = 0
+                var index = 0
+                while index + 3 <= input.count {
+                    let chunk = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
+                    out[at] = alphabet[Int(chunk >> 18 & 0x3F)]
+                    out[at + 1] = alphabet[Int(chunk >> 12 & 0x3F)]
+                    out[at + 2] = alphabet[Int(chunk >> 6 & 0x3F)]
+                    out[at + 3] = alphabet[Int(chunk & 0x3F)]
+                    at += 4
+                    index += 3
+                }
+                switch input.count - index {
+                case 1:
+                    let chunk = UInt32(input[index]) << 16
+                    out[at] = alphabet[Int(chunk >> 18 & 0x3F)]
+                    out[at + 1] = alphabet[Int(chunk >> 12 & 0x3F)]
+                    at += 2
+                case 2:
+                    let chunk = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8
+                    out[at] = alphabet[Int(chunk >> 18 & 0x3F)]
+                    out[at + 1] = alphabet[Int(chunk >> 12 & 0x3F)]
+                    out[at + 2] = alphabet[Int(chunk >> 6 & 0x3F)]
+                    at += 3
+                default:
+                    break
+                }
+                return at
+            }
         }
-        switch input.count - index {
-        case 1:
-            let chunk = UInt32(input[index]) << 16
-            out.append(alphabet[Int(chunk >> 18 & 0x3F)])
-            out.append(alphabet[Int(chunk >> 12 & 0x3F)])
-        case 2:
-            let chunk = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8
-            out.append(alphabet[Int(chunk >> 18 & 0x3F)])
-            out.append(alphabet[Int(chunk >> 12 & 0x3F)])
-            out.append(alphabet[Int(chunk >> 6 & 0x3F)])
-        default:
-            break
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// Decodes strict unpadded base64url.

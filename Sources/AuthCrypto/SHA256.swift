@@ -29,7 +29,9 @@ public enum SHA256 {
 
     /// The digest of the UTF-8 bytes of `string`.
     public static func hash(_ string: String) -> [UInt8] {
-        hash(Array(string.utf8))
+        // From the string's own bytes (a small string's on the stack), not a copy in an array.
+        var string = string
+        return string.withUTF8 { hash(UnsafeRawBufferPointer($0)) }
     }
 }
 

@@ -21,6 +21,8 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
     private let audience: String
     /// The public halves of `keys`, made once: what `verify` checks against.
     private let verificationKeys: JWKSet
+    /// The current key's protected header, encoded once: the same for every token it signs.
+    private let headerSegment: String?
 
     /// Loads every key file named by `AUTH_SIGNING_KEYS`.
     /// - Throws: `ConfigurationError` for a missing, unreadable or unsupported key: never a silent fallback.
@@ -53,22 +55,35 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
             keys: try (keys + nextKeys).map { key in
                 JWK(keyID: key.keyID, use: "sig", algorithm: key.algorithm.rawValue, key: try key.publicKey())
             })
+        headerSegment = keys.first.map { key in
+            Base64URL.encode(
+                MessageCoding.encode(JWTHeader(alg: key.algorithm.rawValue, kid: key.keyID, typ: "at+jwt")))
+        }
     }
 
     public var isSelfContained: Bool { true }
 
     public func issue(_ claims: AccessTokenClaims) throws -> String {
-        guard let key = keys.first else { throw SigningKey.Failure(description: "no signing key") }
-        let header = JWTHeader(alg: key.algorithm.rawValue, kid: key.keyID, typ: "at+jwt")
+        guard let key = keys.first, let headerSegment else {
+            throw SigningKey.Failure(description: "no signing key")
+        }
         let payload = JWTAccessClaims(
             iss: issuer, aud: audience, sub: claims.userID.lowercasedString, sid: claims.sessionID.lowercasedString,
             jti: claims.tokenID.lowercasedString, iat: Int64(claims.issuedAt.timeIntervalSince1970),
             exp: Int64(claims.expiresAt.timeIntervalSince1970), abilities: claims.abilities, guest: claims.isGuest)
-        let signingInput =
-            Base64URL.encode(MessageCoding.encode(header)) + "."
-            + Base64URL.encode(MessageCoding.encode(payload))
-        let signature = try key.sign(Array(signingInput.utf8))
-        return signingInput + "." + Base64URL.encode(signature)
+        let payloadSegment = Base64URL.encode(MessageCoding.encode(payload))
+        // The token's bytes in one buffer, sized once: header, payload, then (after signing
+        // what is there so far) the signature. The signature's segment is at most 128
+        // characters for the algorithms that issue (ES256's and Ed25519's are 86).
+        var token: [UInt8] = []
+        token.reserveCapacity(headerSegment.utf8.count + payloadSegment.utf8.count + 2 + 128)
+        token.append(contentsOf: headerSegment.utf8)
+        token.append(UInt8(ascii: "."))
+        token.append(contentsOf: payloadSegment.utf8)
+        let signature = try key.sign(token)
+        token.append(UInt8(ascii: "."))
+        token.append(contentsOf: Base64URL.encode(signature).utf8)
+        return String(decoding: token, as: UTF8.self)
     }
 
     /// The claims of an access token this worker issued, when its signature (by any configured

@@ -117,12 +117,21 @@ public final class KafkaProducer: Sendable {
         if !record.headers.isEmpty {
             headers = rd_kafka_headers_new(record.headers.count)
             for header in record.headers {
-                if let value = header.value {
-                    value.withUnsafeBytes { bytes in
-                        _ = rd_kafka_header_add(headers, header.key, -1, bytes.baseAddress, bytes.count)
+                // The name by its bytes and length: passed as a C string, a name of up to 15
+                // bytes (`ce_id`, `ce_type`: a small string, with no storage to point at) was
+                // copied to the heap for every record.
+                var name = header.key
+                name.withUTF8 { name in
+                    name.withMemoryRebound(to: CChar.self) { name in
+                        if let value = header.value {
+                            value.withUnsafeBytes { bytes in
+                                _ = rd_kafka_header_add(
+                                    headers, name.baseAddress, name.count, bytes.baseAddress, bytes.count)
+                            }
+                        } else {
+                            _ = rd_kafka_header_add(headers, name.baseAddress, name.count, nil, 0)
+                        }
                     }
-                } else {
-                    _ = rd_kafka_header_add(headers, header.key, -1, nil, 0)
                 }
             }
         }

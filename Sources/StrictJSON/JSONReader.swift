@@ -137,12 +137,16 @@ public enum JSONReader {
 
         mutating func object(depth: Int) throws -> [String: JSONValue] {
             try expect(UInt8(ascii: "{"))
-            var members: [String: JSONValue] = [:]
             skipWhitespace()
             if peek == UInt8(ascii: "}") {
                 index += 1
-                return members
+                return [:]
             }
+            // A message's own objects (the top level and the one below: a request and its data)
+            // get room for their members from the start: growing from empty rehashed two or three
+            // times for each. Deeper objects grow as they fill, so many small ones in a value
+            // cost no more memory than their members.
+            var members = [String: JSONValue](minimumCapacity: depth <= 1 ? 8 : 0)
             while true {
                 skipWhitespace()
                 guard peek == UInt8(ascii: "\"") else { throw failure("expected a member name") }

@@ -7,8 +7,13 @@
 /// are not `Encodable`; a unit test reads back what each writes.
 public struct JSONWriter {
     public private(set) var bytes: [UInt8]
-    /// Per open object: whether a member has been written (so the next needs a comma).
-    private var open: [Bool] = []
+    /// How many objects are open.
+    private var depth = 0
+    /// Per open object, whether a member has been written (so the next needs a comma): bit `d`
+    /// for the object at depth `d` below 64 (no allocation for the writer's own messages), then
+    /// `deeper` for a value nested further.
+    private var written: UInt64 = 0
+    private var deeper: [Bool] = []
 
     public init(capacity: Int = 512) {
         bytes = []
@@ -18,17 +23,34 @@ public struct JSONWriter {
     /// `{`, the members `body` writes, `}`.
     public mutating func object(_ body: (inout JSONWriter) throws -> Void) rethrows {
         bytes.append(UInt8(ascii: "{"))
-        open.append(false)
+        if depth < 64 {
+            written &= ~(1 << UInt64(depth))
+        } else if depth - 64 < deeper.count {
+            deeper[depth - 64] = false
+        } else {
+            deeper.append(false)
+        }
+        depth += 1
         try body(&self)
-        open.removeLast()
+        depth -= 1
         bytes.append(UInt8(ascii: "}"))
+    }
+
+    /// A comma unless this is the innermost open object's first member.
+    private mutating func separate() {
+        let level = depth - 1
+        if level < 64 {
+            let bit: UInt64 = 1 << UInt64(level)
+            if written & bit != 0 { bytes.append(UInt8(ascii: ",")) } else { written |= bit }
+        } else {
+            if deeper[level - 64] { bytes.append(UInt8(ascii: ",")) } else { deeper[level - 64] = true }
+        }
     }
 
     /// A member's key; its value must follow. Keys are the code's own (ASCII, nothing to escape),
     /// written in sorted order by the caller.
     public mutating func key(_ key: StaticString) {
-        if open[open.count - 1] { bytes.append(UInt8(ascii: ",")) }
-        open[open.count - 1] = true
+        separate()
         bytes.append(UInt8(ascii: "\""))
         key.withUTF8Buffer { bytes.append(contentsOf: $0) }
         bytes.append(UInt8(ascii: "\""))
@@ -37,8 +59,7 @@ public struct JSONWriter {
 
     /// A member's key chosen at run time (escaped like any string).
     public mutating func key(_ key: String) {
-        if open[open.count - 1] { bytes.append(UInt8(ascii: ",")) }
-        open[open.count - 1] = true
+        separate()
         string(key)
         bytes.append(UInt8(ascii: ":"))
     }

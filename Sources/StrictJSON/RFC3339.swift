@@ -21,32 +21,40 @@ public enum RFC3339 {
         let day = Int(dayOfYear - (153 * monthIndex + 2) / 5 + 1)
         let month = Int(monthIndex < 10 ? monthIndex + 3 : monthIndex - 9)
         let year = min(max(Int(yearOfEra + era * 400 + (month <= 2 ? 1 : 0)), 0), 9999)
-        var out: [UInt8] = []
-        out.reserveCapacity(24)
-        func digits(_ value: Int, _ count: Int) {
-            var divisor = 1
-            for _ in 1..<count { divisor *= 10 }
-            while divisor > 0 {
-                out.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
-                divisor /= 10
+        let milliseconds = milliseconds ? Int(totalMilliseconds - seconds * 1000) : nil
+        // Written straight into the string's storage: one allocation, where appending to an array
+        // and decoding it took two (`YYYY-MM-DDTHH:MM:SS.mmmZ` is longer than a small string).
+        return String(unsafeUninitializedCapacity: milliseconds == nil ? 20 : 24) { out in
+            var at = 0
+            func digits(_ value: Int, _ count: Int) {
+                var value = value
+                for offset in stride(from: count - 1, through: 0, by: -1) {
+                    out[at + offset] = UInt8(ascii: "0") + UInt8(value % 10)
+                    value /= 10
+                }
+                at += count
             }
+            func mark(_ character: Unicode.Scalar) {
+                out[at] = UInt8(ascii: character)
+                at += 1
+            }
+            digits(year, 4)
+            mark("-")
+            digits(month, 2)
+            mark("-")
+            digits(day, 2)
+            mark("T")
+            digits(secondOfDay / 3600, 2)
+            mark(":")
+            digits(secondOfDay % 3600 / 60, 2)
+            mark(":")
+            digits(secondOfDay % 60, 2)
+            if let milliseconds {
+                mark(".")
+                digits(milliseconds, 3)
+            }
+            mark("Z")
+            return at
         }
-        digits(year, 4)
-        out.append(UInt8(ascii: "-"))
-        digits(month, 2)
-        out.append(UInt8(ascii: "-"))
-        digits(day, 2)
-        out.append(UInt8(ascii: "T"))
-        digits(secondOfDay / 3600, 2)
-        out.append(UInt8(ascii: ":"))
-        digits(secondOfDay % 3600 / 60, 2)
-        out.append(UInt8(ascii: ":"))
-        digits(secondOfDay % 60, 2)
-        if milliseconds {
-            out.append(UInt8(ascii: "."))
-            digits(Int(totalMilliseconds - seconds * 1000), 3)
-        }
-        out.append(UInt8(ascii: "Z"))
-        return String(decoding: out, as: UTF8.self)
     }
 }

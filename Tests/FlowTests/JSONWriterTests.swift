@@ -342,3 +342,41 @@ extension JSONWriterTests {
         #expect(try Self.members(ticket.jsonBytes).count == 6)
     }
 }
+
+/// Objects nested `depth` levels, each with a member before and after the nested one.
+private struct Nest: JSONWritable {
+    var depth: Int
+
+    func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member("a", Int64(depth))
+            out.member("b", depth > 0 ? Nest(depth: depth - 1) : nil)
+            out.member("c", true)
+        }
+    }
+
+    var expected: String {
+        depth > 0 ? "{\"a\":\(depth),\"b\":\(Nest(depth: depth - 1).expected),\"c\":true}" : "{\"a\":0,\"c\":true}"
+    }
+}
+
+extension JSONWriterTests {
+    /// The writer keeps which open objects have a member in a word's bits for the first 64 levels
+    /// and in a list beyond: commas come out right on both sides of that line, and after an
+    /// object closes (the level it leaves is reused by the next object opened there).
+    @Test func nestedObjectsGetTheirCommasAtAnyDepth() throws {
+        for depth in [0, 1, 62, 63, 64, 65, 66, 130] {
+            let nest = Nest(depth: depth)
+            #expect(String(decoding: nest.jsonBytes, as: UTF8.self) == nest.expected)
+        }
+        // Two deep values side by side in one writer: the second's levels start clean.
+        var writer = JSONWriter()
+        writer.object { out in
+            out.member("first", Nest(depth: 70))
+            out.member("second", Nest(depth: 70))
+        }
+        let expected = "{\"first\":\(Nest(depth: 70).expected),\"second\":\(Nest(depth: 70).expected)}"
+        #expect(String(decoding: writer.bytes, as: UTF8.self) == expected)
+        _ = try JSONSerialization.jsonObject(with: Data(writer.bytes))
+    }
+}

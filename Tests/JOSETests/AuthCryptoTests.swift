@@ -1,4 +1,5 @@
 import AuthCrypto
+import Foundation
 import Testing
 
 @testable import TestSupport
@@ -11,6 +12,24 @@ import Testing
     func roundTrips(bytes: [UInt8], text: String) {
         #expect(Base64URL.encode(bytes) == text)
         #expect(Base64URL.decode(text) == bytes)
+    }
+
+    /// Every length from 0 to 200, against Foundation's base64 with the URL alphabet and no
+    /// padding, from an array, a slice and a collection with no contiguous storage.
+    @Test func encodesAsFoundationDoes() {
+        var state: UInt64 = 0x5EED
+        for length in 0...200 {
+            let bytes = (0..<length).map { _ in
+                state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                return UInt8(truncatingIfNeeded: state >> 56)
+            }
+            let expected = Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            #expect(Base64URL.encode(bytes) == expected)
+            #expect(Base64URL.encode(([0x00] + bytes + [0xFF])[1..<(length + 1)]) == expected)
+            #expect(Base64URL.encode(bytes.lazy.map { $0 }) == expected)
+            #expect(Base64URL.decode(expected) == bytes)
+        }
     }
 
     @Test(arguments: ["Zg==", "Zm9v=", "Zm+v", "Zm/v", "Z", "Zm9v Zg", "Zh", "Zm9"])

@@ -81,7 +81,13 @@ extension RequestPipeline {
     /// The result's CloudEvent id: every copy of one answer has the same id (so a gateway can
     /// deduplicate), and two different answers to one id never do.
     static func resultEventID(requestID: String, tag: String) -> String {
-        var bytes = SHA256.hash("auth.login.result:" + requestID + "\u{0}" + tag)
+        // One string, sized once (each `+` made a string of its own).
+        var input = "auth.login.result:"
+        input.reserveCapacity(input.utf8.count + requestID.utf8.count + 1 + tag.utf8.count)
+        input += requestID
+        input += "\u{0}"
+        input += tag
+        var bytes = SHA256.hash(input)
         bytes[6] = 0x80 | (bytes[6] & 0x0F)  // UUIDv8: custom
         bytes[8] = 0x80 | (bytes[8] & 0x3F)
         // The first 16 of SHA-256's 32 bytes, written as a lowercase UUID.
