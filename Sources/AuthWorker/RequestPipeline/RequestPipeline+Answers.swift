@@ -110,7 +110,7 @@ extension RequestPipeline {
         metrics.count(result)
         return ProducerRecord(
             topic: configuration.topics.results, key: Array(requestID.utf8), value: value,
-            headers: [KafkaHeader(key: "content-type", string: CloudEvent<LoginResultData>.contentType)])
+            headers: ProducerRecord.cloudEventHeaders)
     }
 
     /// The dead letter of a message: a copy without the credentials the worker can find, cut to
