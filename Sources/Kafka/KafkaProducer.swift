@@ -118,8 +118,8 @@ public final class KafkaProducer: Sendable {
             headers = rd_kafka_headers_new(record.headers.count)
             for header in record.headers {
                 // The name by its bytes and length: passed as a C string, a name of up to 15
-                // bytes (`ce_id`, `ce_type`: a small string, with no storage to point at) was
-                // copied to the heap for every record.
+                // bytes (`content-type`: a small string, with no storage to point at) was copied
+                // to the heap for every record.
                 var name = header.key
                 name.withUTF8 { name in
                     name.withMemoryRebound(to: CChar.self) { name in
