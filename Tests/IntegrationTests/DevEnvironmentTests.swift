@@ -19,7 +19,13 @@ import Testing
         return (outcome.status, outcome.output)
     }
 
-    @Test func aTakenPortIsRefusedWithItsHolderNamed() async throws {
+    /// `scripts/dev-env up`, killed with everything it started in the foreground (its process
+    /// group) after 60 s: a regression fails the test instead of hanging the suite (a child of the
+    /// test runner starts with SIGTERM blocked, so only SIGKILL is sure to reach it).
+    static let boundedUp = ["-c", "exec timeout -s KILL 60 bash scripts/dev-env up"]
+
+    /// A copy of the repository's scripts in a folder of its own, the broker binary linked in.
+    func scriptsCopy() throws -> URL {
         let broker = Self.root.appendingPathComponent(".local/tansu/tansu")
         try #require(FileManager.default.isExecutableFile(atPath: broker.path), "scripts/dev-env install first")
         let copy = FileManager.default.temporaryDirectory.appendingPathComponent("dev-env-\(UUID())")
@@ -27,7 +33,6 @@ import Testing
             at: copy.appendingPathComponent("scripts"), withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o755])
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: copy.path)
-        defer { try? FileManager.default.removeItem(at: copy) }
         for script in ["dev-env", "kafka-compat-proxy.py"] {
             try FileManager.default.copyItem(
                 at: Self.root.appendingPathComponent("scripts/\(script)"),
@@ -37,6 +42,12 @@ import Testing
             at: copy.appendingPathComponent(".local/tansu"), withIntermediateDirectories: true)
         try FileManager.default.createSymbolicLink(
             at: copy.appendingPathComponent(".local/tansu/tansu"), withDestinationURL: broker)
+        return copy
+    }
+
+    @Test func aTakenPortIsRefusedWithItsHolderNamed() async throws {
+        let copy = try scriptsCopy()
+        defer { try? FileManager.default.removeItem(at: copy) }
 
         // Another process holds a port: the one PostgreSQL is asked to take. It holds it until its
         // standard input closes (the test ends, or its process dies), not for a fixed time: on a
@@ -66,7 +77,7 @@ import Testing
         // The broker and its proxy are asked for the same port: should the check ever pass,
         // nothing of the copy's starts and stays behind.
         let (status, output) = try await shell(
-            ["scripts/dev-env", "up"], in: copy,
+            Self.boundedUp, in: copy,
             environment: [
                 "AUTH_DEV_PG_PORT": String(port), "AUTH_DEV_BROKER_PORT": String(port),
                 "AUTH_DEV_PROXY_PORT": String(port),
@@ -75,6 +86,46 @@ import Testing
         #expect(output.contains("port \(port), wanted for PostgreSQL, is taken by"), "\(output)")
         #expect(output.contains("python3"), "the holder is named: \(output)")
         #expect(output.contains("AUTH_DEV_PG_PORT"), "and the variable that moves it")
+        // Refused before anything was set up: no data folder initialised, no service started.
+        #expect(!FileManager.default.fileExists(atPath: copy.appendingPathComponent(".local/pg").path), "\(output)")
+        #expect(!FileManager.default.fileExists(atPath: copy.appendingPathComponent(".local/run").path), "\(output)")
         _ = try await shell(["scripts/dev-env", "down"], in: copy)
+    }
+
+    /// A service of this checkout already running on one port, asked for on another: `up` says
+    /// where it runs, before it installs or initialises anything (it used to wait on the new port,
+    /// ten minutes for PostgreSQL, for ever for the broker's topics).
+    @Test func aServiceRunningOnAnotherPortIsNamedBeforeAnythingStarts() async throws {
+        let copy = try scriptsCopy()
+        defer { try? FileManager.default.removeItem(at: copy) }
+        // Stands in for the copy's running broker: a live process whose pid the copy keeps, started
+        // (by its record) on port 1. It lives until its standard input closes (a signal would not
+        // reach it: a child of the test runner starts with SIGTERM blocked).
+        let stand = Process()
+        stand.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        stand.arguments = ["-c", "import sys; sys.stdin.read()"]
+        let lifeline = Pipe()
+        stand.standardInput = lifeline
+        stand.standardError = FileHandle.nullDevice
+        try stand.run()
+        defer {
+            try? lifeline.fileHandleForWriting.close()
+            stand.waitUntilExit()
+        }
+        let run = copy.appendingPathComponent(".local/run")
+        try FileManager.default.createDirectory(at: run, withIntermediateDirectories: true)
+        try "\(stand.processIdentifier)\n".write(
+            to: run.appendingPathComponent("broker.pid"), atomically: true, encoding: .utf8)
+        try "1\n".write(to: run.appendingPathComponent("broker.port"), atomically: true, encoding: .utf8)
+
+        let (status, output) = try await shell(
+            Self.boundedUp, in: copy,
+            environment: ["AUTH_DEV_PG_PORT": String(try IsolatedCluster.freePort()), "AUTH_DEV_BROKER_PORT": "2"])
+        #expect(status != 0, "\(output)")
+        #expect(
+            output.contains("this checkout's broker already runs on port 1, not 2 (AUTH_DEV_BROKER_PORT)"), "\(output)")
+        #expect(!output.contains("initialising"), "\(output)")
+        #expect(!FileManager.default.fileExists(atPath: copy.appendingPathComponent(".local/pg").path), "\(output)")
+        #expect(stand.isRunning, "the running service is left alone")
     }
 }
