@@ -20,19 +20,31 @@ public enum SecureRandom {
     /// - Throws: `Failure` when OpenSSL could not produce them; never returns weak bytes.
     public static func bytes(_ count: Int) throws -> [UInt8] {
         guard count > 0 else { return [] }
-        guard count <= Pool.largestServed else { return try generate(count) }
-        return try pool.withLock { try $0.take(count) }
+        return try [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            try fill(UnsafeMutableRawBufferPointer(buffer))
+            initialized = count
+        }
     }
 
-    /// `count` bytes straight from `RAND_bytes`.
-    static func generate(_ count: Int) throws -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: count)
-        let status = out.withUnsafeMutableBytes { buffer -> Int32 in
-            guard let base = buffer.baseAddress else { return 1 }
-            return RAND_bytes(base.assumingMemoryBound(to: UInt8.self), Int32(buffer.count))
+    /// Fills `buffer` from the operating system's seeded generator, allocating nothing (a UUID's
+    /// sixteen bytes, say, go straight into the UUID).
+    /// - Throws: `Failure` when OpenSSL could not produce them; `buffer` is then zeroed, never
+    ///   left with weak bytes.
+    public static func fill(_ buffer: UnsafeMutableRawBufferPointer) throws {
+        guard let base = buffer.baseAddress, !buffer.isEmpty else { return }
+        guard buffer.count <= Pool.largestServed else {
+            guard RAND_bytes(base.assumingMemoryBound(to: UInt8.self), Int32(buffer.count)) == 1 else {
+                buffer.initializeMemory(as: UInt8.self, repeating: 0)
+                throw Failure()
+            }
+            return
         }
-        guard status == 1 else { throw Failure() }
-        return out
+        do {
+            try pool.withLock { try $0.take(into: buffer) }
+        } catch {
+            buffer.initializeMemory(as: UInt8.self, repeating: 0)
+            throw error
+        }
     }
 
     /// Random bytes not yet handed out, from `next` to the end of `buffer`.
@@ -42,16 +54,24 @@ public enum SecureRandom {
         var buffer = [UInt8](repeating: 0, count: size)
         var next = size
 
-        mutating func take(_ count: Int) throws -> [UInt8] {
+        /// Copies the next `destination.count` bytes out and wipes them from the pool, refilling it
+        /// first with one `RAND_bytes` call when too few are left.
+        mutating func take(into destination: UnsafeMutableRawBufferPointer) throws {
+            let count = destination.count
             if next + count > buffer.count {
-                buffer = try SecureRandom.generate(Self.size)
+                let status = buffer.withUnsafeMutableBufferPointer { pool in
+                    RAND_bytes(pool.baseAddress, Int32(pool.count))
+                }
+                guard status == 1 else { throw Failure() }
                 next = 0
             }
-            let range = next..<(next + count)
-            let out = Array(buffer[range])
-            buffer.replaceSubrange(range, with: repeatElement(0, count: count))
+            let start = next
+            buffer.withUnsafeMutableBytes { pool in
+                let served = UnsafeMutableRawBufferPointer(rebasing: pool[start..<(start + count)])
+                destination.copyMemory(from: UnsafeRawBufferPointer(served))
+                served.initializeMemory(as: UInt8.self, repeating: 0)
+            }
             next += count
-            return out
         }
     }
 }
@@ -60,12 +80,24 @@ public enum SecureRandom {
 public protocol RandomSource: Sendable {
     /// Fills and returns `count` bytes.
     func bytes(_ count: Int) throws -> [UInt8]
+    /// Fills `buffer`: the bytes `bytes(buffer.count)` would return (a replacement need not
+    /// provide it).
+    func fill(_ buffer: UnsafeMutableRawBufferPointer) throws
+}
+
+extension RandomSource {
+    public func fill(_ buffer: UnsafeMutableRawBufferPointer) throws {
+        let drawn = try bytes(buffer.count)
+        precondition(drawn.count == buffer.count, "a RandomSource returned the wrong number of bytes")
+        drawn.withUnsafeBytes { buffer.copyMemory(from: $0) }
+    }
 }
 
 /// The production source: OpenSSL's CSPRNG.
 public struct SystemRandom: RandomSource {
     public init() {}
     public func bytes(_ count: Int) throws -> [UInt8] { try SecureRandom.bytes(count) }
+    public func fill(_ buffer: UnsafeMutableRawBufferPointer) throws { try SecureRandom.fill(buffer) }
 }
 
 /// The OpenSSL this process runs on, as linked at run time (`auth-worker version`).

@@ -57,4 +57,38 @@ import Testing
         #expect(secret.count == 200)
         #expect(secret.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) })
     }
+
+    /// The UUID's random bits are the source's bytes, as `bytes(16)` would give them, under the
+    /// time, version and variant bits.
+    @Test func uuidsTakeTheirRandomBitsFromTheSource() throws {
+        let id = try Identifiers(clock: clock, random: CountingRandom()).uuid()
+        let drawn = try CountingRandom().bytes(16)
+        let bytes = withUnsafeBytes(of: id.uuid) { Array($0) }
+        #expect(bytes[6] == 0x70 | (drawn[6] & 0x0F))
+        #expect(bytes[7] == drawn[7])
+        #expect(bytes[8] == 0x80 | (drawn[8] & 0x3F))
+        #expect(Array(bytes[9...]) == Array(drawn[9...]))
+    }
+
+    /// A secret is the source's bytes below 248 mapped onto the 62 characters, in order: draws of
+    /// `count` bytes until enough are kept (the counting source yields bytes of 248 and above, so
+    /// some are dropped and a second draw is needed).
+    @Test func secretsKeepTheSourcesBytesBelow248InOrder() throws {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+        for count in [1, 7, 43, 200] {
+            let secret = try Identifiers(clock: clock, random: CountingRandom()).secret(characters: count)
+            let source = CountingRandom()
+            var expected: [Character] = []
+            var draws = 0
+            while expected.count < count {
+                draws += 1
+                for byte in try source.bytes(count) where byte < 248 && expected.count < count {
+                    expected.append(alphabet[Int(byte % 62)])
+                }
+            }
+            #expect(secret == String(expected), "\(count) characters")
+            if count == 200 { #expect(draws == 2, "the dropped bytes were drawn again") }
+        }
+        #expect(try Identifiers(clock: clock).secret(characters: 0) == "")
+    }
 }

@@ -101,6 +101,32 @@ import Testing
         #expect(Set(draws).count == 8_000, "a buffered random value was handed out twice")
         #expect(!draws.contains([UInt8](repeating: 0, count: 16)))
     }
+
+    /// `fill` (a UUID's bytes, a secret's) serves the same buffer without an array: every size
+    /// filled whole, and no two 16-byte fills alike across threads and refills.
+    @Test func filledRandomBytesNeverRepeat() async throws {
+        for count in [1, 255, 256, 257, 4096, 5000] {
+            var buffer = [UInt8](repeating: 0, count: count)
+            try buffer.withUnsafeMutableBytes { try SystemRandom().fill($0) }
+            // All zero by chance: 2^-8 for one byte; the larger ones never.
+            if count > 1 { #expect(buffer.contains { $0 != 0 }, "\(count) bytes") }
+        }
+        try SystemRandom().fill(UnsafeMutableRawBufferPointer(start: nil, count: 0))
+        let draws = try await withThrowingTaskGroup(of: [[UInt8]].self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    try (0..<2_000).map { _ in
+                        var sixteen = [UInt8](repeating: 0, count: 16)
+                        try sixteen.withUnsafeMutableBytes { try SystemRandom().fill($0) }
+                        return sixteen
+                    }
+                }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+        #expect(Set(draws).count == 8_000, "a buffered random value was handed out twice")
+        #expect(!draws.contains([UInt8](repeating: 0, count: 16)))
+    }
 }
 
 @Suite struct SigningKeyTests {

@@ -14,15 +14,15 @@ public struct Identifiers: Sendable {
     /// A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds then random bits, so ids sort by creation.
     public func uuid() throws -> UUID {
         let milliseconds = UInt64(max(clock.now().timeIntervalSince1970, 0) * 1000)
-        var bytes = try random.bytes(16)
-        for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: milliseconds >> (40 - 8 * UInt64(index))) }
-        bytes[6] = 0x70 | (bytes[6] & 0x0F)
-        bytes[8] = 0x80 | (bytes[8] & 0x3F)
-        return UUID(
-            uuid: (
-                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
-                bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
-            ))
+        // Random bytes straight into the UUID's own sixteen: no array a UUID (several a login).
+        var raw: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        try withUnsafeMutableBytes(of: &raw) { bytes in
+            try random.fill(bytes)
+            for index in 0..<6 { bytes[index] = UInt8(truncatingIfNeeded: milliseconds >> (40 - 8 * UInt64(index))) }
+            bytes[6] = 0x70 | (bytes[6] & 0x0F)
+            bytes[8] = 0x80 | (bytes[8] & 0x3F)
+        }
+        return UUID(uuid: raw)
     }
 
     /// A handle: the slug of `name` (or `guest`/`user`) plus `_` and a random hex suffix of
@@ -70,14 +70,21 @@ public struct Identifiers: Sendable {
 
     /// `count` characters from [A-Za-z0-9], uniformly chosen (rejection sampling, no modulo bias).
     public func secret(characters count: Int) throws -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(count)
-        while out.count < count {
-            for byte in try random.bytes(count) where byte < 248 {
-                out.append(Self.tokenAlphabet[Int(byte % 62)])
-                if out.count == count { break }
+        guard count > 0 else { return "" }
+        // Drawn into a buffer on the stack, written straight into the string's storage.
+        return try withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { drawn in
+            try String(unsafeUninitializedCapacity: count) { out in
+                var written = 0
+                while written < count {
+                    try random.fill(drawn)
+                    for byte in drawn where byte < 248 {
+                        out[written] = Self.tokenAlphabet[Int(byte % 62)]
+                        written += 1
+                        if written == count { break }
+                    }
+                }
+                return count
             }
         }
-        return String(decoding: out, as: UTF8.self)
     }
 }
