@@ -71,9 +71,11 @@ public struct Identifiers: Sendable {
     /// `count` characters from [A-Za-z0-9], uniformly chosen (rejection sampling, no modulo bias).
     public func secret(characters count: Int) throws -> String {
         guard count > 0 else { return "" }
-        // Drawn into a buffer on the stack, written straight into the string's storage.
+        // Drawn into a buffer on the stack, written straight into the string's storage; the
+        // buffer is wiped after, as the random pool wipes what it hands out.
         return try withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { drawn in
-            try String(unsafeUninitializedCapacity: count) { out in
+            defer { drawn.initializeMemory(as: UInt8.self, repeating: 0) }
+            return try String(unsafeUninitializedCapacity: count) { out in
                 var written = 0
                 while written < count {
                     try random.fill(drawn)
