@@ -53,25 +53,11 @@ import Testing
         // standard input closes (the test ends, or its process dies), not for a fixed time: on a
         // loaded machine `dev-env up` once took longer than the holder's minute, found the port
         // free and started the copy's services, whose broker kept the test's output open.
-        let holder = Process()
-        holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        holder.arguments = [
-            "-c",
+        let holder = try StandIn(
             "import socket, sys; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
-                + "print(s.getsockname()[1], flush=True); sys.stdin.read()",
-        ]
-        let portPipe = Pipe()
-        let lifeline = Pipe()
-        holder.standardOutput = portPipe
-        holder.standardInput = lifeline
-        holder.standardError = FileHandle.nullDevice
-        try holder.run()
-        defer {
-            try? lifeline.fileHandleForWriting.close()
-            holder.terminate()
-            holder.waitUntilExit()
-        }
-        let line = String(decoding: portPipe.fileHandleForReading.availableData, as: UTF8.self)
+                + "print(s.getsockname()[1], flush=True); sys.stdin.read()")
+        defer { holder.stop() }
+        let line = String(decoding: holder.output.fileHandleForReading.availableData, as: UTF8.self)
         let port = try #require(Int(line.trimmingCharacters(in: .whitespacesAndNewlines)))
 
         // The broker and its proxy are asked for the same port: should the check ever pass,
@@ -99,22 +85,12 @@ import Testing
         let copy = try scriptsCopy()
         defer { try? FileManager.default.removeItem(at: copy) }
         // Stands in for the copy's running broker: a live process whose pid the copy keeps, started
-        // (by its record) on port 1. It lives until its standard input closes (a signal would not
-        // reach it: a child of the test runner starts with SIGTERM blocked).
-        let stand = Process()
-        stand.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        stand.arguments = ["-c", "import sys; sys.stdin.read()"]
-        let lifeline = Pipe()
-        stand.standardInput = lifeline
-        stand.standardError = FileHandle.nullDevice
-        try stand.run()
-        defer {
-            try? lifeline.fileHandleForWriting.close()
-            stand.waitUntilExit()
-        }
+        // (by its record) on port 1.
+        let stand = try StandIn("import sys; sys.stdin.read()")
+        defer { stand.stop() }
         let run = copy.appendingPathComponent(".local/run")
         try FileManager.default.createDirectory(at: run, withIntermediateDirectories: true)
-        try "\(stand.processIdentifier)\n".write(
+        try "\(stand.process.processIdentifier)\n".write(
             to: run.appendingPathComponent("broker.pid"), atomically: true, encoding: .utf8)
         try "1\n".write(to: run.appendingPathComponent("broker.port"), atomically: true, encoding: .utf8)
 
@@ -126,6 +102,31 @@ import Testing
             output.contains("this checkout's broker already runs on port 1, not 2 (AUTH_DEV_BROKER_PORT)"), "\(output)")
         #expect(!output.contains("initialising"), "\(output)")
         #expect(!FileManager.default.fileExists(atPath: copy.appendingPathComponent(".local/pg").path), "\(output)")
-        #expect(stand.isRunning, "the running service is left alone")
+        #expect(stand.process.isRunning, "the running service is left alone")
+    }
+}
+
+/// A Python process that stands in for another one (a port's holder, a running service) and lives
+/// until `stop()` closes its standard input, or the test runner dies: a signal would not reach it
+/// (a child of the test runner starts with SIGTERM blocked), and a fixed lifetime can end too soon
+/// on a loaded machine.
+final class StandIn {
+    let process = Process()
+    /// What it prints.
+    let output = Pipe()
+    private let lifeline = Pipe()
+
+    init(_ code: String) throws {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = ["-c", code]
+        process.standardOutput = output
+        process.standardInput = lifeline
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+    }
+
+    func stop() {
+        try? lifeline.fileHandleForWriting.close()
+        process.waitUntilExit()
     }
 }
