@@ -70,26 +70,36 @@ final class PostgresUnitOfWork: UnitOfWork {
 
     // MARK: - Round trips
 
-    /// Sends `BEGIN`, the prefetch queries and `head` (bookkeeping before the bodies) in one
-    /// round trip, and fills the cache.
+    /// Sends `BEGIN`, `first`, the prefetch queries and `head` (bookkeeping before the bodies) in
+    /// one round trip, and fills the cache.
     ///
-    /// The reads that join come first, planned per run; then `head` and the reads of one row per
-    /// key (handles, rate limits) run from cached plans (`KeyedPlans`), and the rest of the
-    /// transaction is planned per run again. Locks keep their order: `head` touches only the
-    /// outbox, which no read locks.
-    func begin(head: [PGQuery], prefetch: Prefetch) throws {
+    /// `first` and the reads that join come first, planned per run; then `head` and the reads of
+    /// one row per key (handles, rate limits) run from cached plans (`KeyedPlans`), and the rest
+    /// of the transaction is planned per run again. Locks keep their order: `head` touches only
+    /// the outbox and reads kept requests, which no read locks; `first` (a lookup's guest ceiling)
+    /// locks one row no batch's body touches.
+    /// - Returns: the answers to `first` and to `head`, in order.
+    @discardableResult
+    func begin(first: [PGQuery] = [], head: [PGQuery], prefetch: Prefetch) throws -> [PGRows] {
         let reads = PrefetchQueries(prefetch)
         let joined = Array(reads.queries.prefix(reads.keyedStart))
         let keyed = Array(reads.queries.dropFirst(reads.keyedStart))
-        var statements: [PGQuery] = ["BEGIN"] + joined
-        let keyedAt = statements.count + 1 + head.count
+        var statements: [PGQuery] = ["BEGIN"] + first + joined
+        let joinedAt = 1 + first.count
+        let headAt = statements.count + 1
+        let keyedAt = headAt + head.count
         if !head.isEmpty || !keyed.isEmpty {
             statements += [KeyedPlans.cachedKeyedPlans] + head + keyed + KeyedPlans.plannedPerRun
         }
         let results = try connection.pipeline(statements)
-        guard usesCache else { return }
-        let readResults = results[1..<(1 + joined.count)] + results.dropFirst(keyedAt).prefix(keyed.count)
+        guard results.count == statements.count else {
+            throw PGError(.decoding, detail: "the transaction's first answers are missing")
+        }
+        let answers = Array(results[1..<joinedAt]) + (head.isEmpty ? [] : Array(results[headAt..<keyedAt]))
+        guard usesCache else { return answers }
+        let readResults = results[joinedAt..<(joinedAt + joined.count)] + results.dropFirst(keyedAt).prefix(keyed.count)
         try reads.fill(&cache, from: Array(readResults))
+        return answers
     }
 
     /// Sends the batch's writes so far, in one round trip.

@@ -19,6 +19,9 @@ public final class WorkerMetrics: Sendable {
     public let requestDuration: MetricFamily<Histogram>
     public let duplicates: Counter
     public let retries: Counter
+    /// Write transactions of requests, by where they started (`lookup`: prepared and written in
+    /// the lookup's own task at light load; `loop`: a batch the loop started).
+    public let writeBatches: MetricFamily<Counter>
     public let expired: Counter
     /// `auth_requests_dead_lettered_total{reason}`.
     public let deadLetters: MetricFamily<Counter>
@@ -65,6 +68,11 @@ public final class WorkerMetrics: Sendable {
         retries = registry.counter(
             "auth_transient_retries_total", help: "Retries after a transient PostgreSQL or broker failure."
         ).labels()
+        writeBatches = registry.counter(
+            "auth_write_batches_total",
+            help:
+                "Write transactions of requests, by path: lookup (looked up, prepared and written in one task, at light load) or loop (a batch the loop started).",
+            labels: ["path"])
         deadLetters = registry.counter(
             "auth_requests_dead_lettered_total", help: "Messages sent to the dead-letter topic, by reason.",
             labels: ["reason"])

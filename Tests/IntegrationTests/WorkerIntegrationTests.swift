@@ -43,6 +43,9 @@ import Testing
         #expect(user.isGuest)
         #expect(result.data.newUser == true)
         #expect(session.abilities == ["guest"])
+        // A lone login under light load is looked up, prepared and written in one task.
+        #expect(worker.application.metrics.writeBatches.labels("lookup").count == 1)
+        #expect(worker.application.metrics.writeBatches.labels("loop").count == 0)
 
         // auth.user.created, keyed by the user id, with the request's trace.
         let created = try await events.waitUntil { $0.contains { $0.keyString == user.id } }
@@ -314,6 +317,9 @@ import Testing
         let second = try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: copies[1].value).data
         #expect(first == second, "the same user and the same tokens")
         #expect(worker.application.metrics.duplicates.count == 1)
+        // The first was written with its lookup; the replay wrote nothing.
+        #expect(worker.application.metrics.writeBatches.labels("lookup").count == 1)
+        #expect(worker.application.metrics.writeBatches.labels("loop").count == 0)
         let connection = try PGConnection(conninfo: databaseURL)
         #expect(try connection.query("SELECT count(*) AS n FROM users").first?.decode("n", as: Int.self) == 1)
         #expect(try connection.query("SELECT count(*) AS n FROM sessions").first?.decode("n", as: Int.self) == 1)
@@ -343,6 +349,9 @@ import Testing
         let result = try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data
         #expect(result.error?.code == .internalError)
         #expect(result.error?.retriable == true)
+        // Expired, it is not written with its lookup: the loop writes its refusal's audit row.
+        #expect(worker.application.metrics.writeBatches.labels("lookup").count == 0)
+        #expect(worker.application.metrics.writeBatches.labels("loop").count == 1)
         #expect(
             try PGConnection(conninfo: databaseURL).query("SELECT count(*) AS n FROM users").first?.decode(
                 "n", as: Int.self) == 0)

@@ -54,6 +54,47 @@ import Testing
         #expect(RequestPipeline.idleMarkDelay < .seconds(30), "marked long before the relay's grace lets it take them")
     }
 
+    /// Marks taken for a write in a lookup's task come back, still timed from their oldest, when
+    /// that write does not happen; nothing is lost or marked twice.
+    @Test func marksTakenForAWriteThatDidNotHappenAreHandedBackInFull() throws {
+        var state = LoopState()
+        let first = [UUID(), UUID()]
+        state.acknowledged(first)
+        let since = try #require(state.marksWaitingSince)
+        let taken = state.takePendingMarks()
+        #expect(taken.ids == first)
+        #expect(taken.since == since)
+        #expect(state.eventsToMark.isEmpty && state.marksWaitingSince == nil)
+        let later = [UUID()]
+        state.acknowledged(later)
+        state.handBack(taken)
+        #expect(state.eventsToMark == first + later)
+        #expect(state.marksWaitingSince == since, "timed from the oldest, not from the hand-back")
+        state.handBack(PendingMarks())
+        #expect(state.takeMarks() == first + later)
+    }
+
+    /// A job may be written in its lookup's task only when every job before it in its lane is
+    /// written (or written in the same transaction, before it): its key's order is kept.
+    @Test func aJobIsClearToWriteOnlyBehindWrittenJobsOfItsLane() {
+        var state = LoopState()
+        let jobs = [("a", 0), ("a", 1), ("a", 2), ("b", 3)].map { key, offset in
+            Job(seq: state.nextSeq(), message: message(offset: Int64(offset), key: key), epoch: 0)
+        }
+        for job in jobs { state.add(job, in: .lookingUp) }
+        #expect(state.isClearToWrite(jobs[0], after: []), "first in its lane")
+        #expect(state.isClearToWrite(jobs[3], after: []), "first in another lane")
+        #expect(!state.isClearToWrite(jobs[1], after: []), "behind a job still looking up")
+        #expect(state.isClearToWrite(jobs[1], after: [jobs[0].seq]), "behind one written just before it")
+        #expect(!state.isClearToWrite(jobs[2], after: [jobs[0].seq]), "behind one not in the transaction")
+        state.batch(jobs[0], on: 1)
+        #expect(!state.isClearToWrite(jobs[1], after: []), "behind a batch being written")
+        state.written(jobs[0])
+        #expect(state.isClearToWrite(jobs[1], after: []), "behind a written batch, only published now")
+        let outside = Job(seq: state.nextSeq(), message: message(offset: 9, key: "c"), epoch: 0)
+        #expect(!state.isClearToWrite(outside, after: []), "a job the loop has not taken in")
+    }
+
     @Test func readyJobsKeepEachKeysOrderAndStopAtTheFirstThatIsNotReady() {
         var state = LoopState()
         let jobs = [("a", 0), ("b", 1), ("a", 2), ("a", 3), ("b", 4)].map { key, offset in

@@ -242,6 +242,12 @@ struct WrittenBatch: Sendable {
     let marked: [UUID]
 }
 
+/// Acknowledged events taken to be marked published, and when the oldest was acknowledged.
+struct PendingMarks: Sendable {
+    var ids: [UUID] = []
+    var since: ContinuousClock.Instant?
+}
+
 /// What one job publishes: its answer or dead letter, and the events its write caused.
 struct JobRecords {
     let job: Job
@@ -289,6 +295,20 @@ struct LoopState {
         }
         return eventsToMark
     }
+    /// The events to mark published, taken for a transaction that may not happen (a write in a
+    /// lookup's task): handed back with `handBack` if it does not.
+    mutating func takePendingMarks() -> PendingMarks {
+        let since = marksWaitingSince
+        return PendingMarks(ids: takeMarks(), since: since)
+    }
+
+    /// Takes back marks whose transaction did not happen, still timed from their oldest.
+    mutating func handBack(_ marks: PendingMarks) {
+        guard !marks.ids.isEmpty else { return }
+        eventsToMark = marks.ids + eventsToMark
+        marksWaitingSince = [marks.since, marksWaitingSince].compactMap { $0 }.min() ?? .now
+    }
+
     private var seq = 0
 
     mutating func nextSeq() -> Int {
@@ -300,6 +320,19 @@ struct LoopState {
     var parked: Set<Int> = []
 
     func isFirstInLane(_ job: Job) -> Bool { job.lane?.seqs.first == job.seq }
+
+    /// True when every job before `job` in its lane is written (only published now), or among
+    /// `earlier` (written in the same transaction, before it): `job` may be written now without
+    /// passing any of them.
+    func isClearToWrite(_ job: Job, after earlier: Set<Int>) -> Bool {
+        guard let lane = job.lane else { return false }
+        for seq in lane.seqs {
+            if seq == job.seq { return true }
+            if earlier.contains(seq) { continue }
+            guard let before = jobs[seq], before.kind == .batched, before.writer == nil else { return false }
+        }
+        return false
+    }
 
     /// Takes a job in, in its first phase.
     mutating func add(_ job: Job, in phase: Phase) {

@@ -70,6 +70,11 @@ extension RequestPipeline {
     /// Starts looking up the request ids of every job admitted since the last lookup: one query
     /// in the background, while the loop goes on polling. The global guest ceiling is reserved
     /// for the new guests among them in the same stage.
+    ///
+    /// Under light load (a lookup read on a free writer, a few requests) the requests that need
+    /// nothing but a preparation that waits for nothing are also prepared and written in the
+    /// lookup's task, on that writer's thread (`writeWithLookup`): the loop is not woken between
+    /// the lookup and the write, nor the writer's thread woken again for the write.
     /// - Parameter writer: a batch writer that writes nothing now, to read on (the loop keeps
     ///   batches off it until the lookup ends); nil for the pool's connections.
     func beginLookup(_ state: inout LoopState, writer: Int?) -> Lookup? {
@@ -84,8 +89,22 @@ extension RequestPipeline {
         let guestIDs = starting.compactMap { $0.request?.method == .guest ? $0.request?.id : nil }
         let guestCeiling = configuration.accounts.guestGlobalRateLimit
         let connection: PostgresStore.ReadConnection = writer.map { .writer($0) } ?? .pool
+        let withLookup = writer.flatMap { writer in
+            starting.count <= Self.preparedInLoop
+                ? writableWithLookup(starting, state).map { (requests: $0, writer: writer) } : nil
+        }
+        // The acknowledged events ride on that write, as on any batch's; handed back if it does not happen.
+        let marks = withLookup == nil ? PendingMarks() : state.takePendingMarks()
         let stage = Stage(on: writer.map { store.executor(ofWriter: $0) } ?? globalConcurrentExecutor, wake: wake) {
             guard !ids.isEmpty else { return LookupResult(kept: [:], guests: nil) }
+            if let withLookup,
+                let written = try await self.writeWithLookup(
+                    withLookup.requests, guests: guestIDs, marks: marks.ids, writer: withLookup.writer)
+            {
+                var result = LookupResult(kept: [:], guests: nil)
+                result.written = written
+                return result
+            }
             guard guestCeiling.count > 0, !guestIDs.isEmpty else {
                 let kept = try await self.retrying("look up request ids", requestIDs: ids) {
                     try await self.store.keptRequests(ids, on: connection)
@@ -102,7 +121,85 @@ extension RequestPipeline {
             }
             return LookupResult(kept: found.kept, guests: found.guests)
         }
-        return Lookup(stage: stage, jobs: starting.map(\.seq), writer: writer)
+        return Lookup(stage: stage, jobs: starting.map(\.seq), writer: writer, marks: marks)
+    }
+
+    /// A request the lookup's own task may prepare and write, with when it was sent.
+    struct WritableWithLookup: Sendable {
+        let preparation: Preparation
+        let sent: Date?
+    }
+
+    /// The jobs about to be looked up, as requests the lookup's task may prepare and write; nil
+    /// when any of them needs the loop between the lookup and the write: a notification, a
+    /// password to hash, an account to read first, a reply key refused, a job sent back to look
+    /// up again, or one whose lane holds a job before it that is not written yet (its order is
+    /// the loop's to keep).
+    func writableWithLookup(_ jobs: [Job], _ state: LoopState) -> [WritableWithLookup]? {
+        var writable: [WritableWithLookup] = []
+        var before: Set<Int> = []
+        for job in jobs {
+            guard let request = job.request, !job.lookedUpAgain, request.method != .password,
+                request.method != .register, !request.readsAccountWhilePreparing,
+                state.isClearToWrite(job, after: before)
+            else { return nil }
+            let replyKey: [UInt8]?
+            do {
+                replyKey = try request.replyKey(required: configuration.sessions.requireReplyKey)
+            } catch {
+                return nil
+            }
+            before.insert(job.seq)
+            writable.append(
+                WritableWithLookup(
+                    preparation: Preparation(seq: job.seq, request: request, digest: job.digest, replyKey: replyKey),
+                    sent: Self.sent(job)))
+        }
+        return writable
+    }
+
+    /// Prepares requests and writes them in a transaction that looks their ids up in its first
+    /// round trip (`PostgresStore.lookUpAndWrite`), in the lookup's task: one transaction, as the
+    /// loop's batch would be, and one round trip fewer.
+    /// - Returns: the written batch; nil, with nothing written, when any of them needs the loop
+    ///   after all (an expired request, a preparation that waits or is refused, a kept answer, a
+    ///   guest over the ceiling): the lookup then runs on its own and the loop starts them all,
+    ///   as any looked-up jobs.
+    func writeWithLookup(_ requests: [WritableWithLookup], guests: [String], marks: [UUID], writer: Int)
+        async throws -> WrittenBatch?
+    {
+        let now = clock.now()
+        var items: [WriteItem] = []
+        var steps: [(Int, Step?)] = []
+        var prefetch = Prefetch()
+        for entry in requests {
+            guard !hasExpired(sent: entry.sent, at: now),
+                case .login(let work)? = prepareAtOnce(entry.preparation)
+            else { return nil }
+            items.append(.login(work))
+            steps.append((entry.preparation.seq, .writeLogin(work)))
+            prefetch.merge(work.prepared.prefetch)
+        }
+        let ids = requests.map(\.preparation.request.id)
+        let ceiling = configuration.accounts.guestGlobalRateLimit
+        let head = marks.isEmpty ? [] : [PostgresStore.markPublished(marks)]
+        let resultsKey = configuration.resultsKey
+        let rememberedUntil = now + configuration.sessions.idempotencyLifetime
+        let batchItems = items
+        let batchPrefetch = prefetch
+        let done = try await retrying("look up and write the batch", requestIDs: ids) {
+            try await self.store.lookUpAndWrite(
+                batchItems, ids: ids, guests: guests, bucket: Self.guestCeilingBucket, limit: ceiling, head: head,
+                prefetch: batchPrefetch, writer: writer, resultsKey: resultsKey, rememberedUntil: rememberedUntil,
+                at: now
+            ) { kept, grant in
+                // Each request new, each guest within the ceiling; anything else is the loop's to answer.
+                kept.isEmpty && (grant?.granted ?? guests.count) >= guests.count
+            }
+        }
+        guard case .written(let outcomes) = done else { return nil }
+        metrics.writeBatches.labels("lookup").increment()
+        return WrittenBatch(steps: steps, outcomes: outcomes, marked: marks)
     }
 
     /// The bucket of the global guest ceiling (per-client buckets are `guest:<client>`).
@@ -113,6 +210,13 @@ extension RequestPipeline {
         let kept: [String: KeptRequest]
         /// Nil when no ceiling applies.
         let guests: RateLimitGrant?
+        /// The jobs written in the lookup's task (`writeWithLookup`); nil when the loop starts them.
+        var written: WrittenBatch?
+
+        init(kept: [String: KeptRequest], guests: RateLimitGrant?) {
+            self.kept = kept
+            self.guests = guests
+        }
     }
 
     /// Answers the looked-up jobs that need no work, and starts preparing the rest.
@@ -139,9 +243,7 @@ extension RequestPipeline {
                 )
                 continue
             }
-            let sent = request.time ?? job.message.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) }
-            if configuration.requestDeadline > 0, let sent, now.timeIntervalSince(sent) > configuration.requestDeadline
-            {
+            if hasExpired(sent: Self.sent(job), at: now) {
                 // The gateway has given up on it: acting now would create a session nobody receives.
                 metrics.expired.increment()
                 let expired = LoginError(
@@ -198,6 +300,17 @@ extension RequestPipeline {
         }
     }
 
+    /// When a job's request was sent: its own time, else its message's.
+    static func sent(_ job: Job) -> Date? {
+        job.request?.time ?? job.message.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) }
+    }
+
+    /// True when a request sent at `sent` waited past the deadline: the gateway has given up on it.
+    func hasExpired(sent: Date?, at now: Date) -> Bool {
+        guard configuration.requestDeadline > 0, let sent else { return false }
+        return now.timeIntervalSince(sent) > configuration.requestDeadline
+    }
+
     /// How many requests starting together the loop prepares itself (when their preparation waits
     /// for nothing).
     static let preparedInLoop = 4
@@ -240,6 +353,9 @@ extension RequestPipeline {
         let jobs: [Int]
         /// The batch writer it reads on, nil for the pool.
         let writer: Int?
+        /// The acknowledged events taken for a write in the lookup's task: marked by it, or
+        /// handed back to the loop when the loop starts the jobs.
+        let marks: PendingMarks
     }
 
     /// Prepares requests one after the other in a task of their own on the cooperative pool (not

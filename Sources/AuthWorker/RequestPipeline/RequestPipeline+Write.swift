@@ -50,6 +50,7 @@ extension RequestPipeline {
         let batchItems = items
         let batchPrefetch = prefetch
         let batchIDs = ready.compactMap { $0.request?.id }
+        metrics.writeBatches.labels("loop").increment()
         return Stage(on: store.executor(ofWriter: writer), wake: wake) {
             let outcomes = try await self.retrying("write the batch", requestIDs: batchIDs) {
                 try await self.store.write(

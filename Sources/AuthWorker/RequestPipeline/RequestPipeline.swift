@@ -216,7 +216,19 @@ public final class RequestPipeline: Service {
             }
             if let lookup = looking, lookup.stage.isDone {
                 let found = try lookup.stage.value()
-                start(lookup.jobs, kept: found.kept, guests: found.guests, &state)
+                if let written = found.written, let writer = lookup.writer {
+                    // Written in the lookup's task: the jobs enter the batch they were in, and
+                    // their records are published as any written batch's.
+                    for (seq, step) in written.steps {
+                        guard let job = state.jobs[seq], let step else { continue }
+                        state.move(job, to: .ready(step))
+                        state.batch(job, on: writer)
+                    }
+                    toPublish += records(for: written, &state)
+                } else {
+                    state.handBack(lookup.marks)
+                    start(lookup.jobs, kept: found.kept, guests: found.guests, &state)
+                }
                 looking = nil
             }
             collect(&state)
