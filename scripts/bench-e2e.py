@@ -18,7 +18,7 @@ Phases, each on a database and topics of its own:
   limits      pgbench writing the rows of 100 guest logins per transaction (user, session, refresh
               token, kept result, rate-limit count, outbox event, and deleting published events):
               the ceiling; at each paced rate of the curve, pgbench running one login's statements
-              per transaction in the worker's three round trips (PostgreSQL's floor per login at
+              per transaction in the worker's two round trips (PostgreSQL's floor per login at
               that rate: its CPU, and each transaction's latency from its start, p50 and p99); and
               `openssl speed` for the signature primitives
 With --fresh-broker, each phase starts on an emptied broker (an in-memory broker slows as it fills).
@@ -704,19 +704,17 @@ COMMIT;
 """
 
 
-# One guest login's statements as a batch of one sends them: the lookup (one round trip), then
-# BEGIN with the previous event's mark and the reads (the handle, the client's rate-limit row,
-# locked), then the writes and COMMIT (one round trip each), every statement prepared. Paced at a
-# rate, what PostgreSQL spends on it is the floor for a login at that rate on this machine: the
-# worker's statements can be cheaper, but not its round trips and commits.
+# One guest login's statements as a batch of one under light load sends them: BEGIN with the
+# request-id lookup, the previous event's mark and the reads (the handle, the client's rate-limit
+# row, locked), then the writes and COMMIT (one round trip each), every statement prepared. Paced
+# at a rate, what PostgreSQL spends on it is the floor for a login at that rate on this machine:
+# the worker's statements can be cheaper, but not its round trips and commits.
 PGBENCH_ONE_LOGIN = """
 \\set n random(1, 9000000000000000000)
 \\startpipeline
+BEGIN;
 SELECT request_id, result_sealed FROM processed_requests
 WHERE request_id = ANY(ARRAY[:client_id || '-' || :n]::text[]);
-\\endpipeline
-\\startpipeline
-BEGIN;
 DELETE FROM outbox WHERE event_id IN (SELECT event_id FROM outbox ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED);
 SELECT handle FROM users WHERE handle = ANY(ARRAY['guest_' || :client_id || '_' || :n]::text[]);
 SELECT bucket, window_start, count FROM rate_limits
@@ -744,7 +742,7 @@ COMMIT;
 
 def run_pgbench_paced(services, rate, seconds):
     """PostgreSQL's CPU per transaction for one guest login's statements paced at `rate`, on as
-    many connections as the worker uses for them (the lookup's and two writers')."""
+    many connections as the worker has for them (the pool's and two writers')."""
     database = services.database(f"auth_bench_pgbench{uuid.uuid4().hex[:6]}")
     script = os.path.join(services.scratch, "one-login.sql")
     with open(script, "w") as handle:

@@ -3,6 +3,7 @@ import Foundation
 import Messages
 import PGStore
 import ServiceKit
+import Synchronization
 import Testing
 
 @testable import AuthCLI
@@ -121,5 +122,83 @@ import Testing
         let session = try await harness.query("SELECT id FROM sessions").first?.decode("id", as: UUID.self)
         #expect(claims?["sid"] as? String == session?.lowercasedString)
         #expect(try #require(Base64URL.decode(parts[2])).count == 64)
+    }
+
+    /// A light-load write that carries its own lookup (`PostgresStore.lookUpAndWrite`): written
+    /// when the ids are new and the guests within the ceiling, with the ceiling counted; rolled
+    /// back whole, the ceiling's count with it, when the lookup finds a kept answer or too few
+    /// sign-ups left.
+    @Test func aWriteCarryingItsLookupCommitsOnlyWhatTheLookupAllows() async throws {
+        let harness = try await harness()
+        let store = harness.store
+        let limit = WorkerConfiguration.RateLimit(count: 2, window: 60)
+        let now = clock.now()
+        func attempt(_ requests: [LoginRequest]) async throws -> (PostgresStore.LookedUpWrite, RateLimitGrant?) {
+            var items: [WriteItem] = []
+            var prefetch = Prefetch()
+            for request in requests {
+                let prepared = try await harness.flows.prepare(request)
+                prefetch.merge(prepared.prefetch)
+                items.append(
+                    .login(
+                        PreparedRequest(
+                            request: request, digest: SHA256.hash(request.id), replyKey: nil, prepared: prepared)))
+            }
+            let seen = Mutex<RateLimitGrant?>(nil)
+            let ids = requests.map(\.id)
+            let done = try await store.lookUpAndWrite(
+                items, ids: ids, guests: ids, bucket: "guest-all", limit: limit, prefetch: prefetch, writer: 0,
+                resultsKey: nil, rememberedUntil: now + 3600, at: now
+            ) { kept, grant in
+                seen.withLock { $0 = grant }
+                return kept.isEmpty && (grant?.granted ?? ids.count) >= ids.count
+            }
+            return (done, seen.withLock { $0 })
+        }
+        func ceilingCount() async throws -> Int? {
+            try await harness.query("SELECT count FROM rate_limits WHERE bucket = 'guest-all'").first?.decode(
+                "count", as: Int.self)
+        }
+
+        let first = request(.guest)
+        let (written, grant) = try await attempt([first])
+        guard case .written(let outcomes) = written, case .written(.login(let result, _), let events)? = outcomes.first
+        else {
+            Issue.record("a new guest within the ceiling is written: \(written)")
+            return
+        }
+        #expect(result.status == "ok" && events.count == 1)
+        #expect(grant == RateLimitGrant(granted: 1, windowEnd: now + 60))
+        #expect(try await harness.count("users") == 1)
+        #expect(try await harness.count("processed_requests", where: "request_id = '\(first.id)'") == 1)
+        #expect(try await ceilingCount() == 1)
+
+        // The same id again: the kept answer declines the write; nothing is added or counted.
+        let (replayed, _) = try await attempt([first])
+        guard case .declined = replayed else {
+            Issue.record("a kept answer declines the write: \(replayed)")
+            return
+        }
+        #expect(try await harness.count("users") == 1)
+        #expect(try await ceilingCount() == 1, "the ceiling's count is rolled back with the write")
+
+        // Two new guests with one sign-up left: declined, the reservation rolled back.
+        let (over, overGrant) = try await attempt([request(.guest), request(.guest)])
+        guard case .declined = over else {
+            Issue.record("guests over the ceiling decline the write: \(over)")
+            return
+        }
+        #expect(overGrant?.granted == 1)
+        #expect(try await harness.count("users") == 1)
+        #expect(try await ceilingCount() == 1)
+
+        // One of them alone fits.
+        let (last, _) = try await attempt([request(.guest)])
+        guard case .written = last else {
+            Issue.record("the last sign-up within the ceiling is written: \(last)")
+            return
+        }
+        #expect(try await harness.count("users") == 2)
+        #expect(try await ceilingCount() == 2)
     }
 }

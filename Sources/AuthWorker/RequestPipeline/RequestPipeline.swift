@@ -21,6 +21,9 @@ import Synchronization
 /// 5. publish results, events and dead letters in one producer batch;
 /// 6. store the offsets of what finished.
 ///
+/// Under light load, steps 2 to 4 run in one task on a free writer's thread, the lookup in the
+/// write transaction's first round trip (`writeWithLookup`).
+///
 /// Work that is slow (a password hash, a key fetch, a retry) does not hold the batch: it joins a
 /// later batch when done. Per partition and key, requests are still written in order, and a
 /// partition's stored offset never passes a message that is not finished.
