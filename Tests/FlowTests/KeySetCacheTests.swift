@@ -100,6 +100,26 @@ import Testing
         server.stop()
     }
 
+    /// The keys a verification may use without waiting: only a fresh set that holds the token's
+    /// `kid`. Whenever `keys(forKeyID:)` would fetch, refetch or fall back to stale keys, none.
+    @Test func freshKeysAreServedAtOnceOnlyWhenNothingWouldBeFetched() async throws {
+        let keys = cache()
+        #expect(keys.freshKeys(forKeyID: "rsa2048") == nil, "nothing fetched yet")
+        _ = try await keys.keys(forKeyID: "rsa2048")
+        #expect(keys.freshKeys(forKeyID: "rsa2048")?.keyIDs.contains("rsa2048") == true)
+        #expect(keys.freshKeys(forKeyID: "p256") != nil)
+        #expect(keys.freshKeys(forKeyID: nil) != nil, "a token naming no key: any fresh set")
+        #expect(keys.freshKeys(forKeyID: "rotated") == nil, "an unknown kid may need a refetch")
+        clock.advance(by: 599)
+        #expect(keys.freshKeys(forKeyID: "rsa2048") != nil)
+        clock.advance(by: 2)
+        #expect(keys.freshKeys(forKeyID: "rsa2048") == nil, "expired: the next use refetches")
+        server.serve("/keys", .init(status: 503, body: Data("down".utf8)))
+        _ = try await keys.keys(forKeyID: "rsa2048")
+        #expect(keys.freshKeys(forKeyID: "rsa2048") == nil, "stale keys served while the provider is down wait")
+        server.stop()
+    }
+
     @Test func staleKeysAreServedWhileTheProviderIsDown() async throws {
         let keys = cache()
         _ = try await keys.keys(forKeyID: "rsa2048")

@@ -235,6 +235,61 @@ import Testing
         #expect(try await service.count("users") == 0, "no failed login leaves a user behind")
     }
 
+    /// A sign-in whose provider keys are cached is prepared without waiting (`prepareAtOnce`: in
+    /// the loop, or in a light-load lookup's task) and answers as the waiting preparation does,
+    /// refusals included; with no fresh keys cached it is not prepared at once at all.
+    @Test func signInsPreparedAtOnceAnswerAsThoseThatWait() async throws {
+        let unfetched = IdentityProvider(
+            configuration: IdentityProviderConfiguration(
+                name: "unfetched", issuers: ["https://issuer.example"], keysURL: URL(string: "http://127.0.0.1:9/keys"),
+                audiences: ["demo"]),
+            keySet: KeySetCache(
+                source: .keysURL(try #require(URL(string: "http://127.0.0.1:9/keys"))),
+                fetcher: HTTPDocumentFetcher(timeout: 1), clock: clock, settings: .init(),
+                logger: Logger(label: "test", handler: logs)),
+            clock: clock)
+        let service = try await service(providers: [unfetched])
+        let parts = appleToken().split(separator: ".").map(String.init)
+        let tampered = parts[0] + "." + TokenParts.encode(["sub": "someone-else"]) + "." + parts[2]
+        let requests = [
+            request(.apple, token: appleToken()),
+            request(.apple, token: tampered),
+            request(.apple, token: "garbage"),
+            request(.apple, token: appleToken(extra: ["exp": 1_795_953_600 - 3600])),
+            request(.apple, token: appleToken(extra: ["aud": "com.example.app1"])),
+            request(.apple, token: appleToken(), nonce: "n-2"),
+        ]
+        func code(_ body: () async throws -> Any?) async -> String {
+            do {
+                return try await body() == nil ? "waits" : "prepared"
+            } catch let error as LoginError {
+                return error.code.rawValue
+            } catch {
+                return "\(error)"
+            }
+        }
+        var answers: [String] = []
+        for request in requests {
+            let atOnce = await code { try service.flows.prepareAtOnce(request) }
+            let waited = await code { try await service.flows.prepare(request) }
+            #expect(atOnce == waited, "\(request.data.identityToken?.prefix(20) ?? "")")
+            answers.append(atOnce)
+        }
+        #expect(
+            answers == [
+                "prepared", "invalid_token", "invalid_token", "token_expired", "audience_mismatch", "nonce_mismatch",
+            ])
+        let token = Signers.rsa2048.token(
+            ["iss": "https://issuer.example", "aud": "demo", "sub": "s", "iat": 1_795_953_590, "exp": 1_795_953_900],
+            algorithm: .rs256)
+        #expect(
+            await code {
+                try service.flows.prepareAtOnce(request(.oidc, token: token, nonce: nil, provider: "unfetched"))
+            }
+                == "waits", "keys never fetched: the waiting preparation fetches them")
+        #expect(try await service.count("users") == 0)
+    }
+
     /// Apple resends a notification it thinks was lost; a copy that arrives in another envelope
     /// (another CloudEvent id, other whitespace) is the same notification and must act once.
     /// Keyed by the verified `jti`, `iat` and events, not by the bytes that carried them (a copy

@@ -69,6 +69,10 @@ import Testing
         #expect(second.user?.id == first.user?.id)
         #expect(second.user?.name == "Grace Hopper")
         #expect(second.user?.email == "abc@privaterelay.appleid.com")
+        // The first waited for Apple's keys and was written in the loop's batch; the second, its
+        // keys cached, was looked up, prepared and written in one task.
+        #expect(worker.application.metrics.writeBatches.labels("loop").count == 1)
+        #expect(worker.application.metrics.writeBatches.labels("lookup").count == 1)
 
         // A wrong nonce is refused with its code.
         apple.nonce = "nonce-2"

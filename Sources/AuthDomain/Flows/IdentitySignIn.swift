@@ -11,8 +11,45 @@ extension LoginFlows {
     /// `apple`, `google`, `oidc`: the provider's ID token names the identity; its first sign-in
     /// creates the user.
     func prepareProviderSignIn(_ request: LoginRequest) async throws -> any PreparedWrite {
-        let data = request.data
-        let name = request.method == .oidc ? (data.provider ?? "") : request.method.rawValue
+        let provider = try identityProvider(for: request)
+        let now = clock.now()
+        let linkTo = try request.data.linkTo.map {
+            try presentedToken($0, field: "data.link_to", allowExpired: false, at: now)
+        }
+        let verified: VerifiedIdentity
+        do {
+            verified = try await provider.verify(token: request.data.identityToken ?? "", nonce: request.data.nonce)
+                .identity
+        } catch let error as JOSEError {
+            throw LoginError(error)
+        }
+        return try providerSignIn(request, verified: verified, linkTo: linkTo, at: now)
+    }
+
+    /// `prepareProviderSignIn` when the provider's keys are cached and fresh: no wait.
+    /// - Returns: nil when the token's verification would wait for the key set.
+    func prepareProviderSignInAtOnce(_ request: LoginRequest) throws -> (any PreparedWrite)? {
+        let provider = try identityProvider(for: request)
+        let now = clock.now()
+        let linkTo = try request.data.linkTo.map {
+            try presentedToken($0, field: "data.link_to", allowExpired: false, at: now)
+        }
+        let verified: VerifiedIdentity
+        do {
+            guard
+                let found = try provider.verifyAtOnce(
+                    token: request.data.identityToken ?? "", nonce: request.data.nonce)
+            else { return nil }
+            verified = found.identity
+        } catch let error as JOSEError {
+            throw LoginError(error)
+        }
+        return try providerSignIn(request, verified: verified, linkTo: linkTo, at: now)
+    }
+
+    /// The provider a sign-in names, enabled.
+    private func identityProvider(for request: LoginRequest) throws -> IdentityProvider {
+        let name = request.method == .oidc ? (request.data.provider ?? "") : request.method.rawValue
         guard let provider = providers[name] else {
             if request.method == .oidc {
                 throw LoginError(
@@ -20,16 +57,14 @@ extension LoginFlows {
             }
             throw LoginError(.unsupportedMethod, "\(name) sign-in is not enabled (no audiences configured)")
         }
-        let now = clock.now()
-        let linkTo = try data.linkTo.map {
-            try presentedToken($0, field: "data.link_to", allowExpired: false, at: now)
-        }
-        let verified: VerifiedIdentity
-        do {
-            verified = try await provider.verify(token: data.identityToken ?? "", nonce: data.nonce).identity
-        } catch let error as JOSEError {
-            throw LoginError(error)
-        }
+        return provider
+    }
+
+    /// A verified provider identity's sign-in: found, linked or created.
+    private func providerSignIn(
+        _ request: LoginRequest, verified: VerifiedIdentity, linkTo: PresentedAccessToken?, at now: Date
+    ) throws -> any PreparedWrite {
+        let data = request.data
         let profileName = Self.profileName(data.profile)
         let identity = NewIdentity(
             provider: verified.provider, subject: verified.subject, email: verified.email,

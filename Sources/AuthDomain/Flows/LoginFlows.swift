@@ -173,7 +173,8 @@ public struct LoginFlows: Sendable {
         case .passkeyLogin: try preparePasskeyLogin(request)
         case .passkeyList: try preparePasskeyList(request)
         case .passkeyRename: try preparePasskeyRename(request)
-        case .apple, .google, .oidc, .register, .password, .verifyEmail, .passwordReset, .changePassword, .mfaEnroll,
+        case .apple, .google, .oidc: try prepareProviderSignInAtOnce(request)
+        case .register, .password, .verifyEmail, .passwordReset, .changePassword, .mfaEnroll,
             .mfaVerify, .accountDelete, .passkeyRemove:
             nil
         }

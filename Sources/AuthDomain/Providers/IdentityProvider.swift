@@ -52,14 +52,35 @@ public struct IdentityProvider: Sendable {
     public func verify(token: String, nonce: String?) async throws -> (
         claims: IDTokenClaims, identity: VerifiedIdentity
     ) {
+        let jws = try parse(token)
+        return try verify(jws, keys: try await keySet.keys(forKeyID: jws.header.kid), nonce: nonce)
+    }
+
+    /// `verify`, when the provider's keys are cached, fresh and hold the token's `kid`: no wait.
+    /// - Returns: nil when `verify` would wait for the key set (a fetch, a refetch for an unknown
+    ///   `kid`, a fallback to stale keys); it is then the way.
+    public func verifyAtOnce(token: String, nonce: String?) throws -> (
+        claims: IDTokenClaims, identity: VerifiedIdentity
+    )? {
+        let jws = try parse(token)
+        guard let keys = keySet.freshKeys(forKeyID: jws.header.kid) else { return nil }
+        return try verify(jws, keys: keys, nonce: nonce)
+    }
+
+    /// The token's parts, its algorithm refused before any key is looked at when not allowed.
+    private func parse(_ token: String) throws -> CompactJWS {
         let jws = try CompactJWS(token)
-        // Refuse disallowed algorithms before touching the network.
         guard let algorithm = JWSAlgorithm(rawValue: jws.header.alg), configuration.algorithms.contains(algorithm)
         else {
             throw JOSEError(
                 .algorithmNotAllowed, "alg \(jws.header.alg.prefix(16)) is not allowed for \(configuration.name)")
         }
-        let keys = try await keySet.keys(forKeyID: jws.header.kid)
+        return jws
+    }
+
+    private func verify(_ jws: CompactJWS, keys: JWKSet, nonce: String?) throws -> (
+        claims: IDTokenClaims, identity: VerifiedIdentity
+    ) {
         let claims = try JWSVerifier.verifyIDToken(
             jws, keys: keys, allowed: configuration.algorithms, policy: configuration.claimsPolicy, now: clock.now(),
             nonce: nonce, requireKeyID: configuration.requireKeyID)

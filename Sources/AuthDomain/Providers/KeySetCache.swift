@@ -1,6 +1,7 @@
 import Foundation
 import JOSE
 import ServiceKit
+import Synchronization
 
 /// One provider's key set: fetched on demand, cached per `Cache-Control`, refetched on an unknown
 /// `kid` at a bounded rate, kept (stale) while the provider is unreachable.
@@ -20,8 +21,14 @@ public actor KeySetCache {
     private let settings: WorkerConfiguration.KeySetSettings
     private let logger: Logger
 
-    private var keys: JWKSet?
-    private var expiresAt: Date = .distantPast
+    private var keys: JWKSet? {
+        didSet { publish() }
+    }
+    private var expiresAt: Date = .distantPast {
+        didSet { publish() }
+    }
+    /// The cached set and its expiry, readable without a hop onto the actor (`freshKeys`).
+    private nonisolated let published = Mutex<(keys: JWKSet, expiresAt: Date)?>(nil)
     private var lastFetchAt: Date?
     private var lastFailureAt: Date?
     private var inFlight: Task<JWKSet, any Error>?
@@ -53,6 +60,21 @@ public actor KeySetCache {
         self.keys = fixed
         self.expiresAt = .distantFuture
         self.lastFetchAt = .distantFuture
+        // An initializer's assignments run no observers.
+        published.withLock { $0 = (fixed, .distantFuture) }
+    }
+
+    private func publish() {
+        let snapshot = keys.map { (keys: $0, expiresAt: expiresAt) }
+        published.withLock { $0 = snapshot }
+    }
+
+    /// The cached set when it is fresh and holds `keyID` (any fresh set when the token names no
+    /// key), at once; nil whenever `keys(forKeyID:)` might fetch or fall back instead.
+    public nonisolated func freshKeys(forKeyID keyID: String?) -> JWKSet? {
+        guard let (keys, expiresAt) = published.withLock({ $0 }), clock.now() < expiresAt else { return nil }
+        guard let keyID else { return keys }
+        return keys.keyIDs.contains(keyID) ? keys : nil
     }
 
     private struct FixedFetcher: DocumentFetcher {
