@@ -577,7 +577,17 @@ def echo(brokers, requests, results):
     consumer.close()
 
 
-def run_latency(services, key_server, rate, seconds, extra=None, responder="worker"):
+def apple_request_data(key_server, subject, now, index):
+    """A first Sign in with Apple with a profile name: a fresh RS256 token from the local key
+    server, its nonce's hash in the token."""
+    import hashlib
+    nonce = uuid.uuid4().hex
+    token = key_server.token(subject, hashlib.sha256(nonce.encode()).hexdigest(), now)
+    return {"method": "apple", "identity_token": token, "nonce": nonce,
+            "profile": {"given_name": "Bench", "family_name": f"User{index}"}}
+
+
+def run_latency(services, key_server, rate, seconds, extra=None, responder="worker", method="guest"):
     services.fresh()
     suffix = f"latency{uuid.uuid4().hex[:6]}"
     topics = services.topics(suffix)
@@ -606,12 +616,17 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     out.flush(10)
     if not reader.wait_for([warm], timeout=60, responder=worker):
         raise RuntimeError(f"latency: the {responder} never answered")
-    log(f"latency: {rate:,.0f} guest logins/s for {seconds} s, answered by the {responder}")
+    log(f"latency: {rate:,.0f} {method} logins/s for {seconds} s, answered by the {responder}")
     # Built before the clock starts, so the pacing loop costs the machine under test little: a
-    # request's id and body, then one produce call each.
+    # request's id and body (an Apple request's token signed here), then one produce call each.
     total = int(rate * seconds)
     keys = [str(uuid.uuid4()) for _ in range(total)]
-    bodies = [request(request_id, {"method": "guest"}) for request_id in keys]
+    if method == "apple":
+        now = int(time.time())
+        bodies = [request(request_id, apple_request_data(key_server, f"paced.{suffix}.{index}", now, index))
+                  for index, request_id in enumerate(keys)]
+    else:
+        bodies = [request(request_id, {"method": "guest"}) for request_id in keys]
     interval = 1 / rate
     # Where the machine's CPU goes while the requests are paced: the worker (or echo), PostgreSQL,
     # this load generator, and the rest (the broker and its proxy, the system).
@@ -1059,6 +1074,8 @@ def main():
     parser.add_argument("--idle-seconds", type=int, default=30)
     parser.add_argument("--responder", choices=("worker", "echo"), default="worker",
                         help="with --latency-at: who answers (echo: the broker's own round trip)")
+    parser.add_argument("--latency-method", choices=("guest", "apple"), default="guest",
+                        help="with --latency-at: the paced requests' method (apple: first sign-ins with a name)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
     args = parser.parse_args()
     if args.broker == "mock" and not args.bench:
@@ -1084,7 +1101,8 @@ def run(args, services, results):
         services.psql("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     key_server = KeyServer()
     if args.latency_at:
-        entry = run_latency(services, key_server, args.latency_at, args.curve_seconds, responder=args.responder)
+        entry = run_latency(services, key_server, args.latency_at, args.curve_seconds, responder=args.responder,
+                            method=args.latency_method)
         print(json.dumps({k: v for k, v in entry.items() if k != "latencies_ms"}))
         return
     if args.pgbench_at:
