@@ -1056,8 +1056,9 @@ struct PrefetchQueries {
     let prefetch: Prefetch
     private(set) var queries: [PGQuery] = []
     private var slots: [Slot] = []
-    /// Where the queries that read one table by a unique key start (they come last, and may
-    /// run from cached plans: `KeyedPlans`); those before join tables.
+    /// Where the queries that find their rows by a unique key start (the users, by ids gathered
+    /// by key; handles; rate limits): they come last, and run from cached plans (`KeyedPlans`);
+    /// those before join tables and are planned per run.
     private(set) var keyedStart = 0
 
     private enum Slot {
@@ -1105,16 +1106,20 @@ struct PrefetchQueries {
                 WHERE a.token_hash = ANY(\(PGArray(accessTokens))) ORDER BY s.id FOR UPDATE OF s
                 """)
         }
+        keyedStart = queries.count
         let users = Self.unique(prefetch.users)
         if !users.isEmpty || !identities.isEmpty || !refresh.isEmpty || !sessions.isEmpty || !accessTokens.isEmpty {
             // The users of every identity, token and session read above, and the users named: one
-            // list of ids, each looked up by key. (An OR of IN-subqueries here read every user
-            // through a filter: no index serves an OR across subqueries.)
+            // list of ids, gathered first (an init plan of key lookups), then each user looked up
+            // by key. (An OR of IN-subqueries here read every user through a filter: no index
+            // serves an OR across subqueries. And `u.id IN (…)` planned generically became a
+            // merge join over every user.) As the first keyed read it runs from a cached plan:
+            // planning it for each run cost PostgreSQL more than running it, at light load.
             add(
                 .users,
                 """
                 \(unsafeRaw: Self.userColumns)
-                WHERE u.id IN (
+                WHERE u.id = ANY(ARRAY(
                     SELECT unnest(\(PGArray(users)))
                     UNION ALL
                     SELECT i.user_id FROM identities i
@@ -1128,11 +1133,10 @@ struct PrefetchQueries {
                     SELECT user_id FROM sessions WHERE id = ANY(\(PGArray(sessions)))
                     UNION ALL
                     SELECT s.user_id FROM access_tokens a JOIN sessions s ON s.id = a.session_id
-                    WHERE a.token_hash = ANY(\(PGArray(accessTokens))))
+                    WHERE a.token_hash = ANY(\(PGArray(accessTokens)))))
                 ORDER BY u.id FOR UPDATE OF u
                 """)
         }
-        keyedStart = queries.count
         let handles = Self.unique(prefetch.handles)
         if !handles.isEmpty {
             add(.handles, "SELECT handle FROM users WHERE handle = ANY(\(PGArray(handles)))")

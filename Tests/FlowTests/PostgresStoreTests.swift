@@ -343,6 +343,69 @@ import Testing
         #expect(grown.contains("Index") && !grown.contains("Seq Scan"), "\(grown)")
     }
 
+    /// The prefetch's read of users (by id, identity, token or session) runs from a cached plan,
+    /// and that plan finds each user by key whatever the table's size: the ids are gathered first
+    /// (an init plan of key lookups), then `users_pkey` is probed with them. Written as
+    /// `u.id IN (…)`, its generic plan on a fresh database was a merge join over an index scan of
+    /// every user.
+    @Test func theUserReadProbesByKeyFromACachedPlanAtAnyTableSize() async throws {
+        let connection = try PGConnection(conninfo: try await IntegrationEnvironment.makeMigratedDatabase())
+        try connection.execute(
+            unsafeSQL: """
+                ALTER TABLE users SET (autovacuum_enabled = false);
+                INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)
+                SELECT gen_random_uuid(), 'small_' || n, false, false, true, now(), now()
+                FROM generate_series(1, 5) AS n;
+                INSERT INTO identities (provider, subject, user_id, email_verified, is_private_email, created_at,
+                                        last_login_at)
+                SELECT 'apple', 'subject-1', id, false, false, now(), now() FROM users WHERE handle = 'small_1';
+                ANALYZE users;
+                """)
+        var prefetch = Prefetch()
+        prefetch.identities = [IdentityKey(provider: "apple", subject: "subject-1")]
+        let reads = PrefetchQueries(prefetch)
+        let usersRead = try #require(reads.queries.dropFirst(reads.keyedStart).first)
+        #expect(usersRead.sql.contains("FROM users u"), "the users read is the first keyed read")
+        for _ in 1...3 {
+            try connection.execute(unsafeSQL: "BEGIN")
+            let rows = try connection.pipeline([KeyedPlans.cachedKeyedPlans, usersRead]).last
+            try connection.execute(unsafeSQL: "COMMIT")
+            #expect(try rows?.first?.decode("handle", as: String.self) == "small_1")
+        }
+        let prepared = try connection.execute(
+            unsafeSQL: """
+                SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
+                WHERE statement LIKE '%FROM users u%'
+                """)
+        #expect(prepared.count == 1)
+        let name = try #require(try prepared.first?.decode("name", as: String.self))
+        #expect(try prepared.first?.decode("generic_plans", as: Int.self) ?? 0 >= 3)
+        #expect(try prepared.first?.decode("custom_plans", as: Int.self) == 0)
+        func plan() throws -> String {
+            try connection.execute(unsafeSQL: "BEGIN")
+            defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
+            try connection.query(KeyedPlans.cachedKeyedPlans)
+            return try connection.execute(
+                unsafeSQL: "EXPLAIN EXECUTE \(name)('{}', '{apple}', '{subject-1}', '{}', '{}', '{}')"
+            )
+            .map { (try? $0.decode("QUERY PLAN", as: String.self)) ?? "" }.joined(separator: "\n")
+        }
+        func probesByKey(_ plan: String) -> Bool {
+            plan.contains("Index Cond: (id = ANY") && !plan.contains("Seq Scan") && !plan.contains("Merge")
+                && !plan.contains("Hash Join")
+        }
+        let small = try plan()
+        #expect(probesByKey(small), "\(small)")
+        try connection.execute(
+            unsafeSQL: """
+                INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)
+                SELECT gen_random_uuid(), 'grown_' || n, false, false, true, now(), now()
+                FROM generate_series(1, 50000) AS n
+                """)
+        let grown = try plan()
+        #expect(probesByKey(grown), "\(grown)")
+    }
+
     /// A reservation racing a delete of its row (a successful sign-in resets its account's
     /// throttle; the purge drops ended rate-limit windows) still counts and answers. Both
     /// functions once read nothing when the row went between their insert and their locking
@@ -428,19 +491,25 @@ import Testing
         prefetch.sessions = [UUID()]
         let queries = PrefetchQueries(prefetch).queries
         let users = try #require(queries.first { $0.sql.contains("FROM users u") })
-        // The plan of the statement with these very parameters (a custom plan, as the server
-        // makes for the first executions of each connection's statements).
+        // The plan of the statement with these very parameters, under the settings it runs with
+        // (a keyed read: `KeyedPlans`).
+        try connection.execute(unsafeSQL: "BEGIN")
+        try connection.query(KeyedPlans.cachedKeyedPlans)
         let plan = try connection.query(PGQuery(unsafeSQL: "EXPLAIN " + users.sql, parameters: users.parameters))
             .map { try $0.decode("QUERY PLAN", as: String.self) }.joined(separator: "\n")
-        // Every scan of `users` looks rows up by key (an index condition), none reads the table
-        // or its whole index through a filter.
+        try connection.execute(unsafeSQL: "ROLLBACK")
+        // Every scan of `users` looks rows up by key (an index condition, or a bitmap of the key
+        // index rechecked by key), none reads the table or its whole index through a filter.
         let lines = plan.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
         let scans = lines.indices.filter { lines[$0].contains(" on users u") }
         #expect(!scans.isEmpty, "\(plan)")
         for index in scans {
             let next = index + 1 < lines.count ? lines[index + 1] : ""
-            #expect(next.hasPrefix("Index Cond:") && !lines[index].hasPrefix("Seq Scan"), "\(plan)")
+            #expect(
+                (next.hasPrefix("Index Cond:") || next.hasPrefix("Recheck Cond: (id = ANY"))
+                    && !lines[index].hasPrefix("Seq Scan"), "\(plan)")
         }
+        #expect(!plan.contains("Seq Scan on identities"), "\(plan)")
         #expect(try connection.query(users).count == 100)
     }
 
