@@ -102,12 +102,21 @@ public final class PostgresStore: Sendable {
         _ items: [WriteItem], head: [PGQuery] = [], prefetch: Prefetch, writer: Int = 0, resultsKey: [UInt8]?,
         rememberedUntil: Date, at now: Date
     ) async throws -> [ItemOutcome<WriteOutput>] {
-        try await runBatch(
-            items, head: head, prefetch: prefetch, writer: writer,
-            onRefusal: { item, error, unit in try item.recordRefusal(error, in: unit, at: now) }
-        ) { item, unit in
-            try item.write(unit, resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
-        }
+        let writing = Self.writing(resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
+        return try await runBatch(
+            items, head: head, prefetch: prefetch, writer: writer, onRefusal: writing.onRefusal, writing.body)
+    }
+
+    /// How a batch of `WriteItem`s is written (`write`, `lookUpAndWrite`): each item's own domain
+    /// code, and what a refused item leaves.
+    private static func writing(resultsKey: [UInt8]?, rememberedUntil: Date, at now: Date) -> (
+        onRefusal: @Sendable (WriteItem, any Error, any UnitOfWork) throws -> Void,
+        body: @Sendable (WriteItem, any UnitOfWork) throws -> WriteOutput
+    ) {
+        (
+            { item, error, unit in try item.recordRefusal(error, in: unit, at: now) },
+            { item, unit in try item.write(unit, resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now) }
+        )
     }
 
     /// What a write that carries its own lookup did (`lookUpAndWrite`).
@@ -146,13 +155,8 @@ public final class PostgresStore: Sendable {
                     try connection.execute(unsafeSQL: "ROLLBACK")
                     return .declined
                 }
-                return .written(
-                    try Self.runBodies(
-                        items, unit: unit,
-                        onRefusal: { item, error, unit in try item.recordRefusal(error, in: unit, at: now) }
-                    ) { item, unit in
-                        try item.write(unit, resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
-                    })
+                let writing = Self.writing(resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
+                return .written(try Self.runBodies(items, unit: unit, onRefusal: writing.onRefusal, writing.body))
             } catch let error as PGError where !error.isRetriable {
                 _ = try? connection.execute(unsafeSQL: "ROLLBACK")
                 return .declined

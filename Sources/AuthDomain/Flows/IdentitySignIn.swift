@@ -11,40 +11,43 @@ extension LoginFlows {
     /// `apple`, `google`, `oidc`: the provider's ID token names the identity; its first sign-in
     /// creates the user.
     func prepareProviderSignIn(_ request: LoginRequest) async throws -> any PreparedWrite {
-        let provider = try identityProvider(for: request)
-        let now = clock.now()
-        let linkTo = try request.data.linkTo.map {
-            try presentedToken($0, field: "data.link_to", allowExpired: false, at: now)
-        }
+        let start = try providerSignInStart(request)
         let verified: VerifiedIdentity
         do {
-            verified = try await provider.verify(token: request.data.identityToken ?? "", nonce: request.data.nonce)
-                .identity
+            verified = try await start.provider.verify(
+                token: request.data.identityToken ?? "", nonce: request.data.nonce
+            ).identity
         } catch let error as JOSEError {
             throw LoginError(error)
         }
-        return try providerSignIn(request, verified: verified, linkTo: linkTo, at: now)
+        return try providerSignIn(request, verified: verified, linkTo: start.linkTo, at: start.now)
     }
 
     /// `prepareProviderSignIn` when the provider's keys are cached and fresh: no wait.
     /// - Returns: nil when the token's verification would wait for the key set.
     func prepareProviderSignInAtOnce(_ request: LoginRequest) throws -> (any PreparedWrite)? {
+        let start = try providerSignInStart(request)
+        let found: (claims: IDTokenClaims, identity: VerifiedIdentity)?
+        do {
+            found = try start.provider.verifyAtOnce(token: request.data.identityToken ?? "", nonce: request.data.nonce)
+        } catch let error as JOSEError {
+            throw LoginError(error)
+        }
+        guard let found else { return nil }
+        return try providerSignIn(request, verified: found.identity, linkTo: start.linkTo, at: start.now)
+    }
+
+    /// What a provider sign-in checks before its token: the provider it names (enabled), the time,
+    /// and the session it links to, if any.
+    private func providerSignInStart(_ request: LoginRequest) throws -> (
+        provider: IdentityProvider, now: Date, linkTo: PresentedAccessToken?
+    ) {
         let provider = try identityProvider(for: request)
         let now = clock.now()
         let linkTo = try request.data.linkTo.map {
             try presentedToken($0, field: "data.link_to", allowExpired: false, at: now)
         }
-        let verified: VerifiedIdentity
-        do {
-            guard
-                let found = try provider.verifyAtOnce(
-                    token: request.data.identityToken ?? "", nonce: request.data.nonce)
-            else { return nil }
-            verified = found.identity
-        } catch let error as JOSEError {
-            throw LoginError(error)
-        }
-        return try providerSignIn(request, verified: verified, linkTo: linkTo, at: now)
+        return (provider, now, linkTo)
     }
 
     /// The provider a sign-in names, enabled.
