@@ -2,6 +2,7 @@ import AuthCrypto
 import Foundation
 import Kafka
 import Messages
+import Synchronization
 import Testing
 
 @testable import AuthCLI
@@ -154,6 +155,49 @@ import Testing
         #expect(pending.count == 5, "asked once each: none was done yet")
         let (later, rest) = RequestPipeline.split(pending) { $0.isDone }
         #expect(later.count == 5 && rest.isEmpty)
+    }
+
+    /// A lookup's task that published its write's records ends without waking the loop: the
+    /// delivery wakes it, and it takes both then. The stage still wakes it when that delivery
+    /// ended first (its ring came before the loop could see the stage done), and on any error.
+    @Test func aStageWhoseWorkWakesTheLoopLaterEndsQuietlyUnlessThatWorkEndedFirst() async throws {
+        final class Rings: Sendable {
+            let count = Mutex(0)
+            let asked = Mutex(false)
+        }
+        func waitUntil(_ condition: () -> Bool) async throws {
+            let deadline = ContinuousClock.now + .seconds(10)
+            while !condition() {
+                #expect(ContinuousClock.now < deadline)
+                if ContinuousClock.now >= deadline { return }
+                try await Task.sleep(for: .milliseconds(2))
+            }
+        }
+        // The work it carries has not ended: no ring.
+        let quiet = Rings()
+        let later = Stage<Int>(
+            wake: { quiet.count.withLock { $0 += 1 } },
+            rings: { _ in
+                quiet.asked.withLock { $0 = true }
+                return false
+            }
+        ) { 1 }
+        try await waitUntil { quiet.asked.withLock { $0 } }
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(later.isDone)
+        #expect(try later.value() == 1)
+        #expect(quiet.count.withLock { $0 } == 0)
+        // That work ended first: the stage rings for it.
+        let first = Rings()
+        _ = Stage<Int>(wake: { first.count.withLock { $0 += 1 } }, rings: { _ in true }) { 2 }
+        try await waitUntil { first.count.withLock { $0 } == 1 }
+        // An error always rings: the loop must see it.
+        let failing = Rings()
+        let failed = Stage<Int>(wake: { failing.count.withLock { $0 += 1 } }, rings: { _ in false }) {
+            throw CancellationError()
+        }
+        try await waitUntil { failing.count.withLock { $0 } == 1 }
+        #expect(throws: CancellationError.self) { try failed.value() }
     }
 
     @Test func aBatchIsCutAtTheLimitInReadOrderAndTheRestComesNext() {

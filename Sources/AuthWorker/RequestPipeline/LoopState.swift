@@ -190,8 +190,12 @@ final class Stage<Output: Sendable>: Sendable {
     ///   inherited: the loop that starts stages runs on the consumer's thread). A stage whose work
     ///   is a PostgreSQL connection's runs on that connection's thread: no hop from the pool there
     ///   and back.
+    /// - Parameter rings: whether the end of a body that returned must wake the loop (a thrown
+    ///   error always does). A stage whose output carries work that wakes the loop when it ends
+    ///   need not wake it first: the loop takes both at that one wake.
     init(
         on executor: any TaskExecutor = globalConcurrentExecutor, wake: @escaping @Sendable () -> Void,
+        rings: @escaping @Sendable (Output) -> Bool = { _ in true },
         _ body: @escaping @Sendable () async throws -> Output
     ) {
         Task(executorPreference: executor) { [outcome] in
@@ -202,6 +206,9 @@ final class Stage<Output: Sendable>: Sendable {
                 result = .failure(error)
             }
             outcome.result.withLock { $0 = result }
+            // Asked after the outcome is set: work that ended before it did rang too early for
+            // the loop to see this stage done, so this stage rings for it.
+            if case .success(let output) = result, !rings(output) { return }
             wake()
         }
     }
@@ -246,6 +253,15 @@ struct WrittenBatch: Sendable {
 struct PendingMarks: Sendable {
     var ids: [UUID] = []
     var since: ContinuousClock.Instant?
+}
+
+/// What a job written in the lookup's task publishes, made there (`writtenAnswers`): the job
+/// by its sequence number, which only the loop resolves.
+struct WrittenAnswer: Sendable {
+    let seq: Int
+    let records: [ProducerRecord]
+    let events: [OutboxEvent]
+    let outcome: String
 }
 
 /// What one job publishes: its answer or dead letter, and the events its write caused.

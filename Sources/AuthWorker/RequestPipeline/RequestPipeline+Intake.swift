@@ -75,9 +75,16 @@ extension RequestPipeline {
     /// nothing but a preparation that waits for nothing are also prepared and written in the
     /// lookup's task, on that writer's thread (`writeWithLookup`): the loop is not woken between
     /// the lookup and the write, nor the writer's thread woken again for the write.
-    /// - Parameter writer: a batch writer that writes nothing now, to read on (the loop keeps
-    ///   batches off it until the lookup ends); nil for the pool's connections.
-    func beginLookup(_ state: inout LoopState, writer: Int?) -> Lookup? {
+    /// When that write commits, the same task publishes its answers and events
+    /// (`publishesWritten`), and the loop is woken once, when they are delivered, not first by
+    /// the write's end.
+    /// - Parameters:
+    ///   - writer: a batch writer that writes nothing now, to read on (the loop keeps batches off
+    ///     it until the lookup ends); nil for the pool's connections.
+    ///   - publishesWritten: whether a write in the lookup's task may publish its records at once:
+    ///     not while records of written jobs wait for the loop to publish them (a later job of
+    ///     their lane would pass them).
+    func beginLookup(_ state: inout LoopState, writer: Int?, publishesWritten: Bool = true) -> Lookup? {
         let starting = state.toStart.compactMap { seq -> Job? in
             guard let job = state.jobs[seq], job.kind == .lookup else { return nil }
             return job
@@ -95,7 +102,10 @@ extension RequestPipeline {
         }
         // The acknowledged events ride on that write, as on any batch's; handed back if it does not happen.
         let marks = withLookup == nil ? PendingMarks() : state.takePendingMarks()
-        let stage = Stage(on: writer.map { store.executor(ofWriter: $0) } ?? globalConcurrentExecutor, wake: wake) {
+        let stage = Stage(
+            on: writer.map { store.executor(ofWriter: $0) } ?? globalConcurrentExecutor, wake: wake,
+            rings: { found in found.published?.stage.isDone ?? true }
+        ) {
             guard !ids.isEmpty else { return LookupResult(kept: [:], guests: nil) }
             if let withLookup,
                 let written = try await self.writeWithLookup(
@@ -103,6 +113,11 @@ extension RequestPipeline {
             {
                 var result = LookupResult(kept: [:], guests: nil)
                 result.written = written
+                if publishesWritten, let answers = self.writtenAnswers(written) {
+                    // Delivered, it wakes the loop, which then takes this stage's end too.
+                    let entries = Self.entries(answers.lazy.map { ($0.records, $0.events) })
+                    result.published = PublishedByLookup(stage: self.beginPublish(entries), answers: answers)
+                }
                 return result
             }
             guard guestCeiling.count > 0, !guestIDs.isEmpty else {
@@ -202,6 +217,13 @@ extension RequestPipeline {
         return WrittenBatch(steps: steps, outcomes: outcomes, marked: marks)
     }
 
+    /// The records of a batch written in the lookup's task, published by that task as soon as
+    /// it committed: the delivery under way, and each job's answer.
+    struct PublishedByLookup: Sendable {
+        let stage: Stage<[UUID]>
+        let answers: [WrittenAnswer]
+    }
+
     /// The bucket of the global guest ceiling (per-client buckets are `guest:<client>`).
     static let guestCeilingBucket = "guest-all"
 
@@ -212,6 +234,8 @@ extension RequestPipeline {
         let guests: RateLimitGrant?
         /// The jobs written in the lookup's task (`writeWithLookup`); nil when the loop starts them.
         var written: WrittenBatch?
+        /// Their records, published by that task; nil when the loop publishes them.
+        var published: PublishedByLookup?
 
         init(kept: [String: KeptRequest], guests: RateLimitGrant?) {
             self.kept = kept

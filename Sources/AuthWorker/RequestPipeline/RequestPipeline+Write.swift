@@ -97,12 +97,43 @@ extension RequestPipeline {
 
     /// The records of jobs, with the ids of the events among them.
     static func entries(_ jobs: [JobRecords]) -> [(record: ProducerRecord, event: UUID?)] {
+        entries(jobs.lazy.map { ($0.records, $0.events) })
+    }
+
+    /// Each job's records then its events' records, with the ids of the events.
+    static func entries(_ jobs: some Sequence<([ProducerRecord], [OutboxEvent])>) -> [(
+        record: ProducerRecord, event: UUID?
+    )] {
         var entries: [(record: ProducerRecord, event: UUID?)] = []
-        for job in jobs {
-            entries += job.records.map { ($0, nil) }
-            entries += job.events.map { ($0.record, $0.id) }
+        for (records, events) in jobs {
+            entries += records.map { ($0, nil) }
+            entries += events.map { ($0.record, $0.id) }
         }
         return entries
+    }
+
+    /// What a batch written in the lookup's task publishes, made in that task: nil unless every
+    /// job's login was written (a refusal or a conflict is the loop's to answer, as any batch's).
+    func writtenAnswers(_ written: WrittenBatch) -> [WrittenAnswer]? {
+        guard written.steps.count == written.outcomes.count else { return nil }
+        var answers: [WrittenAnswer] = []
+        for ((seq, step), outcome) in zip(written.steps, written.outcomes) {
+            guard case .writeLogin(let work)? = step, case .written(.login(let result, let json), let events) = outcome
+            else { return nil }
+            let answer = loginAnswer(result, json: json, work: work)
+            answers.append(WrittenAnswer(seq: seq, records: [answer.record], events: events, outcome: answer.outcome))
+        }
+        return answers
+    }
+
+    /// A written login's result record and the outcome its log line and metrics say.
+    func loginAnswer(_ result: LoginResultData, json: [UInt8], work: PreparedRequest) -> (
+        record: ProducerRecord, outcome: String
+    ) {
+        let request = work.request
+        let record = resultRecord(
+            result, json: json, requestID: request.id, request.traceparent, tag: Self.answerTag(digest: work.digest))
+        return (record, result.error?.code.rawValue ?? "ok")
     }
 
     func loginRecords(_ outcome: PostgresStore.ItemOutcome<WriteOutput>, job: Job, work: PreparedRequest)
@@ -111,13 +142,8 @@ extension RequestPipeline {
         let request = work.request
         switch outcome {
         case .written(.login(let result, let json), let events):
-            return JobRecords(
-                job: job,
-                records: [
-                    resultRecord(
-                        result, json: json, requestID: request.id, request.traceparent,
-                        tag: Self.answerTag(digest: work.digest))
-                ], events: events, outcome: result.error?.code.rawValue ?? "ok")
+            let answer = loginAnswer(result, json: json, work: work)
+            return JobRecords(job: job, records: [answer.record], events: events, outcome: answer.outcome)
         case .written(.notification, _), .written(.audited, _):
             return JobRecords(job: job, records: [], events: [], outcome: "internal_error")
         case .refused(let error):

@@ -21,8 +21,9 @@ import Synchronization
 /// 5. publish results, events and dead letters in one producer batch;
 /// 6. store the offsets of what finished.
 ///
-/// Under light load, steps 2 to 4 run in one task on a free writer's thread, the lookup in the
-/// write transaction's first round trip (`writeWithLookup`).
+/// Under light load, steps 2 to 5 run in one task on a free writer's thread, the lookup in the
+/// write transaction's first round trip (`writeWithLookup`), the records published as soon as it
+/// commits.
 ///
 /// Work that is slow (a password hash, a key fetch, a retry) does not hold the batch: it joins a
 /// later batch when done. Per partition and key, requests are still written in order, and a
@@ -227,7 +228,20 @@ public final class RequestPipeline: Service {
                         state.move(job, to: .ready(step))
                         state.batch(job, on: writer)
                     }
-                    toPublish += records(for: written, &state)
+                    if let published = found.published {
+                        // Published by that task already: finished below when delivered.
+                        var jobs: [JobRecords] = []
+                        for answer in published.answers {
+                            guard let job = state.jobs[answer.seq] else { continue }
+                            state.written(job)
+                            jobs.append(
+                                JobRecords(
+                                    job: job, records: answer.records, events: answer.events, outcome: answer.outcome))
+                        }
+                        publishing.append((published.stage, jobs))
+                    } else {
+                        toPublish += records(for: written, &state)
+                    }
                 } else {
                     state.handBack(lookup.marks)
                     start(lookup.jobs, kept: found.kept, guests: found.guests, &state)
@@ -290,7 +304,8 @@ public final class RequestPipeline: Service {
                 // Writes first: a lookup reads on a writer only when it writes nothing even so
                 // (under light load a request's lookup and write then share one connection,
                 // `PostgresStore.ReadConnection`), on the pool's connections otherwise.
-                looking = beginLookup(&state, writer: (0..<writers).first { writing[$0] == nil })
+                looking = beginLookup(
+                    &state, writer: (0..<writers).first { writing[$0] == nil }, publishesWritten: toPublish.isEmpty)
             }
             if !wrote, !busy { try await markPublishedWhileIdle(&state, after: Self.idleMarkDelay) }
         }
