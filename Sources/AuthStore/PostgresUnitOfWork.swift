@@ -1056,9 +1056,9 @@ struct PrefetchQueries {
     let prefetch: Prefetch
     private(set) var queries: [PGQuery] = []
     private var slots: [Slot] = []
-    /// Where the queries that find their rows by a unique key start (the users, by ids gathered
-    /// by key; handles; rate limits): they come last, and run from cached plans (`KeyedPlans`);
-    /// those before join tables and are planned per run.
+    /// Where the queries that find their rows by a unique key start (the identities; the users,
+    /// by ids gathered by key; handles; rate limits): they come last, and run from cached plans
+    /// (`KeyedPlans`); those before join tables and are planned per run.
     private(set) var keyedStart = 0
 
     private enum Slot {
@@ -1071,17 +1071,6 @@ struct PrefetchQueries {
         let refresh = Self.unique(prefetch.refreshTokens).map(PGBytes.init)
         let sessions = Self.unique(prefetch.sessions)
         let accessTokens = Self.unique(prefetch.accessTokens).map(PGBytes.init)
-        if !identities.isEmpty {
-            add(
-                .identities,
-                """
-                SELECT i.provider, i.subject, i.user_id, i.email, i.email_verified, i.is_private_email, i.password_hash
-                FROM identities i
-                JOIN unnest(\(PGArray(identities.map(\.provider))), \(PGArray(identities.map(\.subject))))
-                    AS k(provider, subject) ON i.provider = k.provider AND i.subject = k.subject
-                ORDER BY i.provider, i.subject FOR UPDATE OF i
-                """)
-        }
         if !refresh.isEmpty {
             add(
                 .refreshTokens,
@@ -1107,13 +1096,32 @@ struct PrefetchQueries {
                 """)
         }
         keyedStart = queries.count
+        if !identities.isEmpty {
+            // Each identity looked up by its key and locked as it is found, the keys in the
+            // server's order of the key (every statement that locks identities locks them in that
+            // order): a lateral subquery with a limit is not flattened into a join, so its generic
+            // plan probes `identities_pkey` once a key at any table size. (As a join with the
+            // keys, its generic plan on a small table was a merge join over the whole index.)
+            add(
+                .identities,
+                """
+                SELECT i.provider, i.subject, i.user_id, i.email, i.email_verified, i.is_private_email, i.password_hash
+                FROM (SELECT * FROM unnest(\(PGArray(identities.map(\.provider))),
+                                           \(PGArray(identities.map(\.subject)))) AS keys(provider, subject)
+                      ORDER BY provider, subject) AS k
+                CROSS JOIN LATERAL (
+                    SELECT provider, subject, user_id, email, email_verified, is_private_email, password_hash
+                    FROM identities WHERE provider = k.provider AND subject = k.subject
+                    LIMIT 1 FOR UPDATE) AS i
+                """)
+        }
         let users = Self.unique(prefetch.users)
         if !users.isEmpty || !identities.isEmpty || !refresh.isEmpty || !sessions.isEmpty || !accessTokens.isEmpty {
             // The users of every identity, token and session read above, and the users named: one
             // list of ids, gathered first (an init plan of key lookups), then each user looked up
             // by key. (An OR of IN-subqueries here read every user through a filter: no index
             // serves an OR across subqueries. And `u.id IN (…)` planned generically became a
-            // merge join over every user.) As the first keyed read it runs from a cached plan:
+            // merge join over every user.) As a keyed read it runs from a cached plan:
             // planning it for each run cost PostgreSQL more than running it, at light load.
             add(
                 .users,

@@ -364,8 +364,8 @@ import Testing
         var prefetch = Prefetch()
         prefetch.identities = [IdentityKey(provider: "apple", subject: "subject-1")]
         let reads = PrefetchQueries(prefetch)
-        let usersRead = try #require(reads.queries.dropFirst(reads.keyedStart).first)
-        #expect(usersRead.sql.contains("FROM users u"), "the users read is the first keyed read")
+        let usersRead = try #require(
+            reads.queries.dropFirst(reads.keyedStart).first { $0.sql.contains("FROM users u") }, "a keyed read")
         for _ in 1...3 {
             try connection.execute(unsafeSQL: "BEGIN")
             let rows = try connection.pipeline([KeyedPlans.cachedKeyedPlans, usersRead]).last
@@ -401,6 +401,78 @@ import Testing
                 INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)
                 SELECT gen_random_uuid(), 'grown_' || n, false, false, true, now(), now()
                 FROM generate_series(1, 50000) AS n
+                """)
+        let grown = try plan()
+        #expect(probesByKey(grown), "\(grown)")
+    }
+
+    /// The prefetch's read of identities (a provider sign-in's, a password login's) runs from a
+    /// cached plan that probes `identities_pkey` once a key, whatever the table's size, and locks
+    /// the rows in the server's order of the key, as every other statement that locks them. Written as a join with the keys, its generic plan on a small table
+    /// was a merge join over the whole index, kept until the table was analyzed again.
+    @Test func theIdentityReadProbesByKeyFromACachedPlanAtAnyTableSize() async throws {
+        let connection = try PGConnection(conninfo: try await IntegrationEnvironment.makeMigratedDatabase())
+        try connection.execute(
+            unsafeSQL: """
+                ALTER TABLE identities SET (autovacuum_enabled = false);
+                INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)
+                SELECT gen_random_uuid(), 'small_' || n, false, false, false, now(), now()
+                FROM generate_series(1, 5) AS n;
+                INSERT INTO identities (provider, subject, user_id, email_verified, is_private_email, created_at,
+                                        last_login_at)
+                SELECT 'apple', 'subject-' || substr(handle, 7), id, false, false, now(), now() FROM users;
+                ANALYZE identities;
+                """)
+        var prefetch = Prefetch()
+        // Out of order, and one twice: read once each, in one order.
+        prefetch.identities = ["subject-3", "subject-9", "subject-1", "subject-3"].map {
+            IdentityKey(provider: "apple", subject: $0)
+        }
+        let reads = PrefetchQueries(prefetch)
+        let identitiesRead = try #require(
+            reads.queries.dropFirst(reads.keyedStart).first { $0.sql.contains("FROM identities WHERE provider") },
+            "a keyed read")
+        #expect(!reads.queries.prefix(reads.keyedStart).contains { $0.sql.contains("identities i") })
+        for _ in 1...3 {
+            try connection.execute(unsafeSQL: "BEGIN")
+            let rows = try connection.pipeline([KeyedPlans.cachedKeyedPlans, identitiesRead]).last
+            try connection.execute(unsafeSQL: "COMMIT")
+            #expect(try rows?.map { try $0.decode("subject", as: String.self) } == ["subject-1", "subject-3"])
+        }
+        let prepared = try connection.execute(
+            unsafeSQL: """
+                SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
+                WHERE statement LIKE '%FROM identities WHERE provider%'
+                """)
+        #expect(prepared.count == 1)
+        let name = try #require(try prepared.first?.decode("name", as: String.self))
+        #expect(try prepared.first?.decode("generic_plans", as: Int.self) ?? 0 >= 3)
+        #expect(try prepared.first?.decode("custom_plans", as: Int.self) == 0)
+        func plan() throws -> String {
+            try connection.execute(unsafeSQL: "BEGIN")
+            defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
+            try connection.query(KeyedPlans.cachedKeyedPlans)
+            return try connection.execute(unsafeSQL: "EXPLAIN EXECUTE \(name)('{apple}', '{subject-1}')")
+                .map { (try? $0.decode("QUERY PLAN", as: String.self)) ?? "" }.joined(separator: "\n")
+        }
+        func probesByKey(_ plan: String) -> Bool {
+            plan.contains("Index Cond: ((provider = keys.provider) AND (subject = keys.subject))")
+                && plan.contains("Nested Loop") && !plan.contains("Seq Scan") && !plan.contains("Merge")
+                && !plan.contains("Hash Join")
+                // The keys in the server's order: locked in the order every other statement locks.
+                && plan.contains("Sort Key: keys.provider, keys.subject")
+        }
+        let small = try plan()
+        #expect(probesByKey(small), "\(small)")
+        try connection.execute(
+            unsafeSQL: """
+                INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)
+                SELECT gen_random_uuid(), 'grown_' || n, false, false, false, now(), now()
+                FROM generate_series(1, 50000) AS n;
+                INSERT INTO identities (provider, subject, user_id, email_verified, is_private_email, created_at,
+                                        last_login_at)
+                SELECT 'apple', 'grown-' || handle, id, false, false, now(), now() FROM users
+                WHERE handle LIKE 'grown_%'
                 """)
         let grown = try plan()
         #expect(probesByKey(grown), "\(grown)")
