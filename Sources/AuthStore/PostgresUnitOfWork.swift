@@ -71,35 +71,74 @@ final class PostgresUnitOfWork: UnitOfWork {
     // MARK: - Round trips
 
     /// Sends `BEGIN`, `first`, the prefetch queries and `head` (bookkeeping before the bodies) in
-    /// one round trip, and fills the cache.
+    /// one round trip (`FirstRoundTrip`), and fills the cache.
     ///
-    /// `first` and the reads that join come first, planned per run; then `head` and the reads of
-    /// one row per key (handles, rate limits) run from cached plans (`KeyedPlans`), and the rest
-    /// of the transaction is planned per run again. Locks keep their order: `head` touches only
-    /// the outbox and reads kept requests, which no read locks; `first` (a lookup's guest ceiling)
-    /// locks one row no batch's body touches.
+    /// `first` comes first; then the identities (from a cached plan), the reads that join (planned
+    /// per run), `head` and the other reads of one row per key (users by ids gathered by key,
+    /// handles, rate limits: from cached plans, `KeyedPlans`); the rest of the transaction is
+    /// planned per run again. Locks keep their order (identities, sessions and tokens, users):
+    /// `head` touches only the outbox and reads kept requests, which no read locks; `first` (a
+    /// lookup's guest ceiling) locks one row no batch's body touches.
     /// - Returns: the answers to `first` and to `head`, in order.
     @discardableResult
     func begin(first: [PGQuery] = [], head: [PGQuery], prefetch: Prefetch) throws -> [PGRows] {
         let reads = PrefetchQueries(prefetch)
-        let joined = Array(reads.queries.prefix(reads.keyedStart))
-        let keyed = Array(reads.queries.dropFirst(reads.keyedStart))
-        var statements: [PGQuery] = ["BEGIN"] + first + joined
-        let joinedAt = 1 + first.count
-        let headAt = statements.count + 1
-        let keyedAt = headAt + head.count
-        if !head.isEmpty || !keyed.isEmpty {
-            statements += [KeyedPlans.cachedKeyedPlans] + head + keyed + KeyedPlans.plannedPerRun
-        }
-        let results = try connection.pipeline(statements)
-        guard results.count == statements.count else {
+        let trip = FirstRoundTrip(first: first, head: head, reads: reads)
+        let results = try connection.pipeline(trip.statements)
+        guard results.count == trip.statements.count else {
             throw PGError(.decoding, detail: "the transaction's first answers are missing")
         }
-        let answers = Array(results[1..<joinedAt]) + (head.isEmpty ? [] : Array(results[headAt..<keyedAt]))
+        let answers = trip.answers.flatMap { results[$0] }
         guard usesCache else { return answers }
-        let readResults = results[joinedAt..<(joinedAt + joined.count)] + results.dropFirst(keyedAt).prefix(keyed.count)
-        try reads.fill(&cache, from: Array(readResults))
+        try reads.fill(&cache, from: trip.reads.flatMap { Array(results[$0]) })
         return answers
+    }
+
+    /// The statements of a transaction's first round trip, and where the answers are among them.
+    struct FirstRoundTrip {
+        private(set) var statements: [PGQuery] = ["BEGIN"]
+        /// Where the answers to `first` and to `head` are.
+        private(set) var answers: [Range<Int>] = []
+        /// Where the prefetch's answers are, in the order of its queries.
+        private(set) var reads: [Range<Int>] = []
+
+        init(first: [PGQuery], head: [PGQuery], reads prefetch: PrefetchQueries) {
+            let joined = Array(prefetch.queries[..<prefetch.keyedStart])
+            let leadingEnd = prefetch.keyedStart + prefetch.leadingKeyed
+            let leading = Array(prefetch.queries[prefetch.keyedStart..<leadingEnd])
+            let keyed = Array(prefetch.queries[leadingEnd...])
+            var keyedSettings = false
+            var cachedPlans = false
+            let firstAt = append(first)
+            if !leading.isEmpty {
+                statements.append(KeyedPlans.cachedKeyedPlans)
+                keyedSettings = true
+                cachedPlans = true
+            }
+            let leadingAt = append(leading)
+            if !joined.isEmpty, cachedPlans {
+                // Planned per run again; sequential scans stay off (each of these finds its rows by key).
+                statements.append(KeyedPlans.plannedPerRunKeepingIndexes)
+                cachedPlans = false
+            }
+            let joinedAt = append(joined)
+            if !head.isEmpty || !keyed.isEmpty, !cachedPlans {
+                statements.append(KeyedPlans.cachedKeyedPlans)
+                keyedSettings = true
+            }
+            let headAt = append(head)
+            let keyedAt = append(keyed)
+            if keyedSettings { statements += KeyedPlans.plannedPerRun }
+            answers = [firstAt, headAt]
+            // In the order of the prefetch's queries: the joined reads, then the keyed ones.
+            reads = [joinedAt, leadingAt, keyedAt]
+        }
+
+        private mutating func append(_ more: [PGQuery]) -> Range<Int> {
+            let start = statements.count
+            statements += more
+            return start..<statements.count
+        }
     }
 
     /// Sends the batch's writes so far, in one round trip.
@@ -1060,6 +1099,9 @@ struct PrefetchQueries {
     /// by ids gathered by key; handles; rate limits): they come last, and run from cached plans
     /// (`KeyedPlans`); those before join tables and are planned per run.
     private(set) var keyedStart = 0
+    /// How many of the keyed reads run before the joined ones, to lock in the same order as
+    /// every other batch: the identities' read (1 when there is one).
+    private(set) var leadingKeyed = 0
 
     private enum Slot {
         case identities, refreshTokens, sessions, accessTokens, users, handles, rateLimits
@@ -1114,6 +1156,7 @@ struct PrefetchQueries {
                     FROM identities WHERE provider = k.provider AND subject = k.subject
                     LIMIT 1 FOR UPDATE) AS i
                 """)
+            leadingKeyed = 1
         }
         let users = Self.unique(prefetch.users)
         if !users.isEmpty || !identities.isEmpty || !refresh.isEmpty || !sessions.isEmpty || !accessTokens.isEmpty {

@@ -478,6 +478,40 @@ import Testing
         #expect(probesByKey(grown), "\(grown)")
     }
 
+    /// The first round trip locks in one order, whatever the batch reads: identities, then
+    /// sessions and tokens, then users, as it always has (a batch locking a session before an
+    /// identity could deadlock with one whose body locks them the other way). The identities'
+    /// read runs from a cached plan before the reads that join, planned per run.
+    @Test func theFirstRoundTripLocksIdentitiesBeforeSessionsBeforeUsers() throws {
+        var prefetch = Prefetch()
+        prefetch.identities = [IdentityKey(provider: "apple", subject: "s")]
+        prefetch.sessions = [UUID()]
+        prefetch.users = [UUID()]
+        let head: [PGQuery] = ["SELECT 'head'"]
+        let trip = PostgresUnitOfWork.FirstRoundTrip(first: [], head: head, reads: PrefetchQueries(prefetch))
+        let sql = trip.statements.map(\.sql)
+        func index(_ fragment: String) throws -> Int {
+            try #require(sql.firstIndex { $0.contains(fragment) }, "\(fragment) in \(sql)")
+        }
+        let identities = try index("FROM identities WHERE provider")
+        let sessions = try index("FROM sessions s JOIN users u")
+        let users = try index("FROM users u\n")
+        #expect(identities < sessions && sessions < users)
+        #expect(sql[identities - 1] == KeyedPlans.cachedKeyedPlans.sql, "the identities from a cached plan")
+        #expect(sql[sessions - 1] == KeyedPlans.plannedPerRunKeepingIndexes.sql, "the joined reads planned per run")
+        #expect(sql[try index("SELECT 'head'") - 1] == KeyedPlans.cachedKeyedPlans.sql)
+        #expect(Array(sql.suffix(2)) == KeyedPlans.plannedPerRun.map(\.sql))
+        // The answers are found where they were sent: head's, and the reads' in their queries' order.
+        #expect(trip.answers.flatMap { sql[$0] } == ["SELECT 'head'"])
+        #expect(trip.reads.flatMap { sql[$0] } == PrefetchQueries(prefetch).queries.map(\.sql))
+        // A provider sign-in's (identities and users): no switch between them.
+        var signIn = Prefetch()
+        signIn.identities = prefetch.identities
+        let plain = PostgresUnitOfWork.FirstRoundTrip(first: [], head: [], reads: PrefetchQueries(signIn))
+        #expect(plain.statements.count(where: { $0.sql == KeyedPlans.cachedKeyedPlans.sql }) == 1)
+        #expect(!plain.statements.contains { $0.sql == KeyedPlans.plannedPerRunKeepingIndexes.sql })
+    }
+
     /// A reservation racing a delete of its row (a successful sign-in resets its account's
     /// throttle; the purge drops ended rate-limit windows) still counts and answers. Both
     /// functions once read nothing when the row went between their insert and their locking
