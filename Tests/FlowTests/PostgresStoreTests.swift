@@ -372,23 +372,9 @@ import Testing
             try connection.execute(unsafeSQL: "COMMIT")
             #expect(try rows?.first?.decode("handle", as: String.self) == "small_1")
         }
-        let prepared = try connection.execute(
-            unsafeSQL: """
-                SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
-                WHERE statement LIKE '%FROM users u%'
-                """)
-        #expect(prepared.count == 1)
-        let name = try #require(try prepared.first?.decode("name", as: String.self))
-        #expect(try prepared.first?.decode("generic_plans", as: Int.self) ?? 0 >= 3)
-        #expect(try prepared.first?.decode("custom_plans", as: Int.self) == 0)
+        let name = try Self.genericallyPlannedStatement(containing: "FROM users u", on: connection)
         func plan() throws -> String {
-            try connection.execute(unsafeSQL: "BEGIN")
-            defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
-            try connection.query(KeyedPlans.cachedKeyedPlans)
-            return try connection.execute(
-                unsafeSQL: "EXPLAIN EXECUTE \(name)('{}', '{apple}', '{subject-1}', '{}', '{}', '{}')"
-            )
-            .map { (try? $0.decode("QUERY PLAN", as: String.self)) ?? "" }.joined(separator: "\n")
+            try Self.keyedPlan(of: name, "('{}', '{apple}', '{subject-1}', '{}', '{}', '{}')", on: connection)
         }
         func probesByKey(_ plan: String) -> Bool {
             plan.contains("Index Cond: (id = ANY") && !plan.contains("Seq Scan") && !plan.contains("Merge")
@@ -408,8 +394,9 @@ import Testing
 
     /// The prefetch's read of identities (a provider sign-in's, a password login's) runs from a
     /// cached plan that probes `identities_pkey` once a key, whatever the table's size, and locks
-    /// the rows in the server's order of the key, as every other statement that locks them. Written as a join with the keys, its generic plan on a small table
-    /// was a merge join over the whole index, kept until the table was analyzed again.
+    /// the rows in the server's order of the key, as every other statement that locks them.
+    /// Written as a join with the keys, its generic plan on a small table was a merge join over the
+    /// whole index, kept until the table was analyzed again.
     @Test func theIdentityReadProbesByKeyFromACachedPlanAtAnyTableSize() async throws {
         let connection = try PGConnection(conninfo: try await IntegrationEnvironment.makeMigratedDatabase())
         try connection.execute(
@@ -439,22 +426,8 @@ import Testing
             try connection.execute(unsafeSQL: "COMMIT")
             #expect(try rows?.map { try $0.decode("subject", as: String.self) } == ["subject-1", "subject-3"])
         }
-        let prepared = try connection.execute(
-            unsafeSQL: """
-                SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
-                WHERE statement LIKE '%FROM identities WHERE provider%'
-                """)
-        #expect(prepared.count == 1)
-        let name = try #require(try prepared.first?.decode("name", as: String.self))
-        #expect(try prepared.first?.decode("generic_plans", as: Int.self) ?? 0 >= 3)
-        #expect(try prepared.first?.decode("custom_plans", as: Int.self) == 0)
-        func plan() throws -> String {
-            try connection.execute(unsafeSQL: "BEGIN")
-            defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
-            try connection.query(KeyedPlans.cachedKeyedPlans)
-            return try connection.execute(unsafeSQL: "EXPLAIN EXECUTE \(name)('{apple}', '{subject-1}')")
-                .map { (try? $0.decode("QUERY PLAN", as: String.self)) ?? "" }.joined(separator: "\n")
-        }
+        let name = try Self.genericallyPlannedStatement(containing: "FROM identities WHERE provider", on: connection)
+        func plan() throws -> String { try Self.keyedPlan(of: name, "('{apple}', '{subject-1}')", on: connection) }
         func probesByKey(_ plan: String) -> Bool {
             plan.contains("Index Cond: ((provider = keys.provider) AND (subject = keys.subject))")
                 && plan.contains("Nested Loop") && !plan.contains("Seq Scan") && !plan.contains("Merge")
@@ -510,6 +483,30 @@ import Testing
         let plain = PostgresUnitOfWork.FirstRoundTrip(first: [], head: [], reads: PrefetchQueries(signIn))
         #expect(plain.statements.count(where: { $0.sql == KeyedPlans.cachedKeyedPlans.sql }) == 1)
         #expect(!plain.statements.contains { $0.sql == KeyedPlans.plannedPerRunKeepingIndexes.sql })
+    }
+
+    /// The name of the one statement prepared on `connection` whose text contains `fragment`,
+    /// expecting it ran from generic plans only (three runs or more, no plan for its values).
+    static func genericallyPlannedStatement(containing fragment: String, on connection: PGConnection) throws
+        -> String
+    {
+        let prepared = try connection.query(
+            "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements WHERE strpos(statement, \(fragment)) > 0"
+        )
+        #expect(prepared.count == 1)
+        #expect(try prepared.first?.decode("generic_plans", as: Int.self) ?? 0 >= 3)
+        #expect(try prepared.first?.decode("custom_plans", as: Int.self) == 0)
+        return try #require(try prepared.first?.decode("name", as: String.self))
+    }
+
+    /// The plan the prepared statement `name` runs with for `arguments` under the keyed reads'
+    /// settings (`KeyedPlans`), as `EXPLAIN` prints it.
+    static func keyedPlan(of name: String, _ arguments: String, on connection: PGConnection) throws -> String {
+        try connection.execute(unsafeSQL: "BEGIN")
+        defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
+        try connection.query(KeyedPlans.cachedKeyedPlans)
+        return try connection.execute(unsafeSQL: "EXPLAIN EXECUTE \(name)\(arguments)")
+            .map { (try? $0.decode("QUERY PLAN", as: String.self)) ?? "" }.joined(separator: "\n")
     }
 
     /// A reservation racing a delete of its row (a successful sign-in resets its account's

@@ -84,7 +84,7 @@ extension RequestPipeline {
     ///   - publishesWritten: whether a write in the lookup's task may publish its records at once:
     ///     not while records of written jobs wait for the loop to publish them (a later job of
     ///     their lane would pass them).
-    func beginLookup(_ state: inout LoopState, writer: Int?, publishesWritten: Bool = true) -> Lookup? {
+    func beginLookup(_ state: inout LoopState, writer: Int?, publishesWritten: Bool) -> Lookup? {
         let starting = state.toStart.compactMap { seq -> Job? in
             guard let job = state.jobs[seq], job.kind == .lookup else { return nil }
             return job

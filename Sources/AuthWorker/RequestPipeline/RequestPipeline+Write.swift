@@ -114,16 +114,22 @@ extension RequestPipeline {
 
     /// What a batch written in the lookup's task publishes, made in that task: nil unless every
     /// job's login was written (a refusal or a conflict is the loop's to answer, as any batch's).
+    /// Every login is checked before any record is made: a record counts its result in the
+    /// metrics, and the loop makes the records of a batch this declines.
     func writtenAnswers(_ written: WrittenBatch) -> [WrittenAnswer]? {
         guard written.steps.count == written.outcomes.count else { return nil }
-        var answers: [WrittenAnswer] = []
+        var logins: [(seq: Int, work: PreparedRequest, result: LoginResultData, json: [UInt8], events: [OutboxEvent])] =
+            []
         for ((seq, step), outcome) in zip(written.steps, written.outcomes) {
             guard case .writeLogin(let work)? = step, case .written(.login(let result, let json), let events) = outcome
             else { return nil }
-            let answer = loginAnswer(result, json: json, work: work)
-            answers.append(WrittenAnswer(seq: seq, records: [answer.record], events: events, outcome: answer.outcome))
+            logins.append((seq, work, result, json, events))
         }
-        return answers
+        return logins.map { login in
+            let answer = loginAnswer(login.result, json: login.json, work: login.work)
+            return WrittenAnswer(
+                seq: login.seq, records: [answer.record], events: login.events, outcome: answer.outcome)
+        }
     }
 
     /// A written login's result record and the outcome its log line and metrics say.
