@@ -1,6 +1,7 @@
 import Foundation
 import JOSE
 import Messages
+import ServiceKit
 import StrictJSON
 
 #if canImport(FoundationNetworking)
@@ -110,7 +111,7 @@ public actor AccessTokenVerifier {
         lastFetch = now
         var request = URLRequest(url: keysURL, timeoutInterval: 5)
         request.setValue("application/jwk-set+json, application/json", forHTTPHeaderField: "Accept")
-        let (data, response) = try await URLSession.shared.data(for: request)
+        let (data, response) = try await HTTPExchange.data(for: request, session: .shared, timeout: .seconds(5))
         guard let http = response as? HTTPURLResponse, http.statusCode == 200 else {
             throw Refusal(description: "\(keysURL.absoluteString) did not answer 200")
         }

@@ -209,7 +209,7 @@ public final class AppleTokenService: Service {
             form.map { name, value in
                 "\(name)=\(value.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")"
             }.joined(separator: "&").utf8)
-        let (body, response) = try await session.data(for: request)
+        let (body, response) = try await HTTPExchange.data(for: request, session: session, timeout: .seconds(10))
         return ((response as? HTTPURLResponse)?.statusCode ?? 0, body)
     }
 }

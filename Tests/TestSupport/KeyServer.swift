@@ -70,19 +70,23 @@ final class KeyServer: Sendable {
 
     func hits(_ path: String) -> Int { state.withLock { $0.hits[path] ?? 0 } }
 
+    /// Stops listening. The socket is closed by the accept loop once it has seen the stop: closed
+    /// here, its number could be given to another test's socket before the loop's next `accept`,
+    /// and this server would answer that one's requests (seen as another server's 404s).
     func stop() {
         state.withLock { $0.stopped = true }
         shutdown(socket, Int32(SHUT_RDWR))
-        close(socket)
     }
 
     private func acceptLoop() {
         while true {
             let client = accept(socket, nil, nil)
-            if client < 0 {
-                if state.withLock({ $0.stopped }) { return }
-                continue
+            if state.withLock({ $0.stopped }) {
+                if client >= 0 { close(client) }
+                close(socket)
+                return
             }
+            if client < 0 { continue }
             let thread = Thread { [self] in self.handle(client) }
             thread.start()
         }

@@ -1,5 +1,6 @@
 import Foundation
 import JOSE
+import ServiceKit
 
 #if canImport(Glibc)
     import Glibc
@@ -80,19 +81,13 @@ public struct HTTPDocumentFetcher: DocumentFetcher {
         request.setValue("application/json", forHTTPHeaderField: "Accept")
         let data: Data
         let response: URLResponse
-        let session = session
-        let fetching = Task { try await session.data(for: request) }
-        let deadline = Task { [timeout] in
-            try await Task.sleep(for: timeout)
-            fetching.cancel()
-        }
-        defer { deadline.cancel() }
         do {
-            (data, response) = try await fetching.value
+            (data, response) = try await HTTPExchange.data(for: request, session: session, timeout: timeout)
+        } catch is HTTPExchange.TimedOut {
+            throw FetchError("\(url.absoluteString) did not answer within \(timeout)")
+        } catch is CancellationError {
+            throw CancellationError()
         } catch {
-            if fetching.isCancelled {
-                throw FetchError("\(url.absoluteString) did not answer within \(timeout)")
-            }
             throw FetchError("fetching \(url.absoluteString) failed: \(error.localizedDescription)")
         }
         guard let http = response as? HTTPURLResponse else { throw FetchError("not an HTTP response") }
