@@ -33,6 +33,7 @@ import glob
 import http.server
 import json
 import os
+import secrets
 import signal
 import socket
 import statistics
@@ -347,7 +348,7 @@ class ResultReader:
     """Reads the results topic in the background, keeping each result's record timestamp (the
     producer's create time) by key."""
 
-    def __init__(self, services, topic):
+    def __init__(self, services, topic, keep_values=False):
         # Latencies come from record timestamps, not from when this reader sees a result: it can
         # wait long on fetches and leave the broker's CPU to the system under test.
         self.consumer = Consumer({"bootstrap.servers": services.brokers, "group.id": f"reader-{uuid.uuid4().hex}",
@@ -356,6 +357,9 @@ class ResultReader:
         self.consumer.subscribe([topic])
         self.stamps = {}
         self.statuses = {}
+        # With keep_values, each first result's value by key (the refresh phases read the guests'
+        # refresh tokens from them).
+        self.values = {} if keep_values else None
         self.duplicates = 0
         self.lock = threading.Lock()
         self.running = True
@@ -375,6 +379,8 @@ class ResultReader:
                     if key not in self.stamps:
                         self.stamps[key] = message.timestamp()[1]
                         self.statuses[key] = status
+                        if self.values is not None:
+                            self.values[key] = value
                     else:
                         self.duplicates += 1
 
@@ -414,18 +420,53 @@ def percentile(values, fraction):
 
 # MARK: - Phases
 
+GUEST_DATA = {"method": "guest", "device": {"name": "bench", "platform": "ios"}}
+
+
+def guest_refresh_tokens(services, reader, topic, count, responder):
+    """`count` guest sign-ups, produced to `topic` and answered by `responder` (a running worker):
+    their refresh tokens, read from the results (`reader` keeps values). Each refresh phase then
+    rotates each guest's token once, as an app does when its access token has expired."""
+    keys = [str(uuid.uuid4()) for _ in range(count)]
+    preload(services, topic, [(key.encode(), request(key, GUEST_DATA)) for key in keys])
+    if not reader.wait_for(keys, timeout=max(120, count / 50), responder=responder):
+        raise RuntimeError(f"refresh: only {sum(key in reader.stamps for key in keys)} of {count} guests signed up")
+    tokens = []
+    for key in keys:
+        data = json.loads(reader.values[key])["data"]
+        if data.get("status") != "ok":
+            raise RuntimeError(f"refresh: a guest's sign-up was answered {data.get('status')}")
+        tokens.append(data["session"]["refresh_token"])
+    return tokens
+
+
 def run_throughput(services, key_server, kind, count, extra=None, label=None):
     services.fresh()
     suffix = f"{kind.replace('-', '_')}{uuid.uuid4().hex[:6]}"
     database = services.database(f"auth_bench_{suffix}")
     topics = services.topics(suffix)
+    tokens = None
+    if kind == "refresh":
+        # The guests sign up first, answered by a worker of their own; the refreshes are then
+        # preloaded on a requests topic of their own, so the measured worker reads only them.
+        log(f"{label or kind}: {count} guests sign up first")
+        signups = ResultReader(services, topics["results"], keep_values=True)
+        first = Worker(services, database, topics, key_server, extra)
+        try:
+            tokens = guest_refresh_tokens(services, signups, topics["requests"], count, first)
+        finally:
+            first.stop()
+            signups.close()
+        topics = {**topics, "requests": services.topics(f"{suffix}r")["requests"]}
     log(f"{label or kind}: preloading {count} requests")
     now = int(time.time())
     values = []
     for index in range(count):
         request_id = str(uuid.uuid4())
         if kind == "guest":
-            data = {"method": "guest", "device": {"name": "bench", "platform": "ios"}}
+            data = GUEST_DATA
+        elif kind == "refresh":
+            data = {"method": "refresh", "refresh_token": tokens[index]}
         else:
             import hashlib
             nonce = uuid.uuid4().hex
@@ -512,11 +553,11 @@ class EchoResponder:
             self.process.kill()
 
 
-def scrape(worker):
+def scrape(worker, method="guest"):
     """The worker's duration buckets, or None (and a log line) when /metrics does not answer: the
     end-to-end numbers stand without them."""
     try:
-        return worker.duration_buckets()
+        return worker.duration_buckets(method)
     except OSError as error:
         log(f"latency: the worker's /metrics did not answer ({error}); its own timing is left out")
         return None
@@ -591,7 +632,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     services.fresh()
     suffix = f"latency{uuid.uuid4().hex[:6]}"
     topics = services.topics(suffix)
-    reader = ResultReader(services, topics["results"])
+    reader = ResultReader(services, topics["results"], keep_values=method == "refresh")
     database = None
     if responder == "echo":
         worker = EchoResponder(services, topics)
@@ -625,6 +666,15 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         now = int(time.time())
         bodies = [request(request_id, apple_request_data(key_server, f"paced.{suffix}.{index}", now, index))
                   for index, request_id in enumerate(keys)]
+    elif method == "refresh":
+        # A guest for each refresh signs up first, in full batches, before the clock starts (the
+        # echo answers anything: its refreshes carry tokens of the same length that name no one).
+        if responder == "worker":
+            tokens = guest_refresh_tokens(services, reader, topics["requests"], total, worker)
+        else:
+            tokens = [secrets.token_urlsafe(32) for _ in range(total)]
+        bodies = [request(request_id, {"method": "refresh", "refresh_token": token})
+                  for request_id, token in zip(keys, tokens)]
     else:
         bodies = [request(request_id, {"method": "guest"}) for request_id in keys]
     interval = 1 / rate
@@ -633,7 +683,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
     pg_before = services.postgres_cpu_seconds()
     responder_before = worker.cpu_seconds()
-    buckets_before = scrape(worker) if responder == "worker" else None
+    buckets_before = scrape(worker, method) if responder == "worker" else None
     start = time.perf_counter()
     for index in range(total):
         # Sleeps only when a millisecond or more ahead: what is due is sent at once.
@@ -659,7 +709,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         "load_generator_cores": (time.process_time() - own_before) / wall,
         "stolen_cores": (machine_after[2] - machine_before[2]) / wall,
     }
-    buckets_after = scrape(worker) if buckets_before is not None and answered else None
+    buckets_after = scrape(worker, method) if buckets_before is not None and answered else None
     inside = inside_worker(buckets_before, buckets_after) if buckets_after is not None else None
     worker.stop()
     reader.close()
@@ -1074,8 +1124,11 @@ def main():
     parser.add_argument("--idle-seconds", type=int, default=30)
     parser.add_argument("--responder", choices=("worker", "echo"), default="worker",
                         help="with --latency-at: who answers (echo: the broker's own round trip)")
-    parser.add_argument("--latency-method", choices=("guest", "apple"), default="guest",
-                        help="with --latency-at: the paced requests' method (apple: first sign-ins with a name)")
+    parser.add_argument("--latency-method", choices=("guest", "apple", "refresh"), default="guest",
+                        help="with --latency-at: the paced requests' method (apple: first sign-ins with a name; "
+                             "refresh: each rotates the refresh token of a guest signed up before the clock starts)")
+    parser.add_argument("--refresh-only", action="store_true",
+                        help="only the refresh throughput phase (guests sign up, then their tokens are rotated)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
     args = parser.parse_args()
     if args.broker == "mock" and not args.bench:
@@ -1111,9 +1164,11 @@ def run(args, services, results):
     if args.idle_only:
         print(json.dumps(run_idle_both(services, key_server, args.idle_seconds)))
         return
-    if args.guest_only or args.apple_only or args.apple_nameless_only:
-        kind = "guest" if args.guest_only else "apple" if args.apple_only else "apple-nameless"
-        entry = run_throughput(services, key_server, kind, args.requests if args.guest_only else args.apple_requests)
+    if args.guest_only or args.apple_only or args.apple_nameless_only or args.refresh_only:
+        kind = ("guest" if args.guest_only else "apple" if args.apple_only else "refresh" if args.refresh_only
+                else "apple-nameless")
+        entry = run_throughput(services, key_server, kind,
+                               args.apple_requests if kind.startswith("apple") else args.requests)
         print(json.dumps(entry))
         return
     results["limits"]["openssl"] = run_openssl(3)

@@ -22,9 +22,4 @@ enum KeyedPlans {
     static let plannedPerRun: [PGQuery] = [
         "SET LOCAL plan_cache_mode = force_custom_plan", "SET LOCAL enable_seqscan TO DEFAULT",
     ]
-    /// Plans for each run's values again, sequential scans still off: between the identities'
-    /// read and the keyed reads, for the reads that join (each finds its rows by a key), so that
-    /// the round trip locks identities before sessions, as it always did.
-    static let plannedPerRunKeepingIndexes: PGQuery =
-        "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
 }

@@ -73,12 +73,11 @@ final class PostgresUnitOfWork: UnitOfWork {
     /// Sends `BEGIN`, `first`, the prefetch queries and `head` (bookkeeping before the bodies) in
     /// one round trip (`FirstRoundTrip`), and fills the cache.
     ///
-    /// `first` comes first; then the identities (from a cached plan), the reads that join (planned
-    /// per run), `head` and the other reads of one row per key (users by ids gathered by key,
-    /// handles, rate limits: from cached plans, `KeyedPlans`); the rest of the transaction is
-    /// planned per run again. Locks keep their order (identities, sessions and tokens, users):
-    /// `head` touches only the outbox and reads kept requests, which no read locks; `first` (a
-    /// lookup's guest ceiling) locks one row no batch's body touches.
+    /// `first` comes first; then the reads, each finding its rows by key, and `head`, from cached
+    /// plans (`KeyedPlans`); the rest of the transaction is planned per run again. The reads lock
+    /// in one order (identities, tokens, sessions, users: `PrefetchQueries`); `head` touches only
+    /// the outbox and reads kept requests, which no read locks; `first` (a lookup's guest
+    /// ceiling) locks one row no batch's body touches.
     /// - Returns: the answers to `first` and to `head`, in order.
     @discardableResult
     func begin(first: [PGQuery] = [], head: [PGQuery], prefetch: Prefetch) throws -> [PGRows] {
@@ -90,7 +89,7 @@ final class PostgresUnitOfWork: UnitOfWork {
         }
         let answers = trip.answers.flatMap { results[$0] }
         guard usesCache else { return answers }
-        try reads.fill(&cache, from: trip.reads.flatMap { Array(results[$0]) })
+        try reads.fill(&cache, from: Array(results[trip.reads]))
         return answers
     }
 
@@ -100,38 +99,16 @@ final class PostgresUnitOfWork: UnitOfWork {
         /// Where the answers to `first` and to `head` are.
         private(set) var answers: [Range<Int>] = []
         /// Where the prefetch's answers are, in the order of its queries.
-        private(set) var reads: [Range<Int>] = []
+        private(set) var reads: Range<Int> = 0..<0
 
         init(first: [PGQuery], head: [PGQuery], reads prefetch: PrefetchQueries) {
-            let joined = Array(prefetch.queries[..<prefetch.keyedStart])
-            let leadingEnd = prefetch.keyedStart + prefetch.leadingKeyed
-            let leading = Array(prefetch.queries[prefetch.keyedStart..<leadingEnd])
-            let keyed = Array(prefetch.queries[leadingEnd...])
-            var keyedSettings = false
-            var cachedPlans = false
             let firstAt = append(first)
-            if !leading.isEmpty {
-                statements.append(KeyedPlans.cachedKeyedPlans)
-                keyedSettings = true
-                cachedPlans = true
-            }
-            let leadingAt = append(leading)
-            if !joined.isEmpty, cachedPlans {
-                // Planned per run again; sequential scans stay off (each of these finds its rows by key).
-                statements.append(KeyedPlans.plannedPerRunKeepingIndexes)
-                cachedPlans = false
-            }
-            let joinedAt = append(joined)
-            if !head.isEmpty || !keyed.isEmpty, !cachedPlans {
-                statements.append(KeyedPlans.cachedKeyedPlans)
-                keyedSettings = true
-            }
+            let cached = !prefetch.queries.isEmpty || !head.isEmpty
+            if cached { statements.append(KeyedPlans.cachedKeyedPlans) }
+            reads = append(prefetch.queries)
             let headAt = append(head)
-            let keyedAt = append(keyed)
-            if keyedSettings { statements += KeyedPlans.plannedPerRun }
+            if cached { statements += KeyedPlans.plannedPerRun }
             answers = [firstAt, headAt]
-            // In the order of the prefetch's queries: the joined reads, then the keyed ones.
-            reads = [joinedAt, leadingAt, keyedAt]
         }
 
         private mutating func append(_ more: [PGQuery]) -> Range<Int> {
@@ -1063,6 +1040,9 @@ private struct Writes {
 /// cache. Locks are taken in one order (identities, sessions and tokens, users, rate limits), so
 /// two replicas' batches do not deadlock on each other.
 struct PrefetchQueries {
+    /// A user's columns. Whether the user has a factor is a scalar subquery, looked up by key
+    /// for each user: as `EXISTS`, the generic plan made while `mfa_factors` was small hashed
+    /// the whole table on every run.
     static let userColumns = """
         SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_private_email, u.is_guest, u.created_at,
                ARRAY(SELECT provider
@@ -1070,7 +1050,7 @@ struct PrefetchQueries {
                            WHERE user_id = u.id AND NOT (provider = 'password' AND password_hash IS NULL)
                            UNION ALL SELECT 'passkey', created_at FROM passkeys WHERE user_id = u.id) AS ways
                      GROUP BY provider ORDER BY min(created_at), provider) AS providers,
-               EXISTS (SELECT 1 FROM mfa_factors f WHERE f.user_id = u.id) AS has_factor,
+               (SELECT true FROM mfa_factors f WHERE f.user_id = u.id) IS NOT NULL AS has_factor,
                u.disabled_at IS NOT NULL AS disabled
         FROM users u
         """
@@ -1092,16 +1072,32 @@ struct PrefetchQueries {
         FROM access_tokens a JOIN sessions s ON s.id = a.session_id JOIN users u ON u.id = s.user_id
         """
 
+    /// A session's columns but its id, `s` joined with its user's `u` (as `userOfSession` reads
+    /// it).
+    static let sessionFields = """
+        s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest,
+        u.disabled_at IS NOT NULL AS user_disabled
+        """
+    /// The user of session `s`, looked up by key: as a lateral subquery with a limit (not
+    /// flattened into a join), its generic plan probes `users_pkey` at any table size.
+    static let userOfSession = """
+        CROSS JOIN LATERAL (SELECT is_guest, disabled_at FROM users WHERE id = s.user_id LIMIT 1) AS u
+        """
+
     let prefetch: Prefetch
+    /// Every query finds its rows by key and runs from a cached plan (`KeyedPlans`), written so
+    /// that the generic plan probes a unique or foreign key index once a key whatever the tables'
+    /// sizes: lateral subqueries with a limit (not flattened into joins), ids gathered first and
+    /// then probed. Joined with the keys instead, a generic plan made on a small table was a merge
+    /// join over a whole index, kept until the table was analyzed again; and planned for each run
+    /// instead, a read cost PostgreSQL more planning than running (a refresh token's read: 225 µs
+    /// of planning, 92 µs of running, at 300 refreshes/s).
+    ///
+    /// They lock in one order, as every batch does: identities (in the server's order of the
+    /// key), refresh tokens (in the order of their hashes), sessions (each statement in `s.id`
+    /// order), users (in `u.id` order), rate limits (by bucket).
     private(set) var queries: [PGQuery] = []
     private var slots: [Slot] = []
-    /// Where the queries that find their rows by a unique key start (the identities; the users,
-    /// by ids gathered by key; handles; rate limits): they come last, and run from cached plans
-    /// (`KeyedPlans`); those before join tables and are planned per run.
-    private(set) var keyedStart = 0
-    /// How many of the keyed reads run before the joined ones, to lock in the same order as
-    /// every other batch: the identities' read (1 when there is one).
-    private(set) var leadingKeyed = 0
 
     private enum Slot {
         case identities, refreshTokens, sessions, accessTokens, users, handles, rateLimits
@@ -1110,62 +1106,79 @@ struct PrefetchQueries {
     init(_ prefetch: Prefetch) {
         self.prefetch = prefetch
         let identities = Self.unique(prefetch.identities)
-        let refresh = Self.unique(prefetch.refreshTokens).map(PGBytes.init)
-        let sessions = Self.unique(prefetch.sessions)
-        let accessTokens = Self.unique(prefetch.accessTokens).map(PGBytes.init)
-        if !refresh.isEmpty {
-            add(
-                .refreshTokens,
-                """
-                \(unsafeRaw: Self.refreshColumns)
-                WHERE r.token_hash = ANY(\(PGArray(refresh))) ORDER BY s.id, r.id FOR UPDATE OF r, s
-                """)
-        }
-        if !sessions.isEmpty {
-            add(
-                .sessions,
-                """
-                \(unsafeRaw: Self.sessionColumns)
-                WHERE s.id = ANY(\(PGArray(sessions))) ORDER BY s.id FOR UPDATE OF s
-                """)
-        }
-        if !accessTokens.isEmpty {
-            add(
-                .accessTokens,
-                """
-                \(unsafeRaw: Self.accessTokenColumns)
-                WHERE a.token_hash = ANY(\(PGArray(accessTokens))) ORDER BY s.id FOR UPDATE OF s
-                """)
-        }
-        keyedStart = queries.count
+        let providers = PGArray(identities.map(\.provider))
+        let subjects = PGArray(identities.map(\.subject))
+        let refresh = PGArray(Self.unique(prefetch.refreshTokens).map(PGBytes.init))
+        let sessions = PGArray(Self.unique(prefetch.sessions))
+        let accessTokens = PGArray(Self.unique(prefetch.accessTokens).map(PGBytes.init))
         if !identities.isEmpty {
             // Each identity looked up by its key and locked as it is found, the keys in the
             // server's order of the key (every statement that locks identities locks them in that
-            // order): a lateral subquery with a limit is not flattened into a join, so its generic
-            // plan probes `identities_pkey` once a key at any table size. (As a join with the
-            // keys, its generic plan on a small table was a merge join over the whole index.)
+            // order).
             add(
                 .identities,
                 """
                 SELECT i.provider, i.subject, i.user_id, i.email, i.email_verified, i.is_private_email, i.password_hash
-                FROM (SELECT * FROM unnest(\(PGArray(identities.map(\.provider))),
-                                           \(PGArray(identities.map(\.subject)))) AS keys(provider, subject)
+                FROM (SELECT * FROM unnest(\(providers), \(subjects)) AS keys(provider, subject)
                       ORDER BY provider, subject) AS k
                 CROSS JOIN LATERAL (
                     SELECT provider, subject, user_id, email, email_verified, is_private_email, password_hash
                     FROM identities WHERE provider = k.provider AND subject = k.subject
                     LIMIT 1 FOR UPDATE) AS i
                 """)
-            leadingKeyed = 1
+        }
+        if refresh.count > 0 {
+            // The tokens looked up by hash and locked (in the order of the hashes), then their
+            // sessions probed by id and locked in `s.id` order (the sort comes before the lock).
+            add(
+                .refreshTokens,
+                """
+                WITH r AS MATERIALIZED (
+                    SELECT t.* FROM (SELECT hash FROM unnest(\(refresh)) AS keys(hash) ORDER BY hash) AS k
+                    CROSS JOIN LATERAL (
+                        SELECT id, token_hash, session_id, expires_at, used_at, successor_sealed FROM refresh_tokens
+                        WHERE token_hash = k.hash LIMIT 1 FOR UPDATE) AS t)
+                SELECT r.id AS token_id, r.token_hash, r.expires_at AS token_expires_at, r.used_at, r.successor_sealed,
+                       s.id AS session_id, \(unsafeRaw: Self.sessionFields)
+                FROM sessions s JOIN r ON r.session_id = s.id \(unsafeRaw: Self.userOfSession)
+                WHERE s.id = ANY(ARRAY(SELECT session_id FROM r))
+                ORDER BY s.id, r.id FOR UPDATE OF s
+                """)
+        }
+        if sessions.count > 0 {
+            add(
+                .sessions,
+                """
+                SELECT s.id, \(unsafeRaw: Self.sessionFields)
+                FROM sessions s \(unsafeRaw: Self.userOfSession)
+                WHERE s.id = ANY(ARRAY(SELECT unnest(\(sessions)))) ORDER BY s.id FOR UPDATE OF s
+                """)
+        }
+        if accessTokens.count > 0 {
+            // As the refresh tokens' read, the tokens themselves not locked (as before: their
+            // session's lock covers them).
+            add(
+                .accessTokens,
+                """
+                WITH a AS MATERIALIZED (
+                    SELECT t.* FROM unnest(\(accessTokens)) AS k(hash)
+                    CROSS JOIN LATERAL (
+                        SELECT id, token_hash, session_id, expires_at FROM access_tokens
+                        WHERE token_hash = k.hash LIMIT 1) AS t)
+                SELECT a.id AS token_id, a.token_hash, a.expires_at AS token_expires_at,
+                       s.id AS session_id, \(unsafeRaw: Self.sessionFields)
+                FROM sessions s JOIN a ON a.session_id = s.id \(unsafeRaw: Self.userOfSession)
+                WHERE s.id = ANY(ARRAY(SELECT session_id FROM a))
+                ORDER BY s.id FOR UPDATE OF s
+                """)
         }
         let users = Self.unique(prefetch.users)
-        if !users.isEmpty || !identities.isEmpty || !refresh.isEmpty || !sessions.isEmpty || !accessTokens.isEmpty {
+        if !users.isEmpty || !identities.isEmpty || refresh.count > 0 || sessions.count > 0 || accessTokens.count > 0 {
             // The users of every identity, token and session read above, and the users named: one
-            // list of ids, gathered first (an init plan of key lookups), then each user looked up
-            // by key. (An OR of IN-subqueries here read every user through a filter: no index
-            // serves an OR across subqueries. And `u.id IN (…)` planned generically became a
-            // merge join over every user.) As a keyed read it runs from a cached plan:
-            // planning it for each run cost PostgreSQL more than running it, at light load.
+            // list of ids, gathered first (an init plan of key lookups, each a lateral probe),
+            // then each user looked up by key. (An OR of IN-subqueries here read every user
+            // through a filter: no index serves an OR across subqueries. And `u.id IN (…)`
+            // planned generically became a merge join over every user.)
             add(
                 .users,
                 """
@@ -1173,18 +1186,20 @@ struct PrefetchQueries {
                 WHERE u.id = ANY(ARRAY(
                     SELECT unnest(\(PGArray(users)))
                     UNION ALL
-                    SELECT i.user_id FROM identities i
-                    JOIN unnest(\(PGArray(identities.map(\.provider))),
-                                \(PGArray(identities.map(\.subject)))) AS k(provider, subject)
-                      ON i.provider = k.provider AND i.subject = k.subject
+                    SELECT i.user_id FROM unnest(\(providers), \(subjects)) AS k(provider, subject)
+                    CROSS JOIN LATERAL (
+                        SELECT user_id FROM identities WHERE provider = k.provider AND subject = k.subject LIMIT 1) AS i
                     UNION ALL
-                    SELECT s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id
-                    WHERE r.token_hash = ANY(\(PGArray(refresh)))
+                    SELECT s.user_id FROM unnest(\(refresh)) AS k(hash)
+                    CROSS JOIN LATERAL (SELECT session_id FROM refresh_tokens WHERE token_hash = k.hash LIMIT 1) AS r
+                    CROSS JOIN LATERAL (SELECT user_id FROM sessions WHERE id = r.session_id LIMIT 1) AS s
                     UNION ALL
-                    SELECT user_id FROM sessions WHERE id = ANY(\(PGArray(sessions)))
+                    SELECT s.user_id FROM unnest(\(sessions)) AS k(id)
+                    CROSS JOIN LATERAL (SELECT user_id FROM sessions WHERE id = k.id LIMIT 1) AS s
                     UNION ALL
-                    SELECT s.user_id FROM access_tokens a JOIN sessions s ON s.id = a.session_id
-                    WHERE a.token_hash = ANY(\(PGArray(accessTokens)))))
+                    SELECT s.user_id FROM unnest(\(accessTokens)) AS k(hash)
+                    CROSS JOIN LATERAL (SELECT session_id FROM access_tokens WHERE token_hash = k.hash LIMIT 1) AS a
+                    CROSS JOIN LATERAL (SELECT user_id FROM sessions WHERE id = a.session_id LIMIT 1) AS s))
                 ORDER BY u.id FOR UPDATE OF u
                 """)
         }
