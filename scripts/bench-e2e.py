@@ -976,7 +976,9 @@ def report(results):
     openssl = limits["openssl"]
     latency, floor = results["latency"], limits["broker_echo"]
     duplicates = (results["guest"]["duplicates"] + results["apple"]["duplicates"]
-                  + results["apple_nameless"]["duplicates"] + latency["duplicates"])
+                  + results["apple_nameless"]["duplicates"] + latency["duplicates"]
+                  + results.get("refresh", {}).get("duplicates", 0)
+                  + results.get("refresh_latency", {}).get("duplicates", 0))
     def spread(kind):
         runs = results[kind].get("runs", [])
         if len(runs) < 2:
@@ -1001,6 +1003,20 @@ def report(results):
         f"| the same without a profile name ({results['apple_nameless']['count']:,}) | "
         f"{results['apple_nameless']['rate']:,.0f}{spread('apple_nameless')} | | "
         f"{results['apple_nameless']['rate'] / max(openssl.get('rsa2048_verify_per_s', 1), 1):.2f} |",
+    ]
+    refresh, refresh_paced = results.get("refresh"), results.get("refresh_latency")
+    if refresh:
+        lines.append(f"| refreshes/s (preloaded, {refresh['count']:,}; each rotates a guest's token) | "
+                     f"{refresh['rate']:,.0f}{spread('refresh')} | | |")
+    if refresh and refresh_paced and refresh_paced.get("cpu"):
+        rate, cpu = refresh_paced["achieved_rate"] or refresh_paced["offered_rate"], refresh_paced["cpu"]
+        worker_us, pg_us = cpu["responder_cores"] / rate * 1e6, cpu["postgres_cores"] / rate * 1e6
+        full_worker, full_pg = refresh["worker_cpu_us_per_login"], refresh["postgres_cpu_us_per_login"]
+        lines.append(f"| refresh latency at {refresh_paced['offered_rate']:,.0f}/s, p50 / p99; worker / PostgreSQL CPU "
+                     f"per refresh | {refresh_paced['p50_ms']} / {refresh_paced['p99_ms']} ms; {worker_us:,.0f} / "
+                     f"{pg_us:,.0f} µs | full batches: {full_worker:,.0f} / {full_pg:,.0f} µs | "
+                     f"{worker_us / full_worker:.1f}× / {pg_us / full_pg:.1f}× |")
+    lines += [
         f"| guest latency at {latency['achieved_rate']:,.0f}/s, p50 / p99 | "
         f"{latency['p50_ms']} / {latency['p99_ms']} ms | broker echo at the same rate: "
         f"{floor['p50_ms']} / {floor['p99_ms']} ms{echo_left} | "
@@ -1063,16 +1079,18 @@ def report(results):
             lines.append(f"| the same rate's floors | | echo {echo_us:,.0f} µs per message; pgbench, one login's "
                          f"statements a transaction: PostgreSQL {paced['postgres_cpu_us_per_login']:,.0f} µs | "
                          f"{worker_us / max(echo_us, 1):.1f}× / {pg_us / max(paced['postgres_cpu_us_per_login'], 1):.1f}× |")
-    for kind, label in (("guest", "guest"), ("apple", "Apple"), ("apple_nameless", "nameless Apple")):
-        cpu_us = results[kind].get("worker_cpu_us_per_login")
+    kinds = (("guest", "guest login"), ("apple", "Apple login"), ("apple_nameless", "nameless Apple login"),
+             ("refresh", "refresh"))
+    for kind, label in kinds:
+        cpu_us = results.get(kind, {}).get("worker_cpu_us_per_login")
         if cpu_us:
-            lines.append(f"| worker CPU per {label} login (start-up included) | {cpu_us:,.0f} µs | "
-                         f"one core: {1e6 / cpu_us:,.0f} logins/s | |")
-    for kind, label in (("guest", "guest"), ("apple", "Apple"), ("apple_nameless", "nameless Apple")):
-        pg_us, wal = results[kind].get("postgres_cpu_us_per_login"), results[kind].get("wal_bytes_per_login")
+            lines.append(f"| worker CPU per {label} (start-up included) | {cpu_us:,.0f} µs | "
+                         f"one core: {1e6 / cpu_us:,.0f}/s | |")
+    for kind, label in kinds:
+        pg_us, wal = results.get(kind, {}).get("postgres_cpu_us_per_login"), results.get(kind, {}).get("wal_bytes_per_login")
         if pg_us is not None:
-            lines.append(f"| PostgreSQL CPU / WAL per {label} login | {pg_us:,.0f} µs / {wal:,.0f} bytes | "
-                         f"per 1,000 logins/s: {pg_us / 1000:.2f} core, {wal / 1000:,.1f} MB/s of WAL | |")
+            lines.append(f"| PostgreSQL CPU / WAL per {label} | {pg_us:,.0f} µs / {wal:,.0f} bytes | "
+                         f"per 1,000/s: {pg_us / 1000:.2f} core, {wal / 1000:,.1f} MB/s of WAL | |")
     lines.append(f"| worker peak RSS (guest run) | {results['guest']['peak_rss_mib']:.0f} MiB | | |")
     lines.append(f"| requests answered more than once | {duplicates} | | |")
     idle = results["idle"]
@@ -1177,6 +1195,10 @@ def run(args, services, results):
     results["apple"] = run_throughput_repeated(services, key_server, "apple", args.apple_requests, args.repeats)
     results["apple_nameless"] = run_throughput_repeated(
         services, key_server, "apple-nameless", args.apple_requests, args.repeats)
+    # What a signed-in app sends most: a refresh, in full batches and paced at 300/s.
+    results["refresh"] = run_throughput_repeated(services, key_server, "refresh", args.apple_requests, args.repeats)
+    refresh_paced = run_latency(services, key_server, 300, args.curve_seconds, method="refresh")
+    results["refresh_latency"] = {k: v for k, v in refresh_paced.items() if k != "latencies_ms"}
     half = results["guest"]["rate"] / 2
     results["latency"] = run_latency(services, key_server, half, args.latency_seconds)
     results["limits"]["broker_echo"] = run_latency(services, key_server, half, args.latency_seconds, responder="echo")
