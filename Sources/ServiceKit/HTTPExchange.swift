@@ -19,9 +19,14 @@ import Synchronization
 /// task whose failure is being reported at that moment ends the process (`TaskRegistry`: "a task
 /// that is not in the registry"). So the request runs through the completion-handler API and is
 /// never cancelled: whichever comes first of the answer, the deadline and the caller's
-/// cancellation resumes the caller, once, and a request left behind ends by the session's own
-/// timeouts (set them to about the deadline), its answer dropped.
+/// cancellation resumes the caller, once (from a queue of its own, never under a Swift task's
+/// lock), and a request left behind ends by the session's own timeouts (set them to about the
+/// deadline), its answer dropped.
 public enum HTTPExchange {
+    /// Where deadlines fire and cancellations are handed on: a queue of its own, which gets a
+    /// thread even while the cooperative pool's (the global queue's) are all busy.
+    private static let queue = DispatchQueue(label: "http-exchange")
+
     /// The deadline passed before the answer came.
     public struct TimedOut: Error, CustomStringConvertible {
         public var timeout: Duration
@@ -50,12 +55,11 @@ public enum HTTPExchange {
                 task.resume()
                 let (seconds, attoseconds) = timeout.components
                 let nanoseconds = max(0, seconds) * 1_000_000_000 + max(0, attoseconds) / 1_000_000_000
-                DispatchQueue.global().asyncAfter(
-                    deadline: .now() + .nanoseconds(Int(clamping: nanoseconds)), execute: deadline)
+                queue.asyncAfter(deadline: .now() + .nanoseconds(Int(clamping: nanoseconds)), execute: deadline)
             }
         } onCancel: {
             // Under the task's lock: nothing here may wait.
-            DispatchQueue.global().async { exchange.end(.failure(CancellationError())) }
+            queue.async { exchange.end(.failure(CancellationError())) }
         }
     }
 
