@@ -1037,8 +1037,8 @@ private struct Writes {
 // MARK: - Prefetch
 
 /// The queries that fetch and lock a batch's rows in one round trip, and how their rows fill the
-/// cache. Locks are taken in one order (identities, sessions and tokens, users, rate limits), so
-/// two replicas' batches do not deadlock on each other.
+/// cache. Locks are taken in one order (identities, refresh tokens, sessions, users, rate
+/// limits), so two replicas' batches do not deadlock on each other.
 struct PrefetchQueries {
     /// A user's columns. Whether the user has a factor is a scalar subquery, looked up by key
     /// for each user: as `EXISTS`, the generic plan made while `mfa_factors` was small hashed
