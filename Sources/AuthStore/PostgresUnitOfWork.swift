@@ -488,12 +488,10 @@ final class PostgresUnitOfWork: UnitOfWork {
     }
 
     func rotate(_ rotation: TokenRotation) throws {
-        current.statements.append(
-            """
-            UPDATE refresh_tokens SET used_at = \(rotation.at), replaced_by = \(rotation.successorID),
-                successor_sealed = \(PGBytes(rotation.successorSealed))
-            WHERE id = \(rotation.usedTokenID)
-            """)
+        current.rotations.append(
+            RotationRow(
+                usedTokenID: rotation.usedTokenID, at: rotation.at, successorID: rotation.successorID,
+                successorSealed: rotation.successorSealed))
         current.refreshTokens.append(
             NewRefreshTokenRow(
                 id: rotation.successorID, sessionID: rotation.sessionID, hash: rotation.successorHash,
@@ -833,14 +831,24 @@ struct NewRefreshTokenRow {
     var expiresAt: Date
 }
 
-/// Writes waiting to be sent: rows to insert by table, and statements to run in order.
-private struct Writes {
+/// A used refresh token's row, set to point at its successor.
+struct RotationRow {
+    var usedTokenID: UUID
+    var at: Date
+    var successorID: UUID
+    var successorSealed: [UInt8]
+}
+
+/// Writes waiting to be sent: rows to insert by table, rotated refresh tokens, and statements to
+/// run in order.
+struct Writes {
     var requests: [RequestRecord] = []
     var users: [NewUserRow] = []
     var identities: [NewIdentityRow] = []
     var sessions: [NewSessionRow] = []
     var accessTokens: [NewAccessTokenRow] = []
     var refreshTokens: [NewRefreshTokenRow] = []
+    var rotations: [RotationRow] = []
     var statements: [PGQuery] = []
     var rateLimitCounts: [String: Int] = [:]
     var rateLimitWindows: [String: (at: Date, window: TimeInterval)] = [:]
@@ -849,7 +857,7 @@ private struct Writes {
 
     var count: Int {
         requests.count + users.count + identities.count + sessions.count + accessTokens.count + refreshTokens.count
-            + statements.count + rateLimitCounts.count + events.count + audits.count
+            + rotations.count + statements.count + rateLimitCounts.count + events.count + audits.count
     }
 
     mutating func append(_ other: Writes) {
@@ -859,6 +867,7 @@ private struct Writes {
         sessions += other.sessions
         accessTokens += other.accessTokens
         refreshTokens += other.refreshTokens
+        rotations += other.rotations
         statements += other.statements
         for (bucket, count) in other.rateLimitCounts { rateLimitCounts[bucket, default: 0] += count }
         for (bucket, window) in other.rateLimitWindows { rateLimitWindows[bucket] = window }
@@ -867,10 +876,12 @@ private struct Writes {
     }
 
     /// The statements that write all of it: one multi-row insert per table, parents before
-    /// children, then the updates in the order the requests made them.
+    /// children, then one update of the rotated refresh tokens, then the other updates in the
+    /// order the requests made them.
     ///
-    /// Updates can follow the inserts: a request only updates a row it read, and a read of a row
-    /// an earlier request wrote sends that request's writes first.
+    /// Updates can follow the inserts, and the rotations the other updates: a request only
+    /// updates a row it read, and a read of a row an earlier request wrote sends that request's
+    /// writes first (no other statement writes a refresh token's rotation columns).
     ///
     /// Rows with a unique key another writer may insert too (a request id, a handle, an
     /// identity) go in the order of that key: two batches inserting the same keys then wait for
@@ -977,12 +988,36 @@ private struct Writes {
                                      \(PGArray(refreshTokens.map(\.expiresAt))))
                 """)
         }
-        if cachingInsertPlans, !statements.isEmpty {
+        // The rotated tokens in one update, planned once a batch instead of once a refresh. Each
+        // row was locked when it was read (`FOR UPDATE`), so the order they are met in takes no
+        // new lock.
+        var keyed: [PGQuery] = []
+        if !rotations.isEmpty {
+            // A token rotated twice before a flush (reading it again sends the first rotation,
+            // so only a request that did not read it could) keeps its last rotation, as two
+            // updates in a row would leave it: an update that meets a row twice applies one of
+            // them, not predictably which.
+            var last: [UUID: Int] = [:]
+            for (index, row) in rotations.enumerated() { last[row.usedTokenID] = index }
+            let all = rotations
+            let rotations = all.indices.filter { last[all[$0].usedTokenID] == $0 }.map { all[$0] }
+            keyed.append(
+                """
+                UPDATE refresh_tokens r SET used_at = v.at, replaced_by = v.successor, successor_sealed = v.sealed
+                FROM unnest(\(PGArray(rotations.map(\.usedTokenID))), \(PGArray(rotations.map(\.at))),
+                            \(PGArray(rotations.map(\.successorID))),
+                            \(PGArray(rotations.map { PGBytes($0.successorSealed) })))
+                    AS v(id, at, successor, sealed)
+                WHERE r.id = v.id
+                """)
+        }
+        keyed += statements
+        if cachingInsertPlans, !keyed.isEmpty {
             out.append("SET LOCAL plan_cache_mode = force_custom_plan")
-            out += statements
+            out += keyed
             out.append("SET LOCAL plan_cache_mode = auto")
         } else {
-            out += statements
+            out += keyed
         }
         out += rateLimitStatements()
         if !audits.isEmpty {

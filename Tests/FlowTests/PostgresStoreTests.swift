@@ -133,6 +133,109 @@ import Testing
         #expect(owners == [user(1).id, user(1).id])
     }
 
+    @Test func aBatchRotatesItsTokensInOneUpdateAsIfOneByOne() async throws {
+        let (store, connection) = try await store()
+        let users = (1...4).map { _ in UUID() }
+        let sessions = (1...4).map { _ in UUID() }
+        let tokens = (1...4).map { _ in UUID() }
+        let hashes = (1...4).map { SHA256.hash(Array("r\($0)".utf8)) }
+        try connection.query(
+            """
+            INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)
+            SELECT id, 'user_' || id, false, false, true, now(), now() FROM unnest(\(PGArray(users))) AS id
+            """)
+        try connection.query(
+            """
+            INSERT INTO sessions (id, user_id, provider, abilities, created_at, expires_at)
+            SELECT id, user_id, 'guest', '{guest}', now(), now() + interval '1 day'
+            FROM unnest(\(PGArray(sessions)), \(PGArray(users))) AS t(id, user_id)
+            """)
+        try connection.query(
+            """
+            INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
+            SELECT id, session_id, hash, now(), now() + interval '1 day'
+            FROM unnest(\(PGArray(tokens)), \(PGArray(sessions)), \(PGArray(hashes.map(PGBytes.init))))
+                AS t(id, session_id, hash)
+            """)
+        struct Item: Sendable {
+            var used: Int
+            var successor: UUID
+            var at: Date
+        }
+        // Tokens 0 and 1 are rotated, and then token 0 again by a request that did not read it
+        // first: the last rotation of a token stands, as when each was its own statement. Token 3
+        // is read and left alone, token 2 neither read nor rotated.
+        let items = [
+            Item(used: 0, successor: UUID(), at: now), Item(used: 1, successor: UUID(), at: now + 1),
+            Item(used: 0, successor: UUID(), at: now + 2),
+        ]
+        var prefetch = Prefetch()
+        prefetch.refreshTokens = [hashes[0], hashes[1], hashes[3]]
+        let outcomes = try await store.runBatch(items, prefetch: prefetch) { item, unit in
+            try unit.rotate(
+                TokenRotation(
+                    sessionID: sessions[item.used], usedTokenID: tokens[item.used], successorID: item.successor,
+                    successorHash: SHA256.hash(Array(item.successor.uuidString.utf8)),
+                    successorExpiresAt: item.at + 86_400, successorSealed: Array(item.successor.uuidString.utf8),
+                    accessTokenID: UUID(), accessTokenHash: nil, accessTokenExpiresAt: item.at + 900,
+                    abilities: ["guest"], deviceName: nil, at: item.at))
+            return item.successor
+        }
+        #expect(outcomes.count == 3)
+        for outcome in outcomes {
+            if case .written = outcome { continue }
+            Issue.record("not written: \(outcome)")
+        }
+        var byID: [UUID: (usedAt: Date?, replacedBy: UUID?, sealed: [UInt8]?)] = [:]
+        for row in try connection.query(
+            "SELECT id, used_at, replaced_by, successor_sealed FROM refresh_tokens WHERE id = ANY(\(PGArray(tokens)))")
+        {
+            byID[try row.decode("id")] = (
+                try row.decode("used_at", as: Date?.self), try row.decode("replaced_by", as: UUID?.self),
+                try row.decode("successor_sealed", as: PGBytes?.self)?.bytes
+            )
+        }
+        for (token, item) in [(tokens[0], items[2]), (tokens[1], items[1])] {
+            let row = try #require(byID[token])
+            #expect(row.usedAt == item.at)
+            #expect(row.replacedBy == item.successor)
+            #expect(row.sealed == Array(item.successor.uuidString.utf8))
+        }
+        for untouched in [tokens[2], tokens[3]] {
+            let row = try #require(byID[untouched])
+            #expect(row.usedAt == nil && row.replacedBy == nil && row.sealed == nil)
+        }
+        // The three successors, each a child of the token it replaced.
+        let children = try connection.query(
+            """
+            SELECT count(*) AS n FROM refresh_tokens
+            WHERE parent_id IS NOT NULL AND id = ANY(\(PGArray(items.map(\.successor))))
+            """)
+        #expect(try children.first?.decode("n", as: Int.self) == 3)
+        // One update statement for a batch's rotations (it was one a rotation), which meets each
+        // token once: the last rotation of token 0, not the first (which of two rows an update
+        // meeting a row twice applies depends on its plan, so the check above alone could pass).
+        var writes = Writes()
+        for item in items {
+            writes.rotations.append(
+                RotationRow(
+                    usedTokenID: tokens[item.used], at: item.at, successorID: item.successor, successorSealed: []))
+        }
+        let updates = writes.queries().filter { $0.sql.contains("UPDATE refresh_tokens") }
+        #expect(updates.count == 1)
+        // A successor's id is among the update's parameters, in binary or as text.
+        func sends(_ id: UUID) -> Bool {
+            let raw = withUnsafeBytes(of: id.uuid) { Array($0) }
+            let text = Array(id.uuidString.lowercased().utf8)
+            return updates.flatMap(\.parameters).contains { parameter in
+                guard let bytes = parameter?.bytes else { return false }
+                return bytes.firstRange(of: raw) != nil || bytes.firstRange(of: text) != nil
+            }
+        }
+        #expect(sends(items[2].successor) && sends(items[1].successor))
+        #expect(!sends(items[0].successor))
+    }
+
     @Test func rateLimitsCountWithinTheBatchAndAcrossBatches() async throws {
         let (store, connection) = try await store()
         var prefetch = Prefetch()
