@@ -209,7 +209,7 @@ final class PostgresUnitOfWork: UnitOfWork {
         let found = try query(
             "\(unsafeRaw: PrefetchQueries.refreshColumns) WHERE r.token_hash = \(PGBytes(hash)) FOR UPDATE OF r, s"
         ).first.map(Decode.refreshToken)
-        cache.refreshTokens[hash] = .some(found)
+        cache.remember(refreshToken: found, hash: hash)
         return found
     }
 
@@ -227,7 +227,7 @@ final class PostgresUnitOfWork: UnitOfWork {
         let found = try query(
             "\(unsafeRaw: PrefetchQueries.accessTokenColumns) WHERE a.token_hash = \(PGBytes(hash)) FOR UPDATE OF s"
         ).first.map(Decode.accessToken)
-        cache.accessTokens[hash] = .some(found)
+        cache.remember(accessToken: found, hash: hash)
         return found
     }
 
@@ -771,9 +771,13 @@ enum StoreError: Error, CustomStringConvertible {
 private struct Cache {
     var identities: [IdentityKey: IdentityRecord?] = [:]
     var users: [UUID: StoredUser?] = [:]
-    var refreshTokens: [[UInt8]: RefreshTokenRecord?] = [:]
+    /// Refresh and access tokens by hash, set through `remember`: a token found is also listed
+    /// under its session, so `forgetSession` finds it without going through every token.
+    private(set) var refreshTokens: [[UInt8]: RefreshTokenRecord?] = [:]
     var sessions: [UUID: SessionRecord?] = [:]
-    var accessTokens: [[UInt8]: AccessTokenRecord?] = [:]
+    private(set) var accessTokens: [[UInt8]: AccessTokenRecord?] = [:]
+    private var refreshTokensOfSession: [UUID: [[UInt8]]] = [:]
+    private var accessTokensOfSession: [UUID: [[UInt8]]] = [:]
     var rateLimits: [String: RateLimitRow?] = [:]
     /// Whether a user has a second factor (pending or active), read with the user: a sign-in asks
     /// for every existing account, and almost none has one.
@@ -781,11 +785,27 @@ private struct Cache {
     /// Handle → taken (true) or known free (false).
     var takenHandles: [String: Bool] = [:]
 
+    init(takenHandles: [String: Bool] = [:]) { self.takenHandles = takenHandles }
+
+    /// What a read of the refresh token `hash` found (nil: no such token).
+    mutating func remember(refreshToken token: RefreshTokenRecord?, hash: [UInt8]) {
+        refreshTokens[hash] = .some(token)
+        if let token { refreshTokensOfSession[token.session.id, default: []].append(hash) }
+    }
+
+    /// What a read of the access token `hash` found (nil: no such token).
+    mutating func remember(accessToken token: AccessTokenRecord?, hash: [UInt8]) {
+        accessTokens[hash] = .some(token)
+        if let token { accessTokensOfSession[token.session.id, default: []].append(hash) }
+    }
+
     /// A session changed: its rows, and every token row that carries it, must be read again.
+    /// (It went through every cached token: a batch of refreshes, each forgetting its session,
+    /// spent a tenth of the worker's time here.)
     mutating func forgetSession(_ id: UUID) {
         sessions[id] = nil
-        for (hash, token) in refreshTokens where token?.session.id == id { refreshTokens[hash] = nil }
-        for (hash, token) in accessTokens where token?.session.id == id { accessTokens[hash] = nil }
+        for hash in refreshTokensOfSession.removeValue(forKey: id) ?? [] { refreshTokens[hash] = nil }
+        for hash in accessTokensOfSession.removeValue(forKey: id) ?? [] { accessTokens[hash] = nil }
     }
 }
 
@@ -1275,10 +1295,10 @@ struct PrefetchQueries {
                     cache.identities[IdentityKey(provider: identity.provider, subject: identity.subject)] = identity
                 }
             case .refreshTokens:
-                for hash in prefetch.refreshTokens { cache.refreshTokens[hash] = .some(nil) }
+                for hash in prefetch.refreshTokens { cache.remember(refreshToken: nil, hash: hash) }
                 for row in rows {
-                    cache.refreshTokens[try row.decode("token_hash", as: PGBytes.self).bytes] = try Decode.refreshToken(
-                        row)
+                    let hash = try row.decode("token_hash", as: PGBytes.self).bytes
+                    cache.remember(refreshToken: try Decode.refreshToken(row), hash: hash)
                 }
             case .sessions:
                 for id in prefetch.sessions { cache.sessions[id] = .some(nil) }
@@ -1287,10 +1307,10 @@ struct PrefetchQueries {
                     cache.sessions[session.id] = session
                 }
             case .accessTokens:
-                for hash in prefetch.accessTokens { cache.accessTokens[hash] = .some(nil) }
+                for hash in prefetch.accessTokens { cache.remember(accessToken: nil, hash: hash) }
                 for row in rows {
-                    cache.accessTokens[try row.decode("token_hash", as: PGBytes.self).bytes] = try Decode.accessToken(
-                        row)
+                    let hash = try row.decode("token_hash", as: PGBytes.self).bytes
+                    cache.remember(accessToken: try Decode.accessToken(row), hash: hash)
                 }
             case .users:
                 for id in prefetch.users { cache.users[id] = .some(nil) }

@@ -147,6 +147,20 @@ import Testing
         }
     }
 
+    @Test func aSecondLogoutInTheSameBatchSeesTheFirst() async throws {
+        // The first logout revokes the session its opaque access token carries; the second, with
+        // the same token in the same batch, must read the token again and find it ended, as it
+        // does in a batch of its own.
+        let harness = try await harness { $0.accessTokenFormat = .opaque }
+        let session = try await signIn(harness)
+        let logout = { makeRequest(.logout) { $0.accessToken = session.accessToken } }
+        let answers = try await harness.handleBatch([logout(), logout()])
+        #expect(try answers[0].get().result.status == "ok")
+        #expect(throws: LoginError(.invalidToken, "")) { try answers[1].get() }
+        await #expect(throws: LoginError(.invalidToken, "")) { try await harness.handle(logout()) }
+        #expect(try await harness.count("sessions", where: "revoked_at IS NOT NULL") == 1)
+    }
+
     @Test func opaqueAccessTokensExpireAndRecordTheirUse() async throws {
         let harness = try await harness(passwords: try PasswordService(parameters: fastArgon2, threads: 1)) {
             $0.accessTokenFormat = .opaque
