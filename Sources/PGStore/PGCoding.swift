@@ -261,14 +261,14 @@ public struct PGArray: Sendable {
     /// The array in binary format.
     public let parameter: PGParameter
 
-    public init<Element: PGArrayElement>(_ values: [Element]) {
+    @inlinable public init<Element: PGArrayElement>(_ values: [Element]) {
         self.init(values.count, Element.self) { index, buffer in
             values[index].appendPGBinary(to: &buffer)
             return true
         }
     }
 
-    public init<Element: PGArrayElement>(_ values: [Element?]) {
+    @inlinable public init<Element: PGArrayElement>(_ values: [Element?]) {
         self.init(values.count, Element.self) { index, buffer in
             guard let value = values[index] else { return false }
             value.appendPGBinary(to: &buffer)
@@ -278,7 +278,9 @@ public struct PGArray: Sendable {
 
     /// The header (dimensions, NULL flag, element type, length and lower bound), then each
     /// element as its length and bytes (length -1: NULL).
-    private init<Element: PGArrayElement>(
+    /// Inlinable, as the two above, so each element type's loop is specialized where it is used
+    /// (a batch's arrays, generic across the module boundary, were about 4 % of the worker's CPU).
+    @inlinable init<Element: PGArrayElement>(
         _ count: Int, _ type: Element.Type, _ element: (Int, inout [UInt8]) -> Bool
     ) {
         self.count = count
@@ -318,7 +320,7 @@ public struct PGArray: Sendable {
 
     /// `{"…","…",NULL}`, every element quoted, its `"` and `\\` escaped: the text form of a
     /// `text[]` value (`[String].pgText`).
-    static func literal(_ values: [String]) -> String {
+    @usableFromInline static func literal(_ values: [String]) -> String {
         var out: [UInt8] = [UInt8(ascii: "{")]
         for (index, value) in values.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
@@ -350,14 +352,14 @@ public protocol PGArrayElement: Sendable {
 }
 
 extension PGArrayElement {
-    public static var mayHoldNUL: Bool { false }
+    @inlinable public static var mayHoldNUL: Bool { false }
 }
 
 extension UUID: PGArrayElement {
     public static var pgTypeName: String { "uuid" }
     public static var pgTypeOID: UInt32 { 2950 }
     public static var pgBinarySizeHint: Int { 16 }
-    public func appendPGBinary(to buffer: inout [UInt8]) {
+    @inlinable public func appendPGBinary(to buffer: inout [UInt8]) {
         withUnsafeBytes(of: uuid) { buffer.append(contentsOf: $0) }
     }
 }
@@ -367,8 +369,8 @@ extension String: PGArrayElement {
     public static var pgTypeOID: UInt32 { 25 }
     public static var pgBinarySizeHint: Int { 24 }
     /// PostgreSQL's text holds no NUL: a parameter with one is refused before it is sent.
-    public static var mayHoldNUL: Bool { true }
-    public func appendPGBinary(to buffer: inout [UInt8]) {
+    @inlinable public static var mayHoldNUL: Bool { true }
+    @inlinable public func appendPGBinary(to buffer: inout [UInt8]) {
         buffer.append(contentsOf: utf8)
     }
 }
@@ -380,8 +382,8 @@ extension Array: PGArrayElement where Element == String {
     public static var pgTypeName: String { "text" }
     public static var pgTypeOID: UInt32 { 25 }
     public static var pgBinarySizeHint: Int { 32 }
-    public static var mayHoldNUL: Bool { true }
-    public func appendPGBinary(to buffer: inout [UInt8]) {
+    @inlinable public static var mayHoldNUL: Bool { true }
+    @inlinable public func appendPGBinary(to buffer: inout [UInt8]) {
         buffer.append(contentsOf: PGArray.literal(self).utf8)
     }
 }
@@ -390,7 +392,7 @@ extension Bool: PGArrayElement {
     public static var pgTypeName: String { "boolean" }
     public static var pgTypeOID: UInt32 { 16 }
     public static var pgBinarySizeHint: Int { 1 }
-    public func appendPGBinary(to buffer: inout [UInt8]) {
+    @inlinable public func appendPGBinary(to buffer: inout [UInt8]) {
         buffer.append(self ? 1 : 0)
     }
 }
@@ -398,7 +400,7 @@ extension Bool: PGArrayElement {
 /// An integer in binary: its bytes, big-endian.
 extension PGArrayElement where Self: FixedWidthInteger {
     public static var pgBinarySizeHint: Int { MemoryLayout<Self>.size }
-    public func appendPGBinary(to buffer: inout [UInt8]) {
+    @inlinable public func appendPGBinary(to buffer: inout [UInt8]) {
         withUnsafeBytes(of: bigEndian) { buffer.append(contentsOf: $0) }
     }
 }
@@ -417,7 +419,7 @@ extension PGBytes: PGArrayElement {
     public static var pgTypeName: String { "bytea" }
     public static var pgTypeOID: UInt32 { 17 }
     public static var pgBinarySizeHint: Int { 32 }
-    public func appendPGBinary(to buffer: inout [UInt8]) {
+    @inlinable public func appendPGBinary(to buffer: inout [UInt8]) {
         buffer.append(contentsOf: bytes)
     }
 }
@@ -429,8 +431,8 @@ extension Date: PGArrayElement {
     public static var pgTypeOID: UInt32 { 1184 }
     public static var pgBinarySizeHint: Int { 8 }
     /// Seconds from 1970-01-01 to 2000-01-01.
-    static let postgresEpoch: Int64 = 946_684_800
-    public func appendPGBinary(to buffer: inout [UInt8]) {
+    @usableFromInline static let postgresEpoch: Int64 = 946_684_800
+    @inlinable public func appendPGBinary(to buffer: inout [UInt8]) {
         let micros = Int64((timeIntervalSince1970 * 1_000_000).rounded()) - Self.postgresEpoch * 1_000_000
         withUnsafeBytes(of: micros.bigEndian) { buffer.append(contentsOf: $0) }
     }
@@ -451,7 +453,7 @@ public struct PGParameter: Sendable, Equatable {
         containsNUL = bytes.contains(0)
     }
 
-    init(binary: [UInt8], containsNUL: Bool) {
+    @usableFromInline init(binary: [UInt8], containsNUL: Bool) {
         bytes = binary
         isBinary = true
         self.containsNUL = containsNUL
