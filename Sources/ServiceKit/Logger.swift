@@ -61,6 +61,23 @@ public struct Logger: Sendable {
         handler.write(LogRecord(date: Date(), level: level, label: label, message: message(), metadata: all))
     }
 
+    /// Writes one line for each of `lines` at `level`, when enabled, all stamped now and handed
+    /// to the handler at once (`JSONLinesLogHandler` writes them in one call): for a loop that
+    /// finishes many requests in a pass and logs a line for each.
+    public func log(_ level: Level, lines: [(message: String, metadata: Metadata)]) {
+        guard level >= logLevel, !lines.isEmpty else { return }
+        let now = Date()
+        let records = lines.map { line in
+            var all = line.metadata
+            if !metadata.isEmpty {
+                all = metadata
+                all.merge(line.metadata) { _, line in line }
+            }
+            return LogRecord(date: now, level: level, label: label, message: line.message, metadata: all)
+        }
+        handler.write(records)
+    }
+
     public func debug(_ message: @autoclosure () -> String, metadata: Metadata = [:]) {
         log(.debug, message(), metadata: metadata)
     }
@@ -91,6 +108,14 @@ public struct LogRecord: Sendable {
 public protocol LogHandler: Sendable {
     /// Formats and writes one record; must be safe to call from any thread.
     func write(_ record: LogRecord)
+    /// Formats and writes records in their order; by default one `write` each.
+    func write(_ records: [LogRecord])
+}
+
+extension LogHandler {
+    public func write(_ records: [LogRecord]) {
+        for record in records { write(record) }
+    }
 }
 
 /// Writes one JSON object per line: `{"ts":…,"level":…,"logger":…,"msg":…,<metadata>}`.
@@ -111,8 +136,26 @@ public final class JSONLinesLogHandler: LogHandler, Sendable {
     public func write(_ record: LogRecord) {
         var line = Self.format(record)
         line.append(0x0A)
+        output(line)
+    }
+
+    /// The records' lines in one buffer and one `write` (a pass of the request loop logs a line
+    /// for each request it finished); records stamped alike share one formatted timestamp.
+    public func write(_ records: [LogRecord]) {
+        var lines: [UInt8] = []
+        lines.reserveCapacity(records.count * 256)
+        var stamp: (date: Date, text: String)?
+        for record in records {
+            if stamp?.date != record.date { stamp = (record.date, Self.timestamp(record.date)) }
+            lines.append(contentsOf: Self.format(record, timestamp: stamp?.text))
+            lines.append(0x0A)
+        }
+        output(lines)
+    }
+
+    private func output(_ bytes: [UInt8]) {
         lock.withLock { _ in
-            line.withUnsafeBytes { raw in
+            bytes.withUnsafeBytes { raw in
                 guard let base = raw.baseAddress else { return }
                 var offset = 0
                 while offset < raw.count {
@@ -126,10 +169,11 @@ public final class JSONLinesLogHandler: LogHandler, Sendable {
 
     /// The JSON bytes of one record, without the newline: members in sorted key order, written
     /// directly (a line per request is on the hot path).
-    public static func format(_ record: LogRecord) -> [UInt8] {
+    /// - Parameter timestamp: the record's date formatted, when the caller has it already.
+    public static func format(_ record: LogRecord, timestamp formatted: String? = nil) -> [UInt8] {
         // The four members of every line win over metadata of the same name.
         var members: [(key: String, value: String)] = [
-            ("ts", timestamp(record.date)), ("level", record.level.rawValue), ("logger", record.label),
+            ("ts", formatted ?? timestamp(record.date)), ("level", record.level.rawValue), ("logger", record.label),
             ("msg", record.message),
         ]
         members.reserveCapacity(4 + record.metadata.count)

@@ -268,6 +268,52 @@ extension TimestampTests {
     }
 }
 
+extension TimestampTests {
+    /// The request loop's lines of a pass, written at once: the same lines, in order, that one
+    /// write each would have written, the logger's metadata merged into each, and below the
+    /// logger's level nothing.
+    @Test func linesWrittenTogetherAreTheLinesWrittenOneByOne() throws {
+        var ends: [Int32] = [0, 0]
+        try #require(pipe(&ends) == 0)
+        defer { close(ends[0]) }
+        var logger = Logger(label: "test", handler: JSONLinesLogHandler(fileDescriptor: ends[1]))
+        logger.metadata = ["replica": "a"]
+        let lines: [(message: String, metadata: Logger.Metadata)] = [
+            ("first", ["auth.request_id": "r1", "replica": "b"]), ("second \u{1F600}\n", [:]),
+            ("third", ["auth.outcome": "ok"]),
+        ]
+        logger.log(.debug, lines: lines)
+        logger.log(.info, lines: [])
+        logger.log(.info, lines: lines)
+        close(ends[1])
+        var written: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while case let count = read(ends[0], &buffer, buffer.count), count > 0 {
+            written.append(contentsOf: buffer[..<count])
+        }
+        let read = written.split(separator: 0x0A, omittingEmptySubsequences: false).map { Array($0) }
+        #expect(read.count == 4 && read.last == [])
+        let objects = try read.dropLast().map {
+            try #require(try JSONSerialization.jsonObject(with: Data($0)) as? [String: String])
+        }
+        #expect(objects.map { $0["msg"] } == ["first", "second \u{1F600}\n", "third"])
+        #expect(objects.map { $0["replica"] } == ["b", "a", "a"])
+        #expect(objects[0]["auth.request_id"] == "r1" && objects[2]["auth.outcome"] == "ok")
+        #expect(Set(objects.map { $0["ts"] }).count == 1, "one stamp for the lot")
+        // Each line is what formatting its record alone gives.
+        let stamp = try #require(objects[0]["ts"])
+        for (index, line) in lines.enumerated() {
+            var metadata = logger.metadata
+            metadata.merge(line.metadata) { _, own in own }
+            let date = try #require(try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(stamp))
+            let alone = JSONLinesLogHandler.format(
+                LogRecord(date: date, level: .info, label: "test", message: line.message, metadata: metadata),
+                timestamp: stamp)
+            #expect(read[index] == alone)
+        }
+    }
+}
+
 extension JSONWriterTests {
     /// The lifecycle events, the mail service's sealed secret, the notification a gateway forwards
     /// and the account export: each written by its writer, read back whole.

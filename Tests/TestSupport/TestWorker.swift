@@ -26,9 +26,8 @@ final class RunningWorker: Sendable {
     let group: ServiceGroup
     let task: Task<Void, any Error>
 
-    init(_ configuration: WorkerConfiguration) async throws {
-        application = try await WorkerApplication.build(
-            configuration: configuration, logger: IntegrationEnvironment.quietLogger)
+    init(_ configuration: WorkerConfiguration, logger: Logger = IntegrationEnvironment.quietLogger) async throws {
+        application = try await WorkerApplication.build(configuration: configuration, logger: logger)
         group = application.makeServiceGroup(signals: [])
         task = Task { [application, group] in try await application.run(group) }
     }

@@ -129,6 +129,64 @@ import Testing
         try await worker.stop()
     }
 
+    /// One "Request handled" line a request, written when its answer is acknowledged (a pass's
+    /// lines together): its id, method, outcome, partition, offset and trace id, and never its
+    /// password. Requests sent in one producer batch, so passes finish several at once.
+    @Test func everyRequestHandledIsLoggedOnceWithoutItsSecrets() async throws {
+        let setup = try await Setup()
+        let logs = InMemoryLogHandler()
+        let worker = try await RunningWorker(setup.config, logger: Logger(label: "test", handler: logs))
+        let producer = try setup.producer()
+        let reader = try setup.resultsReader()
+        let password = "never in a log \(UUID())"
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+        var expected: [String: (method: String, outcome: String)] = [:]
+        var records: [ProducerRecord] = []
+        for index in 0..<20 {
+            let id = "guest-\(index)-\(UUID())"
+            records.append(setup.record(id: id, key: "device-\(index)", data: #"{"method":"guest"}"#))
+            expected[id] = ("guest", "ok")
+        }
+        let register = "register-\(UUID())"
+        records.append(
+            setup.record(
+                id: register, key: "account",
+                data: #"{"method":"register","email":"logged@example.com","password":"\#(password)"}"#))
+        expected[register] = ("register", "ok")
+        let wrong = "wrong-\(UUID())"
+        records.append(
+            setup.record(
+                id: wrong, key: "account", data: TestRequests.passwordData("logged@example.com", password + "!")))
+        expected[wrong] = ("password", "invalid_credentials")
+        let traced = "traced-\(UUID())"
+        records.append(
+            ProducerRecord(
+                topic: setup.config.topics.requests, key: Array("traced".utf8),
+                value: Array(
+                    #"{"specversion":"1.0","id":"\#(traced)","source":"/gateway/test","type":"auth.login.request","traceparent":"00-\#(trace)-00f067aa0ba902b7-01","data":{"method":"guest"}}"#
+                        .utf8)))
+        expected[traced] = ("guest", "ok")
+        try await producer.send(records)
+        try await reader.waitUntil(timeout: .seconds(90)) { messages in
+            Set(messages.map(\.keyString)).isSuperset(of: expected.keys)
+        }
+        try await worker.stop()
+        let handled = logs.records.filter { $0.message == "Request handled" }
+        let byID = Dictionary(grouping: handled) { $0.metadata[LogKey.requestID] ?? "" }
+        #expect(handled.count == expected.count && byID.count == expected.count)
+        for (id, want) in expected {
+            let lines = byID[id] ?? []
+            #expect(lines.count == 1, "\(id): \(lines.count) lines")
+            let line = try #require(lines.first)
+            #expect(line.metadata[LogKey.method] == want.method && line.metadata[LogKey.outcome] == want.outcome)
+            #expect(line.metadata[LogKey.partition] != nil && line.metadata[LogKey.offset] != nil)
+            #expect(line.metadata[LogKey.traceID] == (id == traced ? trace : nil))
+        }
+        #expect(!logs.lines.contains { $0.contains(password) }, "a password reached the log")
+        await producer.shutdown()
+        await reader.close()
+    }
+
     /// A worker stopped after its work stores the offsets of what it finished: the next worker of
     /// the group starts after them, and nothing is read, done or answered twice.
     @Test func aNewWorkerResumesAfterTheOffsetsOfFinishedWork() async throws {

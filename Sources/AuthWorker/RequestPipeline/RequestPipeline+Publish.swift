@@ -125,6 +125,9 @@ extension RequestPipeline {
 
     func finish(_ done: [JobRecords], _ state: inout LoopState) {
         let now = ContinuousClock.now
+        var lines: [(message: String, metadata: Logger.Metadata)] = []
+        lines.reserveCapacity(done.count)
+        defer { logger.log(.info, lines: lines) }
         for finished in done {
             let job = finished.job
             state.watermark.finish(job.message.topicPartition, offset: job.message.offset, epoch: job.epoch)
@@ -135,7 +138,8 @@ extension RequestPipeline {
                 ?? (job.message.topic == configuration.topics.notifications ? "notification" : "unknown")
             metrics.requestDuration.labels(method, finished.outcome).observe(took)
             guard let request = job.request else { continue }
-            // One line per request, so an operator can follow any of them by id or trace.
+            // One line per request, so an operator can follow any of them by id or trace; the
+            // pass's lines are written together.
             var metadata: Logger.Metadata = [
                 LogKey.requestID: request.id, LogKey.method: request.method.rawValue, LogKey.outcome: finished.outcome,
                 LogKey.duration: String(took.wholeMilliseconds), LogKey.partition: String(job.message.partition),
@@ -144,7 +148,7 @@ extension RequestPipeline {
             if let trace = request.traceparent?.split(separator: "-").dropFirst().first {
                 metadata[LogKey.traceID] = String(trace)
             }
-            logger.info("Request handled", metadata: metadata)
+            lines.append(("Request handled", metadata))
         }
     }
 
