@@ -62,6 +62,7 @@ def log(message):
 class Services:
     def __init__(self, args):
         self.broker = args.broker
+        self.partitions = args.partitions
         self.brokers = args.brokers
         self.broker_admin = args.broker_admin
         self.pg_server = args.database_server
@@ -165,7 +166,8 @@ class Services:
                        stdout=subprocess.DEVNULL)
         return url
 
-    def topics(self, suffix, partitions=4):
+    def topics(self, suffix, partitions=None):
+        partitions = partitions or self.partitions
         names = {kind: f"bench.{kind}.{suffix}" for kind in ("requests", "results", "events", "notifications", "dlq")}
         for name in names.values():
             if self.broker == "mock":
@@ -1113,6 +1115,8 @@ def main():
     parser.add_argument("--broker", choices=("mock", "tansu"), default="mock",
                         help="mock: librdkafka's mock cluster in a process of its own (auth-bench broker; the "
                              "default); tansu: the local Tansu broker through its compatibility proxy")
+    parser.add_argument("--partitions", type=int, default=4,
+                        help="partitions of each topic the run creates (default 4)")
     parser.add_argument("--bench", help="the release auth-bench binary (hosts the mock broker)")
     parser.add_argument("--brokers", help="with --broker tansu: the proxy's address")
     parser.add_argument("--broker-admin", help="with --broker tansu: the broker itself, for creating topics")
