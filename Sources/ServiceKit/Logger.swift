@@ -53,12 +53,8 @@ public struct Logger: Sendable {
     /// Writes a line at `level` when enabled.
     public func log(_ level: Level, _ message: @autoclosure () -> String, metadata extra: Metadata = [:]) {
         guard level >= logLevel else { return }
-        var all = extra
-        if !metadata.isEmpty {
-            all = metadata
-            all.merge(extra) { _, line in line }
-        }
-        handler.write(LogRecord(date: Date(), level: level, label: label, message: message(), metadata: all))
+        handler.write(
+            LogRecord(date: Date(), level: level, label: label, message: message(), metadata: withLoggers(extra)))
     }
 
     /// Writes one line for each of `lines` at `level`, when enabled, all stamped now and handed
@@ -67,15 +63,18 @@ public struct Logger: Sendable {
     public func log(_ level: Level, lines: [(message: String, metadata: Metadata)]) {
         guard level >= logLevel, !lines.isEmpty else { return }
         let now = Date()
-        let records = lines.map { line in
-            var all = line.metadata
-            if !metadata.isEmpty {
-                all = metadata
-                all.merge(line.metadata) { _, line in line }
-            }
-            return LogRecord(date: now, level: level, label: label, message: line.message, metadata: all)
-        }
-        handler.write(records)
+        handler.write(
+            lines.map { line in
+                LogRecord(
+                    date: now, level: level, label: label, message: line.message,
+                    metadata: withLoggers(line.metadata))
+            })
+    }
+
+    /// A line's metadata over this logger's.
+    private func withLoggers(_ line: Metadata) -> Metadata {
+        guard !metadata.isEmpty else { return line }
+        return metadata.merging(line) { _, own in own }
     }
 
     public func debug(_ message: @autoclosure () -> String, metadata: Metadata = [:]) {

@@ -127,7 +127,6 @@ extension RequestPipeline {
         let now = ContinuousClock.now
         var lines: [(message: String, metadata: Logger.Metadata)] = []
         lines.reserveCapacity(done.count)
-        defer { logger.log(.info, lines: lines) }
         for finished in done {
             let job = finished.job
             state.watermark.finish(job.message.topicPartition, offset: job.message.offset, epoch: job.epoch)
@@ -150,6 +149,7 @@ extension RequestPipeline {
             }
             lines.append(("Request handled", metadata))
         }
+        logger.log(.info, lines: lines)
     }
 
 }
