@@ -9,21 +9,21 @@ public final class PasswordService: Sendable {
     public let hasher: PasswordHasher
     public let policy: PasswordPolicy
     private let pool: ExecutorPool
-    /// A hash of a random password: what unknown e-mails are checked against, so they cost what
-    /// known ones do. Made with the parameters most stored hashes have (see `calibrate`), which
+    /// A hash no password matches: what unknown e-mails are checked against, so they cost what
+    /// known ones do. Of the parameters most stored hashes have (see `calibrate`), which
     /// after a parameter change are the old ones until most users have signed in again.
     private let dummyHash: Mutex<String>
     /// Verifications made, the dummy ones for unknown e-mails included.
     public let verifications = Counter()
 
-    /// Makes the pool and the dummy hash (one hash's time).
+    /// Makes the pool and the dummy hash (random bytes: no hash is computed, so a start costs none).
     public init(parameters: Argon2Parameters, threads: Int, policy: PasswordPolicy = PasswordPolicy()) throws {
         hasher = PasswordHasher(parameters: parameters)
         self.policy = policy
         // Below the rest of the worker in the scheduler's eyes: a burst of password logins takes the
         // CPU that is free, not the time guest and provider logins need.
         pool = ExecutorPool(name: "password-hash", size: threads, niceness: 10)
-        dummyHash = Mutex(try hasher.hash(UUID().uuidString))
+        dummyHash = Mutex(try hasher.unmatchableHash())
     }
 
     /// Makes unknown e-mails cost what a typical stored hash costs: `typical` is one stored hash of
@@ -35,7 +35,7 @@ public final class PasswordService: Sendable {
         guard let parameters = hasher.argon2idParameters(of: typical),
             parameters != hasher.argon2idParameters(of: dummyHash.withLock { $0 })
         else { return nil }
-        let dummy = try await pool.run { try PasswordHasher(parameters: parameters).hash(UUID().uuidString) }
+        let dummy = try PasswordHasher(parameters: parameters).unmatchableHash()
         dummyHash.withLock { $0 = dummy }
         return parameters
     }

@@ -80,6 +80,26 @@ public struct PasswordHasher: Sendable {
         return String(decoding: encoded.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
+    /// An Argon2id hash of this hasher's parameters that no password matches: a random salt and a
+    /// random tag, in the form libargon2 writes. Checking a password against it costs one hash of
+    /// these parameters, as checking against a stored hash does; making it costs none (a hash of a
+    /// random password would cost one, and match nothing more surely).
+    public func unmatchableHash() throws -> String {
+        Self.encoded(
+            parameters, salt: try SecureRandom.bytes(parameters.saltLength),
+            tag: try SecureRandom.bytes(parameters.hashLength))
+    }
+
+    /// The PHC string libargon2's `argon2id_hash_encoded` writes for this salt and tag: standard
+    /// Base64 without padding.
+    static func encoded(_ parameters: Argon2Parameters, salt: [UInt8], tag: [UInt8]) -> String {
+        func base64(_ bytes: [UInt8]) -> String {
+            String(Data(bytes).base64EncodedString().prefix { $0 != "=" })
+        }
+        return "$argon2id$v=19$m=\(parameters.memoryKiB),t=\(parameters.iterations),p=\(parameters.parallelism)"
+            + "$\(base64(salt))$\(base64(tag))"
+    }
+
     /// Checks `password` against a stored hash of any supported kind. Unknown or malformed hashes
     /// never match (and never crash).
     public func verify(_ password: String, against stored: String) -> Verification {

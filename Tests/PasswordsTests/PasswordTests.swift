@@ -41,6 +41,33 @@ import Testing
         #expect(hasher.verify("wrong horse", against: old) == .init(matches: false, needsRehash: false))
     }
 
+    /// The dummy that unknown e-mails are checked against is made without hashing: it must be
+    /// exactly the form libargon2 writes (or checking against it would fail on decoding, at no
+    /// cost, and the answer's time would tell), with the hasher's parameters, and match nothing.
+    @Test func unmatchableHashesAreInLibargon2sFormAndMatchNothing() throws {
+        for password in ["correct horse", "", "пароль"] {
+            let stored = try hasher.hash(password)
+            let parts = stored.split(separator: "$")
+            try #require(parts.count == 5, "argon2id, v=19, parameters, salt, tag")
+            func decoded(_ text: Substring) throws -> [UInt8] {
+                let padded = text + String(repeating: "=", count: (4 - text.count % 4) % 4)
+                return Array(try #require(Data(base64Encoded: String(padded))))
+            }
+            let salt = try decoded(parts[3])
+            let tag = try decoded(parts[4])
+            #expect(salt.count == fastArgon2.saltLength && tag.count == fastArgon2.hashLength)
+            #expect(PasswordHasher.encoded(fastArgon2, salt: salt, tag: tag) == stored)
+            #expect(hasher.verify(password, against: PasswordHasher.encoded(fastArgon2, salt: salt, tag: tag)).matches)
+        }
+        let dummy = try hasher.unmatchableHash()
+        #expect(dummy.hasPrefix("$argon2id$v=19$m=256,t=2,p=1$"))
+        #expect(hasher.argon2idParameters(of: dummy) == fastArgon2)
+        #expect(try hasher.unmatchableHash() != dummy, "a fresh salt and tag every time")
+        for password in ["correct horse", "", UUID().uuidString] {
+            #expect(hasher.verify(password, against: dummy) == .init(matches: false, needsRehash: false))
+        }
+    }
+
     @Test(arguments: [
         "", "plain", "$argon2id$", "$argon2id$v=19$m=256,t=2,p=1$$", "$argon2x$v=19$m=256,t=2,p=1$c2FsdA$aGFzaA",
         "$argon2id$v=19$m=99999999,t=2,p=1$c29tZXNhbHQ$CTFhFdXPJO1aFaMaO6Mm5c8y7cJHAph8ArZWb2GRPPc",
