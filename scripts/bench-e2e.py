@@ -875,6 +875,9 @@ def run_idle(services, key_server, seconds, extra=None):
         out.flush(10)
         if not reader.wait_for([warm], timeout=60, responder=worker):
             raise RuntimeError("idle: the worker never answered")
+        # What a start costs, to the first answer: every throughput phase's CPU per login includes
+        # it, spread over that phase's logins.
+        start_up_ms = worker.cpu_seconds() * 1000
         # The relay's and the idle marker's first rounds after the answer settle first.
         time.sleep(8)
         before, started = worker.cpu_seconds(), time.perf_counter()
@@ -882,8 +885,10 @@ def run_idle(services, key_server, seconds, extra=None):
         used, elapsed = worker.cpu_seconds() - before, time.perf_counter() - started
         share = used / elapsed * 100
         wait = worker.env.get("AUTH_KAFKA_FETCH_WAIT_MS", "the default")
-        log(f"idle: the worker used {share:.2f} % of a core over {elapsed:.0f} s (fetch wait: {wait})")
-        return {"seconds": round(elapsed, 1), "worker_core_percent": round(share, 3)}
+        log(f"idle: the worker used {share:.2f} % of a core over {elapsed:.0f} s (fetch wait: {wait}); "
+            f"{start_up_ms:,.0f} ms of CPU from its start to its first answer")
+        return {"seconds": round(elapsed, 1), "worker_core_percent": round(share, 3),
+                "start_up_cpu_ms": round(start_up_ms, 1)}
     finally:
         worker.stop()
         reader.close()
@@ -1083,11 +1088,16 @@ def report(results):
                          f"{worker_us / max(echo_us, 1):.1f}× / {pg_us / max(paced['postgres_cpu_us_per_login'], 1):.1f}× |")
     kinds = (("guest", "guest login"), ("apple", "Apple login"), ("apple_nameless", "nameless Apple login"),
              ("refresh", "refresh"))
+    start_up = results.get("idle", {}).get("start_up_cpu_ms")
     for kind, label in kinds:
         cpu_us = results.get(kind, {}).get("worker_cpu_us_per_login")
         if cpu_us:
+            count = results[kind].get("count")
+            share = f"; the start's share {start_up * 1000 / count:,.1f} µs" if start_up and count else ""
             lines.append(f"| worker CPU per {label} (start-up included) | {cpu_us:,.0f} µs | "
-                         f"one core: {1e6 / cpu_us:,.0f}/s | |")
+                         f"one core: {1e6 / cpu_us:,.0f}/s{share} | |")
+    if start_up:
+        lines.append(f"| worker CPU from a start to its first answer | {start_up:,.0f} ms | | |")
     for kind, label in kinds:
         pg_us, wal = results.get(kind, {}).get("postgres_cpu_us_per_login"), results.get(kind, {}).get("wal_bytes_per_login")
         if pg_us is not None:
