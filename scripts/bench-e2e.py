@@ -825,6 +825,7 @@ def run_pgbench_paced(services, rate, seconds):
     tps = next(float(line.split("=")[1].split()[0]) for line in output.splitlines() if line.startswith("tps"))
     latency = next((float(line.split("=")[1].split()[0]) for line in output.splitlines()
                     if line.startswith("latency average")), None)
+    smallest = run_pgbench_one_row(services, database, rate, seconds)
     services.drop(database)
     own = transaction_latencies_ms(prefix)
     per_login = cores / max(tps, 1e-9) * 1e6
@@ -833,7 +834,39 @@ def run_pgbench_paced(services, rate, seconds):
         f"latency {latency} ms on average, p50 / p99 {p50} / {p99} ms from each transaction's start")
     return {"offered_rate": rate, "transactions_per_second": tps, "postgres_cores": cores,
             "postgres_cpu_us_per_login": per_login, "latency_average_ms": latency,
-            "transaction_p50_ms": p50, "transaction_p99_ms": p99}
+            "transaction_p50_ms": p50, "transaction_p99_ms": p99, "one_row": smallest}
+
+
+PGBENCH_ONE_ROW = """\
+BEGIN;
+INSERT INTO bench_one_row (client, n) VALUES (:client_id, :scale);
+COMMIT;
+"""
+
+
+def run_pgbench_one_row(services, database, rate, seconds):
+    """The smallest durable transaction, one row inserted and committed, paced at `rate` on the
+    same three connections: PostgreSQL's CPU and pgbench's own (its libpq client's) per transaction.
+    What any design pays a login at a paced rate when each login's effects commit on their own."""
+    services.psql(database.rsplit("/", 1)[1], "CREATE TABLE bench_one_row (id bigserial PRIMARY KEY, client int, n int)")
+    script = os.path.join(services.scratch, "one-row.sql")
+    with open(script, "w") as handle:
+        handle.write(PGBENCH_ONE_ROW)
+    before, started = services.postgres_cpu_seconds(), time.perf_counter()
+    process = subprocess.Popen(["pgbench", "-n", "-M", "prepared", "-c", "3", "-j", "1", "-R", str(rate),
+                                "-T", str(seconds), "-f", script, database],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    output = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"pgbench (one row) exited with status {status}")
+    cores = (services.postgres_cpu_seconds() - before) / (time.perf_counter() - started)
+    tps = next(float(line.split("=")[1].split()[0]) for line in output.splitlines() if line.startswith("tps"))
+    postgres_us = cores / max(tps, 1e-9) * 1e6
+    client_us = (usage.ru_utime + usage.ru_stime) / max(tps * seconds, 1e-9) * 1e6
+    log(f"limits: the smallest durable transaction (one row) at {rate:,.0f}/s: PostgreSQL {postgres_us:,.0f} µs, "
+        f"pgbench's client {client_us:,.0f} µs per transaction")
+    return {"postgres_cpu_us": postgres_us, "client_cpu_us": client_us, "transactions_per_second": tps}
 
 
 def transaction_latencies_ms(prefix):
@@ -1086,6 +1119,16 @@ def report(results):
             lines.append(f"| the same rate's floors | | echo {echo_us:,.0f} µs per message; pgbench, one login's "
                          f"statements a transaction: PostgreSQL {paced['postgres_cpu_us_per_login']:,.0f} µs | "
                          f"{worker_us / max(echo_us, 1):.1f}× / {pg_us / max(paced['postgres_cpu_us_per_login'], 1):.1f}× |")
+            # Below which no design goes that commits each login's effects on their own: the
+            # broker's client (the echo) plus a client's one round trip, and PostgreSQL's cost
+            # of the smallest durable transaction, at the same rate.
+            one_row = paced.get("one_row")
+            if one_row:
+                client_floor = echo_us + one_row["client_cpu_us"]
+                lines.append(f"| the smallest durable transaction at that rate (pgbench, one row) | | PostgreSQL "
+                             f"{one_row['postgres_cpu_us']:,.0f} µs, its client {one_row['client_cpu_us']:,.0f} µs; "
+                             f"with the echo {client_floor:,.0f} µs | {worker_us / max(client_floor, 1):.1f}× / "
+                             f"{pg_us / max(one_row['postgres_cpu_us'], 1):.1f}× |")
     kinds = (("guest", "guest login"), ("apple", "Apple login"), ("apple_nameless", "nameless Apple login"),
              ("refresh", "refresh"))
     start_up = results.get("idle", {}).get("start_up_cpu_ms")
