@@ -40,6 +40,20 @@ import Testing
         #expect(throws: JSONReader.Failure.self) { try JSONReader.object(bytes) }
         let overlong: [UInt8] = Array(#"{"a":""#.utf8) + [0xC0, 0xAF] + Array(#""}"#.utf8)
         #expect(throws: JSONReader.Failure.self) { try JSONReader.object(overlong) }
+        // ASCII strings skip validation: a bad byte anywhere in a string, after a long ASCII run
+        // too, in a key, or beside an escape, still refuses the document.
+        let ascii = Array(String(repeating: "a", count: 300).utf8)
+        for bad: [UInt8] in [[0xFF], [0x80], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0xE2, 0x82]] {
+            for document in [
+                Array(#"{"a":""#.utf8) + ascii + bad + Array(#""}"#.utf8),
+                Array(#"{""#.utf8) + bad + Array(#"":1}"#.utf8),
+                Array(#"{"a":"\n"#.utf8) + bad + Array(#""}"#.utf8),
+            ] {
+                #expect(throws: JSONReader.Failure.self) { try JSONReader.object(document) }
+            }
+        }
+        let text = try? JSONReader.object(Array(#"{"a":""#.utf8) + ascii + [0x7F, 0xC3, 0xA9] + Array(#""}"#.utf8))
+        #expect(text?["a"] == .string(String(repeating: "a", count: 300) + "\u{7F}é"))
     }
 
     @Test func limitsNesting() throws {
