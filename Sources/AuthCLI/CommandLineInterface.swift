@@ -397,6 +397,8 @@ public struct CommandLineInterface: Sendable {
     }
 
     private func runWorker() async throws {
+        // Before the broker clients' threads start allocating: see `Allocator`.
+        Allocator.keepFreedMemory()
         let configuration = try configuration()
         let logger = logger(configuration)
         logger.info(
