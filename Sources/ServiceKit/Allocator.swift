@@ -18,7 +18,7 @@ public enum Allocator {
     /// is memory: up to `trimThreshold` bytes a heap stay resident after a burst.
     ///
     /// Call it once at start, before the threads that allocate begin. The settings are the
-    /// process's (`GLIBC_TUNABLES` set the same ones from outside).
+    /// process's, and override what `GLIBC_TUNABLES` set for these two.
     /// - Returns: whether the allocator took both settings (false where it is not glibc's).
     @discardableResult
     public static func keepFreedMemory(trimThreshold: Int = 16 << 20, mmapThreshold: Int = 4 << 20) -> Bool {
