@@ -13,7 +13,7 @@ public enum Allocator {
     /// librdkafka allocates and frees a zeroed compression context of about 100 KB for every
     /// message set it compresses, and under light load every answer is a message set of its own.
     /// With glibc's defaults the freed context was returned to the kernel (`madvise`) and the next
-    /// set faulted its pages in again: 5.9 page faults a login at 300 guest logins/s, 0.45 with
+    /// set faulted its pages in again: 5.9 page faults a login at 300 guest logins/s, 0.43 with
     /// these settings; the worker's samples in page faults and `madvise` 3.3 % → 0.2 %. The cost
     /// is memory: up to `trimThreshold` bytes a heap stay resident after a burst.
     ///
