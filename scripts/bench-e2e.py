@@ -855,11 +855,13 @@ def run_pgbench_one_row(services, database, rate, seconds):
     before, started = services.postgres_cpu_seconds(), time.perf_counter()
     process = subprocess.Popen(["pgbench", "-n", "-M", "prepared", "-c", "3", "-j", "1", "-R", str(rate),
                                 "-T", str(seconds), "-f", script, database],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output = process.stdout.read()
+    # wait4, not wait: the child's own CPU time comes with its status.
     _, status, usage = os.wait4(process.pid, 0)
-    if status != 0:
-        raise RuntimeError(f"pgbench (one row) exited with status {status}")
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"pgbench (one row) exited with status {process.returncode}: {output[-2000:]}")
     cores = (services.postgres_cpu_seconds() - before) / (time.perf_counter() - started)
     tps = next(float(line.split("=")[1].split()[0]) for line in output.splitlines() if line.startswith("tps"))
     postgres_us = cores / max(tps, 1e-9) * 1e6
