@@ -34,6 +34,7 @@ import http.server
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import statistics
@@ -86,6 +87,10 @@ class Services:
         self.brokers = self.mock.stdout.readline().strip()
         if not self.brokers:
             raise RuntimeError("auth-bench broker did not start")
+
+    def broker_cpu_seconds(self):
+        """The mock broker's CPU so far (None on Tansu, which is not this script's process)."""
+        return process_cpu_seconds(self.mock.pid) if self.mock is not None else None
 
     def close(self):
         if self.mock is not None:
@@ -541,14 +546,16 @@ class EchoResponder:
     same broker, topics and fetch wait as the worker. Its latency is what any consumer gets here."""
 
     def __init__(self, services, topics):
-        self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--echo", services.brokers,
-                                         topics["requests"], topics["results"]])
+        # `auth-bench echo`: compiled, on the worker's own Kafka client, as the paced load is.
+        self.process = subprocess.Popen([services.bench, "echo", services.brokers, topics["requests"],
+                                         topics["results"], BENCH_FETCH_WAIT_MS], stdin=subprocess.PIPE)
 
     def cpu_seconds(self):
         return process_cpu_seconds(self.process.pid)
 
     def stop(self):
-        self.process.send_signal(signal.SIGTERM)
+        # It answers until its standard input closes.
+        self.process.stdin.close()
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -599,27 +606,6 @@ def process_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def echo(brokers, requests, results):
-    consumer = Consumer({"bootstrap.servers": brokers, "group.id": f"echo-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": int(BENCH_FETCH_WAIT_MS),
-                         "session.timeout.ms": 6000})
-    consumer.subscribe([requests])
-    out = Producer({"bootstrap.servers": brokers, "linger.ms": 0, "socket.nagle.disable": True})
-    running = [True]
-    signal.signal(signal.SIGTERM, lambda *_: running.__setitem__(0, False))
-    answer = json.dumps({"data": {"status": "ok"}}).encode()
-    while running[0]:
-        # poll returns with the first message; consume(timeout=0) then takes what else is there.
-        first = consumer.poll(0.05)
-        messages = ([first] if first is not None else []) + (consumer.consume(500, 0) if first is not None else [])
-        for message in messages:
-            if message.error() is None:
-                out.produce(results, key=message.key(), value=answer)
-        out.poll(0)
-    out.flush(10)
-    consumer.close()
-
-
 def apple_request_data(key_server, subject, now, index):
     """A first Sign in with Apple with a profile name: a fresh RS256 token from the local key
     server, its nonce's hash in the token."""
@@ -630,38 +616,53 @@ def apple_request_data(key_server, subject, now, index):
             "profile": {"given_name": "Bench", "family_name": f"User{index}"}}
 
 
+class PacedLoad:
+    """The paced requests and the reading of their results, in a process of their own (`auth-bench
+    pace`) on the worker's own Kafka client: Debian's librdkafka, where the Python client bundles a
+    newer one. The echo runs on it too (`auth-bench echo`), so the floor is what the worker's client
+    gets from the same broker. Its CPU is reported as the load generator's (a third of a core at
+    5,600 requests/s, as from Python: librdkafka's thread wake-ups with a 1 ms linger)."""
+
+    def __init__(self, services, topics, rate, bodies):
+        self.folder = tempfile.mkdtemp(prefix="auth-bench-pace-")
+        self.out = os.path.join(self.folder, "latencies")
+        path = os.path.join(self.folder, "bodies")
+        with open(path, "wb") as file:
+            for key, body in bodies:
+                # Keys are UUIDs and JSON escapes tabs and line breaks: a line a request.
+                file.write(key.encode() + b"\t" + body + b"\n")
+        self.process = subprocess.Popen([services.bench, "pace", services.brokers, topics["requests"],
+                                         topics["results"], repr(float(rate)), path, self.out],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def line(self, expected):
+        line = self.process.stdout.readline().strip()
+        if not line.startswith(expected):
+            self.process.kill()
+            raise RuntimeError(f"auth-bench pace: expected `{expected}`, got `{line or 'its exit'}`")
+        return line.split()[1:]
+
+    def cpu_seconds(self):
+        return process_cpu_seconds(self.process.pid)
+
+    def go(self):
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+
+
 def run_latency(services, key_server, rate, seconds, extra=None, responder="worker", method="guest"):
     services.fresh()
     suffix = f"latency{uuid.uuid4().hex[:6]}"
     topics = services.topics(suffix)
-    reader = ResultReader(services, topics["results"], keep_values=method == "refresh")
     database = None
     if responder == "echo":
         worker = EchoResponder(services, topics)
     else:
         database = services.database(f"auth_bench_{suffix}")
         worker = Worker(services, database, topics, key_server, extra, health_port=free_port())
-    # A request's timestamp is taken when it is handed to the client: a gateway's own batching
-    # counts as latency, so it is kept to a millisecond.
-    out = producer(services, linger_ms=1)
-    sent = {}
-
-    def delivered(error, message):
-        # The create time was taken at produce (see `preload`); a request the broker refused has none.
-        if error is not None:
-            sent.pop(message.key().decode(), None)
-
-    # Until the worker answers (it has joined its group), then paced.
-    warm = str(uuid.uuid4())
-    sent[warm] = now_ms()
-    out.produce(topics["requests"], key=warm.encode(), value=request(warm, {"method": "guest"}),
-                timestamp=sent[warm], on_delivery=delivered)
-    out.flush(10)
-    if not reader.wait_for([warm], timeout=60, responder=worker):
-        raise RuntimeError(f"latency: the {responder} never answered")
-    log(f"latency: {rate:,.0f} {method} logins/s for {seconds} s, answered by the {responder}")
-    # Built before the clock starts, so the pacing loop costs the machine under test little: a
-    # request's id and body (an Apple request's token signed here), then one produce call each.
+    # Built before the clock starts, so the pacing costs the machine under test little: a
+    # request's id and body (an Apple request's token signed here). The first is the warm-up,
+    # answered before the clock starts (the responder has joined its group).
     total = int(rate * seconds)
     keys = [str(uuid.uuid4()) for _ in range(total)]
     if method == "apple":
@@ -672,68 +673,78 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         # A guest for each refresh signs up first, in full batches, before the clock starts (the
         # echo answers anything: its refreshes carry tokens of the same length that name no one).
         if responder == "worker":
-            tokens = guest_refresh_tokens(services, reader, topics["requests"], total, worker)
+            signups = ResultReader(services, topics["results"], keep_values=True)
+            try:
+                tokens = guest_refresh_tokens(services, signups, topics["requests"], total, worker)
+            finally:
+                signups.close()
         else:
             tokens = [secrets.token_urlsafe(32) for _ in range(total)]
         bodies = [request(request_id, {"method": "refresh", "refresh_token": token})
                   for request_id, token in zip(keys, tokens)]
     else:
         bodies = [request(request_id, {"method": "guest"}) for request_id in keys]
-    interval = 1 / rate
+    warm = str(uuid.uuid4())
+    load = PacedLoad(services, topics, rate, [(warm, request(warm, {"method": "guest"}))] + list(zip(keys, bodies)))
+    try:
+        load.line("ready")
+    except RuntimeError:
+        worker.stop()
+        raise RuntimeError(f"latency: the {responder} never answered")
+    log(f"latency: {rate:,.0f} {method} logins/s for {seconds} s, answered by the {responder}")
     # Where the machine's CPU goes while the requests are paced: the worker (or echo), PostgreSQL,
-    # this load generator, and the rest (the broker and its proxy, the system).
+    # the load generator, and the rest (the broker, the system).
     machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
     pg_before = services.postgres_cpu_seconds()
     responder_before = worker.cpu_seconds()
+    load_before = load.cpu_seconds()
+    broker_before = services.broker_cpu_seconds()
     buckets_before = scrape(worker, method) if responder == "worker" else None
     start = time.perf_counter()
-    for index in range(total):
-        # Sleeps only when a millisecond or more ahead: what is due is sent at once.
-        delay = start + index * interval - time.perf_counter()
-        if delay > 0.001:
-            time.sleep(delay)
-        stamp = now_ms()
-        sent[keys[index]] = stamp
-        out.produce(topics["requests"], key=keys[index].encode(), value=bodies[index], timestamp=stamp,
-                    on_delivery=delivered)
-        if index % 64 == 0:
-            out.poll(0)
-    out.flush(30)
-    achieved = total / (time.perf_counter() - start)
-    answered = reader.wait_for(keys, timeout=60)
-    machine_after = services.machine_cpu_seconds()
-    cores = (machine_after[1] - machine_before[1]) / max(time.perf_counter() - start, 1e-9)
+    load.go()
+    achieved = float(load.line("sent")[0])
+    duplicates, unanswered, load_cpu = (float(word) for word in load.line("done"))
+    duplicates, unanswered = int(duplicates), int(unanswered)
     wall = time.perf_counter() - start
+    machine_after = services.machine_cpu_seconds()
+    broker_after = services.broker_cpu_seconds()
+    cores = (machine_after[1] - machine_before[1]) / max(wall, 1e-9)
+    load.process.wait(timeout=30)
+    with open(load.out) as file:
+        pairs = [tuple(int(word) for word in line.split()) for line in file]
+    shutil.rmtree(load.folder, ignore_errors=True)
     cpu = {
         "machine_busy_cores": (machine_after[0] - machine_before[0]) / wall, "cores": round(cores),
         "responder_cores": (worker.cpu_seconds() - responder_before) / wall,
         "postgres_cores": (services.postgres_cpu_seconds() - pg_before) / wall,
-        "load_generator_cores": (time.process_time() - own_before) / wall,
+        # The pacing process's CPU (as it counted it when done) and this script's.
+        "load_generator_cores": (load_cpu - load_before + time.process_time() - own_before) / wall,
         "stolen_cores": (machine_after[2] - machine_before[2]) / wall,
+        # The bench's broker is on this machine too (a real one would not be).
+        "broker_cores": (broker_after - broker_before) / wall if broker_before is not None else None,
     }
-    buckets_after = scrape(worker, method) if buckets_before is not None and answered else None
+    buckets_after = scrape(worker, method) if buckets_before is not None and not unanswered else None
     inside = inside_worker(buckets_before, buckets_after) if buckets_after is not None else None
     worker.stop()
-    reader.close()
     if database:
         services.drop(database)
-    unanswered = sum(1 for key in keys if key not in reader.stamps)
-    if not answered and responder == "worker":
+    if unanswered and responder == "worker":
         raise RuntimeError(f"latency: {unanswered} of {total} requests were not answered; see {worker.log.name}")
     if unanswered:
         # The echo does no work, so requests it leaves unanswered for a minute are the broker
         # collapsing under the rate: reported as such, not a reason to lose the rest of the run.
         log(f"latency: the {responder} left {unanswered} of {total} requests unanswered after 60 s")
-    latencies = [reader.stamps[key] - sent[key] for key in keys if key in sent and key in reader.stamps]
+    latencies = [answered - sent for sent, answered in pairs if answered >= 0]
     result = {"responder": responder, "offered_rate": rate, "achieved_rate": achieved, "count": len(latencies),
               "p50_ms": percentile(latencies, 0.50), "p90_ms": percentile(latencies, 0.90),
               "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
-              "mean_ms": statistics.mean(latencies), "duplicates": reader.duplicates, "unanswered": unanswered,
+              "mean_ms": statistics.mean(latencies), "duplicates": duplicates, "unanswered": unanswered,
               "cpu": cpu,
               "inside_worker": inside, "latencies_ms": latencies}
     log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms; CPU busy "
         f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores ({responder} {cpu['responder_cores']:.2f}, "
-        f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f}; "
+        f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f}"
+        + (f", broker {cpu['broker_cores']:.2f}" if cpu['broker_cores'] is not None else "") + "; "
         f"{cpu['stolen_cores']:.2f} stolen by the host)")
     if inside:
         log(f"latency as the worker times it (poll to acknowledged answer): p50 ≤ {inside['p50_at_most_ms']} ms, p99 ≤ {inside['p99_at_most_ms']} ms, "
@@ -1071,11 +1082,15 @@ def report(results):
                      f"{inside['within_25ms']:.0%} within 25 ms | | |")
     for entry, who in ((latency, "worker"), (floor, "echo")):
         cpu = entry["cpu"]
-        rest = cpu["machine_busy_cores"] - cpu["responder_cores"] - cpu["postgres_cores"] - cpu["load_generator_cores"]
+        broker = cpu.get("broker_cores")
+        rest = (cpu["machine_busy_cores"] - cpu["responder_cores"] - cpu["postgres_cores"] - cpu["load_generator_cores"]
+                - (broker or 0))
+        where = (f"broker {broker:.2f}, the rest {max(rest, 0):.2f}" if broker is not None
+                 else f"broker and the rest {max(rest, 0):.2f}")
         lines.append(f"| CPU busy at {entry['achieved_rate']:,.0f}/s answered by the {who} | "
                      f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores | {who} {cpu['responder_cores']:.2f}, "
                      f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f}, "
-                     f"broker and the rest {max(rest, 0):.2f}; stolen by the host {cpu.get('stolen_cores', 0):.2f} | |")
+                     f"{where}; stolen by the host {cpu.get('stolen_cores', 0):.2f} | |")
     for entry in sorted((e for e in results["latency_curve"] if e["responder"] == "worker"),
                         key=lambda e: e["offered_rate"]):
         echo = next((e for e in results["latency_curve"]
@@ -1162,9 +1177,6 @@ def report(results):
 
 
 def main():
-    if len(sys.argv) == 5 and sys.argv[1] == "--echo":
-        echo(*sys.argv[2:5])
-        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", required=True, help="the release auth-worker binary")
     parser.add_argument("--broker", choices=("mock", "tansu"), default="mock",
@@ -1208,8 +1220,8 @@ def main():
                         help="only the refresh throughput phase (guests sign up, then their tokens are rotated)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
     args = parser.parse_args()
-    if args.broker == "mock" and not args.bench:
-        parser.error("--broker mock needs --bench (the auth-bench binary)")
+    if not args.bench:
+        parser.error("--bench (the auth-bench binary) is needed: it hosts the mock broker, the paced load and the echo")
     if args.broker == "tansu" and not (args.brokers and args.broker_admin):
         parser.error("--broker tansu needs --brokers and --broker-admin")
     os.makedirs(args.out, exist_ok=True)

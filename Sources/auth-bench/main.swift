@@ -214,11 +214,15 @@ if let index = arguments.firstIndex(of: "--rounds"), index + 1 < arguments.count
 if arguments.contains("--help") {
     print("usage: auth-bench [jose] [passwords] [--seconds S] [--rounds N]")
     print("       auth-bench broker")
+    print("       auth-bench pace BROKERS REQUESTS RESULTS RATE BODIES OUT")
+    print("       auth-bench echo BROKERS REQUESTS RESULTS FETCH_WAIT_MS")
     print("  passwords needs AUTH_BENCH_DATABASE_URL=postgres://… (scripts/bench sets it)")
     print("  broker hosts librdkafka's mock cluster for the end-to-end benchmark: prints its bootstrap")
     print("  servers on the first line, then creates a topic for each `create NAME PARTITIONS` line")
     print("  read from standard input, cuts every client off at `down` and lets them in again at `up`")
     print("  (answering `ok` or `error: …`), until standard input closes")
+    print("  pace sends the end-to-end benchmark's paced requests and times their results; echo answers")
+    print("  each request at once with no work, the broker's floor (see LoadGenerator.swift)")
     exit(0)
 }
 if arguments.first == "broker" {
@@ -242,6 +246,19 @@ if arguments.first == "broker" {
             } catch {
                 reply("error: \(error)")
             }
+        }
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("auth-bench: \(error)\n".utf8))
+        exit(1)
+    }
+}
+if arguments.first == "pace" || arguments.first == "echo" {
+    do {
+        if arguments.first == "pace" {
+            try await runPacedLoad(Array(arguments.dropFirst()))
+        } else {
+            try await runEcho(Array(arguments.dropFirst()))
         }
         exit(0)
     } catch {
