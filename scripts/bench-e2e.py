@@ -646,8 +646,25 @@ class PacedLoad:
         return process_cpu_seconds(self.process.pid)
 
     def go(self):
-        self.process.stdin.write("go\n")
-        self.process.stdin.flush()
+        try:
+            self.process.stdin.write("go\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it exited: the next line() says so
+
+    def pairs(self):
+        """Once it is done: each paced request's (sent, result) create times in the order sent (the
+        result -1 when none came)."""
+        self.process.wait(timeout=30)
+        with open(self.out) as file:
+            return [tuple(int(word) for word in line.split()) for line in file]
+
+    def close(self):
+        """Ends the process if it is still running (a phase that failed) and removes its files."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def run_latency(services, key_server, rate, seconds, extra=None, responder="worker", method="guest"):
@@ -687,32 +704,35 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     warm = str(uuid.uuid4())
     load = PacedLoad(services, topics, rate, [(warm, request(warm, {"method": "guest"}))] + list(zip(keys, bodies)))
     try:
-        load.line("ready")
-    except RuntimeError:
+        try:
+            load.line("ready")
+        except RuntimeError:
+            raise RuntimeError(f"latency: the {responder} never answered")
+        log(f"latency: {rate:,.0f} {method} logins/s for {seconds} s, answered by the {responder}")
+        # Where the machine's CPU goes while the requests are paced: the worker (or echo),
+        # PostgreSQL, the load generator, the broker, and the rest (the system).
+        machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
+        pg_before = services.postgres_cpu_seconds()
+        responder_before = worker.cpu_seconds()
+        load_before = load.cpu_seconds()
+        broker_before = services.broker_cpu_seconds()
+        buckets_before = scrape(worker, method) if responder == "worker" else None
+        start = time.perf_counter()
+        load.go()
+        achieved = float(load.line("sent")[0])
+        duplicates, unanswered, load_cpu = (float(word) for word in load.line("done"))
+        duplicates, unanswered = int(duplicates), int(unanswered)
+        wall = time.perf_counter() - start
+        machine_after = services.machine_cpu_seconds()
+        broker_after = services.broker_cpu_seconds()
+        cores = (machine_after[1] - machine_before[1]) / max(wall, 1e-9)
+        pairs = load.pairs()
+    except BaseException:
+        # A failed phase leaves no worker or pacer behind to load the phases after it.
         worker.stop()
-        raise RuntimeError(f"latency: the {responder} never answered")
-    log(f"latency: {rate:,.0f} {method} logins/s for {seconds} s, answered by the {responder}")
-    # Where the machine's CPU goes while the requests are paced: the worker (or echo), PostgreSQL,
-    # the load generator, and the rest (the broker, the system).
-    machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
-    pg_before = services.postgres_cpu_seconds()
-    responder_before = worker.cpu_seconds()
-    load_before = load.cpu_seconds()
-    broker_before = services.broker_cpu_seconds()
-    buckets_before = scrape(worker, method) if responder == "worker" else None
-    start = time.perf_counter()
-    load.go()
-    achieved = float(load.line("sent")[0])
-    duplicates, unanswered, load_cpu = (float(word) for word in load.line("done"))
-    duplicates, unanswered = int(duplicates), int(unanswered)
-    wall = time.perf_counter() - start
-    machine_after = services.machine_cpu_seconds()
-    broker_after = services.broker_cpu_seconds()
-    cores = (machine_after[1] - machine_before[1]) / max(wall, 1e-9)
-    load.process.wait(timeout=30)
-    with open(load.out) as file:
-        pairs = [tuple(int(word) for word in line.split()) for line in file]
-    shutil.rmtree(load.folder, ignore_errors=True)
+        raise
+    finally:
+        load.close()
     cpu = {
         "machine_busy_cores": (machine_after[0] - machine_before[0]) / wall, "cores": round(cores),
         "responder_cores": (worker.cpu_seconds() - responder_before) / wall,
