@@ -21,7 +21,10 @@ Phases, each on a database and topics of its own:
               per transaction in the worker's two round trips (PostgreSQL's floor per login at
               that rate: its CPU, and each transaction's latency from its start, p50 and p99); and
               `openssl speed` for the signature primitives
-With --fresh-broker, each phase starts on an emptied broker (an in-memory broker slows as it fills).
+The broker (default) is librdkafka's mock cluster in a process of its own (scripts/bench-broker.py),
+fresh for each phase, keeping each partition's last few seconds while a paced phase runs (its
+lookup of a fetch's start walks the partition's log). With --fresh-broker (Tansu), each phase
+starts on an emptied broker (an in-memory broker slows as it fills).
 Each phase also reports the CPU the hypervisor stole from this machine while it ran: on a shared
 host that varies from run to run, and explains most of the spread between runs.
 Then a table (stdout, and results.json) and a chart (e2e.png) in the output folder.
@@ -52,6 +55,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The worker's fetch wait on the bench brokers, which hold a fetch for the whole wait; the echo
 # floor's consumer uses the same.
 BENCH_FETCH_WAIT_MS = "5"
+# What the default bench broker keeps of each partition during a paced phase, in seconds: its
+# lookup of a fetch's start walks the log, and a reader this far behind has failed the phase anyway.
+BENCH_KEEP_SECONDS = 2
 
 
 def log(message):
@@ -73,20 +79,45 @@ class Services:
         self.tansu = os.path.join(ROOT, ".local", "tansu", "tansu")
         self.scratch = tempfile.mkdtemp(prefix="auth-bench-")
         self.mock = None
-        if self.broker == "mock":
+        if self.broker in ("mock", "mock-linked"):
             self.start_mock()
 
     def start_mock(self):
-        """librdkafka's mock cluster in a process of its own (`auth-bench broker`), on the same
-        librdkafka as the worker: no proxy, and a fraction of Tansu's CPU."""
+        """librdkafka's mock cluster in a process of its own: no proxy, and a fraction of Tansu's
+        CPU. `mock`: scripts/bench-broker.py, on the librdkafka the confluent-kafka wheel bundles,
+        which trims each partition to its last few seconds during a paced phase (`keep_recent`);
+        `mock-linked`: `auth-bench broker`, on the worker's own librdkafka, which cannot."""
         if self.mock is not None:
             self.mock.stdin.close()
             self.mock.wait(10)
-        self.mock = subprocess.Popen([self.bench, "broker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, bufsize=1)
+        command = ([sys.executable, os.path.join(ROOT, "scripts", "bench-broker.py")] if self.broker == "mock"
+                   else [self.bench, "broker"])
+        self.mock = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.brokers = self.mock.stdout.readline().strip()
         if not self.brokers:
-            raise RuntimeError("auth-bench broker did not start")
+            raise RuntimeError(f"{' '.join(command)} did not start")
+
+    def ask_mock(self, line):
+        """Sends `line` to the mock broker's process and returns its answer."""
+        self.mock.stdin.write(line + "\n")
+        return self.mock.stdout.readline().strip()
+
+    def keep_recent(self, seconds):
+        """From now on the broker keeps only each partition's last `seconds` of records (`mock`
+        only; a no-op elsewhere): its lookup of a fetch's start walks the partition's log, so a
+        full log makes the broker, not the worker, set the latency. A reader further behind loses
+        records, which the phase counts as unanswered."""
+        if self.broker == "mock":
+            answer = self.ask_mock(f"keep {seconds}")
+            if answer != "ok":
+                raise RuntimeError(f"bench-broker.py: keep {seconds}: {answer}")
+
+    def trimmed_records(self):
+        """Records the broker has deleted from its logs so far (None where it does not trim)."""
+        if self.broker != "mock":
+            return None
+        answer = self.ask_mock("trimmed").split()
+        return int(answer[1]) if len(answer) == 2 and answer[0] == "trimmed" else None
 
     def broker_cpu_seconds(self):
         """The mock broker's CPU so far (None on Tansu, which is not this script's process)."""
@@ -101,7 +132,7 @@ class Services:
     def fresh(self):
         """Starts a phase on an empty broker (an in-memory broker slows as it fills) and with no
         checkpoint of the previous phase's writes pending in PostgreSQL."""
-        if self.broker == "mock":
+        if self.mock is not None:
             self.start_mock()
         elif self.fresh_broker:
             subprocess.run(self.fresh_broker, shell=True, check=True, stdout=subprocess.DEVNULL,
@@ -175,9 +206,8 @@ class Services:
         partitions = partitions or self.partitions
         names = {kind: f"bench.{kind}.{suffix}" for kind in ("requests", "results", "events", "notifications", "dlq")}
         for name in names.values():
-            if self.broker == "mock":
-                self.mock.stdin.write(f"create {name} {partitions}\n")
-                answer = self.mock.stdout.readline().strip()
+            if self.mock is not None:
+                answer = self.ask_mock(f"create {name} {partitions}")
                 if answer != "ok":
                     raise RuntimeError(f"creating {name}: {answer}")
                 continue
@@ -709,6 +739,9 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         except RuntimeError:
             raise RuntimeError(f"latency: the {responder} never answered")
         log(f"latency: {rate:,.0f} {method} logins/s for {seconds} s, answered by the {responder}")
+        # The warm-up is answered and read: from here the broker keeps each partition's last few
+        # seconds (the default broker; see Services.keep_recent).
+        services.keep_recent(BENCH_KEEP_SECONDS)
         # Where the machine's CPU goes while the requests are paced: the worker (or echo),
         # PostgreSQL, the load generator, the broker, and the rest (the system).
         machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
@@ -725,6 +758,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         wall = time.perf_counter() - start
         machine_after = services.machine_cpu_seconds()
         broker_after = services.broker_cpu_seconds()
+        trimmed = services.trimmed_records()
         cores = (machine_after[1] - machine_before[1]) / max(wall, 1e-9)
         pairs = load.pairs()
     except BaseException:
@@ -759,7 +793,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
               "p50_ms": percentile(latencies, 0.50), "p90_ms": percentile(latencies, 0.90),
               "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
               "mean_ms": statistics.mean(latencies), "duplicates": duplicates, "unanswered": unanswered,
-              "cpu": cpu,
+              "cpu": cpu, "broker_trimmed_records": trimmed,
               "inside_worker": inside, "latencies_ms": latencies}
     log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms; CPU busy "
         f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores ({responder} {cpu['responder_cores']:.2f}, "
@@ -1199,9 +1233,12 @@ def report(results):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", required=True, help="the release auth-worker binary")
-    parser.add_argument("--broker", choices=("mock", "tansu"), default="mock",
-                        help="mock: librdkafka's mock cluster in a process of its own (auth-bench broker; the "
-                             "default); tansu: the local Tansu broker through its compatibility proxy")
+    parser.add_argument("--broker", choices=("mock", "mock-linked", "tansu"), default="mock",
+                        help="mock: librdkafka's mock cluster in a process of its own (scripts/bench-broker.py, "
+                             "on the confluent-kafka wheel's librdkafka, keeping each partition's last "
+                             f"{BENCH_KEEP_SECONDS} s during paced phases; the default); mock-linked: the same "
+                             "on the worker's own librdkafka (auth-bench broker), which keeps up to 5 MiB a "
+                             "partition; tansu: the local Tansu broker through its compatibility proxy")
     parser.add_argument("--partitions", type=int, default=4,
                         help="partitions of each topic the run creates (default 4)")
     parser.add_argument("--bench", help="the release auth-bench binary (hosts the mock broker)")
