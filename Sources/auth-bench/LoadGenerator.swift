@@ -106,8 +106,12 @@ func runPacedLoad(_ arguments: [String]) async throws {
         return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
     }
     for position in 1..<keys.count {
-        let delay = Double(position - 1) * interval - secondsSinceStart()
-        if delay > 0.001 { usleep(useconds_t(delay * 1_000_000)) }
+        // In steps of at most a second: a slow rate's delay would not fit `usleep`'s microseconds.
+        var delay = Double(position - 1) * interval - secondsSinceStart()
+        while delay > 0.001 {
+            usleep(useconds_t(min(delay, 1) * 1_000_000))
+            delay = Double(position - 1) * interval - secondsSinceStart()
+        }
         sent[position] = send(position)
     }
     try producer.flush(timeout: .seconds(30))
