@@ -12,6 +12,8 @@ Phases, each on a database and topics of its own:
   latency     guest logins paced at half the measured guest rate: p50, p99; then the same pacing
               answered by an echo client that does no work (the broker's floor), and a curve of
               both at a few fixed rates
+  linger      the curve's rates from 300/s again, each request allowed to wait --linger-ms (20) for
+              others to join its transaction (AUTH_BATCH_LINGER_MS): the light-load trade on offer
   batch       guest throughput with AUTH_BATCH_MAX of 1, 10, 100, 500
   idle        the worker's CPU while nothing arrives, at its default fetch wait (as on Apache Kafka)
               and at the bench's 5 ms (the bench brokers hold every fetch for the whole wait)
@@ -1200,6 +1202,17 @@ def report(results):
                              f"{one_row['postgres_cpu_us']:,.0f} µs, its client {one_row['client_cpu_us']:,.0f} µs; "
                              f"with the echo {client_floor:,.0f} µs | {worker_us / max(client_floor, 1):.1f}× / "
                              f"{pg_us / max(one_row['postgres_cpu_us'], 1):.1f}× |")
+    # The same rates with each request allowed to wait for others (AUTH_BATCH_LINGER_MS).
+    for entry in sorted(results.get("linger", []), key=lambda e: e["offered_rate"]):
+        rate, cpu = entry.get("achieved_rate") or entry["offered_rate"], entry.get("cpu") or {}
+        if not rate or "responder_cores" not in cpu:
+            continue
+        worker_us, pg_us = cpu["responder_cores"] / rate * 1e6, cpu["postgres_cores"] / rate * 1e6
+        full = f"full batches: {full_worker:,.0f} / {full_pg:,.0f} µs" if full_worker and full_pg else ""
+        ratio = f"{worker_us / full_worker:.1f}× / {pg_us / full_pg:.1f}×" if full_worker and full_pg else ""
+        lines.append(f"| with AUTH_BATCH_LINGER_MS={entry['linger_ms']} at {entry['offered_rate']:,.0f}/s: "
+                     f"p50 / p99; worker / PostgreSQL CPU per guest login | {entry['p50_ms']} / {entry['p99_ms']} ms; "
+                     f"{worker_us:,.0f} / {pg_us:,.0f} µs | {full} | {ratio} |")
     kinds = (("guest", "guest login"), ("apple", "Apple login"), ("apple_nameless", "nameless Apple login"),
              ("refresh", "refresh"))
     start_up = results.get("idle", {}).get("start_up_cpu_ms")
@@ -1253,6 +1266,9 @@ def main():
     parser.add_argument("--latency-seconds", type=int, default=20)
     parser.add_argument("--curve-rates", default="100,300,1000", help="paced rates for the latency curve")
     parser.add_argument("--curve-seconds", type=int, default=10)
+    parser.add_argument("--linger-ms", type=int, default=20,
+                        help="the paced rates from 300/s are run once more with AUTH_BATCH_LINGER_MS at this "
+                             "(0: not)")
     parser.add_argument("--batch-requests", type=int, default=5000)
     parser.add_argument("--pgbench-seconds", type=int, default=15)
     parser.add_argument("--guest-only", action="store_true",
@@ -1345,6 +1361,16 @@ def run(args, services, results):
             entry = run_latency(services, key_server, rate, args.curve_seconds, responder=responder)
             results["latency_curve"].append({k: v for k, v in entry.items() if k != "latencies_ms"})
         results.setdefault("pgbench_paced", []).append(run_pgbench_paced(services, rate, args.curve_seconds))
+    # The light-load trade on offer: the paced rates from 300/s up again, each request allowed to
+    # wait for others to join its transaction (AUTH_BATCH_LINGER_MS).
+    results["linger"] = []
+    for rate in (float(text) for text in args.curve_rates.split(",") if text):
+        if args.linger_ms <= 0 or rate < 300:
+            continue
+        entry = run_latency(services, key_server, rate, args.curve_seconds,
+                            extra={"AUTH_BATCH_LINGER_MS": str(args.linger_ms)})
+        results["linger"].append({**{k: v for k, v in entry.items() if k != "latencies_ms"},
+                                  "linger_ms": args.linger_ms})
     results["idle"] = run_idle_both(services, key_server, args.idle_seconds)
     results["batch"] = []
     for size in (1, 10, 100, 500):

@@ -99,6 +99,24 @@ import Testing
         }
     }
 
+    /// `AUTH_BATCH_LINGER_MS`: off unless set, read in milliseconds, refused past a second or
+    /// below nothing.
+    @Test func theBatchLingerIsOffUnlessSetAndAtMostASecond() throws {
+        let base = [
+            "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": "postgres://db/x",
+            "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+        ]
+        #expect(try WorkerConfiguration.fromEnvironment(base).processing.batchLinger == .zero)
+        let set = try WorkerConfiguration.fromEnvironment(base.merging(["AUTH_BATCH_LINGER_MS": "10"]) { $1 })
+        #expect(set.processing.batchLinger == .milliseconds(10))
+        try set.validate()
+        let long = try WorkerConfiguration.fromEnvironment(base.merging(["AUTH_BATCH_LINGER_MS": "1001"]) { $1 })
+        #expect(throws: ConfigurationError(variable: "AUTH_BATCH_LINGER_MS", reason: "")) { try long.validate() }
+        #expect(throws: ConfigurationError(variable: "AUTH_BATCH_LINGER_MS", reason: "")) {
+            try WorkerConfiguration.fromEnvironment(base.merging(["AUTH_BATCH_LINGER_MS": "-5"]) { $1 })
+        }
+    }
+
     /// `AUTH_DB_POOL_SIZE=0` is refused naming itself (it used to name AUTH_BATCH_SIZE).
     @Test func aPoolOfNoConnectionsNamesItsVariable() throws {
         let config = try WorkerConfiguration.fromEnvironment([

@@ -332,6 +332,75 @@ import Testing
         try await worker.stop()
     }
 
+    /// With `AUTH_BATCH_LINGER_MS`, requests sent apart within the linger are looked up and
+    /// written together, in one transaction, once the first has waited the linger; each is
+    /// answered. (Without it, each would be its own transaction, answered at once.)
+    @Test func aLingerGathersRequestsSentApartIntoOneTransaction() async throws {
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        config.processing.batchLinger = .seconds(1)
+        let worker = try await RunningWorker(config)
+        let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        // A first request, answered once the worker reads the topic: the three after it reach a
+        // worker that is polling, one by one.
+        let warmUp = "linger-warm-up-\(UUID())"
+        try await gateway.publishRaw(key: nil, value: request(id: warmUp, data: #"{"method":"guest"}"#))
+        _ = try #require(try await gateway.awaitResult(requestID: warmUp, timeout: .seconds(30)))
+        let batchesBefore = worker.application.metrics.writeBatches.labels("lookup").count
+        let ids = (0..<3).map { _ in "linger-\(UUID())" }
+        let firstSent = ContinuousClock.now
+        for (index, id) in ids.enumerated() {
+            if index > 0 { try await Task.sleep(for: .milliseconds(150)) }
+            try await gateway.publishRaw(
+                key: Array("device-\(index)".utf8), value: request(id: id, data: #"{"method":"guest"}"#))
+        }
+        for id in ids {
+            let bytes = try #require(try await gateway.awaitResult(requestID: id, timeout: .seconds(30)))
+            #expect(try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data.status == "ok")
+        }
+        #expect(ContinuousClock.now - firstSent >= .seconds(1), "the first waited the linger")
+        #expect(worker.application.metrics.writeBatches.labels("lookup").count == batchesBefore + 1)
+        #expect(worker.application.metrics.writeBatches.labels("loop").count == 0)
+        #expect(
+            try PGConnection(conninfo: databaseURL).query("SELECT count(*) AS n FROM users").first?.decode(
+                "n", as: Int.self) == 4)
+        gateway.close()
+        try await worker.stop()
+    }
+
+    /// A linger holds nothing while a batch's worth is in flight (64, or `AUTH_BATCH_MAX` when
+    /// smaller): of five requests sent at once with batches of four, the first four go at once,
+    /// the fifth, alone after them, waits the linger.
+    @Test func aLingerHoldsNothingWhileABatchIsInFlight() async throws {
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        config.processing.batchLinger = .seconds(1)
+        config.processing.batchMax = 4
+        let worker = try await RunningWorker(config)
+        let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        let warmUp = "linger-warm-up-\(UUID())"
+        try await gateway.publishRaw(key: nil, value: request(id: warmUp, data: #"{"method":"guest"}"#))
+        _ = try #require(try await gateway.awaitResult(requestID: warmUp, timeout: .seconds(30)))
+
+        let ids = (0..<5).map { _ in "linger-full-\(UUID())" }
+        let sent = ContinuousClock.now
+        for id in ids {
+            try await gateway.publishRaw(key: Array(id.utf8), value: request(id: id, data: #"{"method":"guest"}"#))
+        }
+        for id in ids.prefix(4) {
+            _ = try #require(try await gateway.awaitResult(requestID: id, timeout: .seconds(30)))
+        }
+        let firstFour = ContinuousClock.now - sent
+        _ = try #require(try await gateway.awaitResult(requestID: ids[4], timeout: .seconds(30)))
+        let fifth = ContinuousClock.now - sent
+        #expect(firstFour < .seconds(1), "four in flight: none waited")
+        #expect(fifth >= .seconds(1), "alone, it waited the linger")
+        gateway.close()
+        try await worker.stop()
+    }
+
     @Test func aRequestPastItsDeadlineIsNotActedOn() async throws {
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()

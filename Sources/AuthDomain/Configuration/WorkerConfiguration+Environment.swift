@@ -101,6 +101,9 @@ extension WorkerConfiguration {
             config.processing.kafkaLinger = .milliseconds(value)
         }
         if let value = try reader.integer("AUTH_BATCH_WAIT_MS") { config.processing.batchWait = .milliseconds(value) }
+        if let value = try reader.integer("AUTH_BATCH_LINGER_MS") {
+            config.processing.batchLinger = .milliseconds(value)
+        }
         if let value = try reader.integer("AUTH_DB_POOL_SIZE") { config.processing.databasePoolSize = value }
         if let value = try reader.integer("AUTH_DB_WRITERS") { config.processing.writers = value }
         if let value = try reader.bool("AUTH_DB_PREPARED_STATEMENTS") { config.processing.preparedStatements = value }

@@ -355,6 +355,12 @@ public struct WorkerConfiguration: Sendable {
         /// How long an idle poll waits for the first message: the first to arrive ends the wait, so
         /// this sets only how often an idle worker wakes. Env: `AUTH_BATCH_WAIT_MS`. Default: 1 s.
         public var batchWait: Duration = .seconds(1)
+        /// How long a request may wait for others to join its batch before it is looked up and
+        /// written: fewer transactions, and less CPU a login, at a light load, for up to this much
+        /// more latency. Zero (the default) never waits: a batch is whatever is there. Nothing
+        /// waits while 64 requests (or `batchMax`) are in flight: under load, batches fill anyway.
+        /// Env: `AUTH_BATCH_LINGER_MS` (0 – 1000). Default: 0.
+        public var batchLinger: Duration = .zero
         /// PostgreSQL connections: `writers` write batches, one counts password attempts, the
         /// others serve lookups, the outbox relay and readiness. Env: `AUTH_DB_POOL_SIZE`. Default: 5.
         public var databasePoolSize = 5
@@ -428,6 +434,9 @@ public struct WorkerConfiguration: Sendable {
         }
         guard processing.batchMax > 0 else {
             throw ConfigurationError(variable: "AUTH_BATCH_MAX", reason: "must be positive")
+        }
+        guard processing.batchLinger >= .zero, processing.batchLinger <= .seconds(1) else {
+            throw ConfigurationError(variable: "AUTH_BATCH_LINGER_MS", reason: "must be between 0 and 1000")
         }
         guard processing.maxInFlight >= processing.batchMax else {
             throw ConfigurationError(variable: "AUTH_MAX_IN_FLIGHT", reason: "must be at least AUTH_BATCH_MAX")

@@ -335,6 +335,9 @@ extension RequestPipeline {
         return now.timeIntervalSince(sent) > configuration.requestDeadline
     }
 
+    /// Requests in flight from which none waits for others to join it (`lingersUntil`).
+    static let lingerFill = 64
+
     /// How many requests starting together the loop prepares itself (when their preparation waits
     /// for nothing).
     static let preparedInLoop = 4
