@@ -308,7 +308,8 @@ public final class RequestPipeline: Service {
                     // asks again): the doorbell rings when the oldest has waited enough.
                     if lingerAlarm.map({ $0 > until || $0 < .now }) ?? true {
                         lingerAlarm = until
-                        Task { [doorbell] in
+                        // On the pool, said so: the loop runs on the consumer's thread.
+                        Task(executorPreference: globalConcurrentExecutor) { [doorbell] in
                             try? await Task.sleep(until: until, clock: .continuous)
                             doorbell.ring()
                         }
