@@ -129,6 +129,32 @@ public final class HealthServer: Service, @unchecked Sendable {
         var received: [UInt8] = []
     }
 
+    /// `accept4(listener, nil, nil, SOCK_CLOEXEC | SOCK_NONBLOCK)`: the connection is close-on-exec
+    /// and non-blocking from its first instant, so a program another thread of the process starts
+    /// meanwhile cannot inherit it (`accept` and then `fcntl` left a window, which a test saw).
+    /// Glibc's Swift module leaves `accept4` out (it is declared only with `_GNU_SOURCE`), so it
+    /// is looked up once in the C library; where it is missing, `accept` and `fcntl` as before.
+    static func acceptCloseOnExec(_ listener: Int32) -> Int32 {
+        typealias Accept4 =
+            @convention(c) (Int32, UnsafeMutablePointer<sockaddr>?, UnsafeMutablePointer<socklen_t>?, Int32) -> Int32
+        if let address = accept4Address, let pointer = UnsafeRawPointer(bitPattern: address) {
+            let accept4 = unsafeBitCast(pointer, to: Accept4.self)
+            return accept4(listener, nil, nil, Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue))
+        }
+        let client = accept(listener, nil, nil)
+        guard client >= 0 else { return client }
+        _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK)
+        return client
+    }
+
+    /// Where the C library's `accept4` is (`dlsym` with the default search, `RTLD_DEFAULT`); nil
+    /// when it has none.
+    private static let accept4Address: Int? = dlsym(nil, "accept4").map { Int(bitPattern: $0) }
+
+    /// Whether connections are accepted close-on-exec in one call (`accept4` found).
+    public static var acceptsCloseOnExecAtOnce: Bool { accept4Address != nil }
+
     /// The event loop: accept, read request lines as they arrive, answer, close; until stopped.
     private func serve(_ listener: Int32) {
         var connections: [Connection] = []
@@ -164,11 +190,8 @@ public final class HealthServer: Service, @unchecked Sendable {
             connections = open
             if descriptors[0].revents & Int16(POLLIN) != 0 {
                 while true {
-                    let client = accept(listener, nil, nil)
+                    let client = Self.acceptCloseOnExec(listener)
                     guard client >= 0 else { break }
-                    // Close-on-exec as well (accept4, which does both at once, is not in Glibc's module).
-                    _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-                    _ = fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK)
                     var connection = Connection(fd: client, deadline: now + requestTimeout)
                     // A probe sends its request with the connection: answered here, it never
                     // waits for a slot.
