@@ -1171,14 +1171,24 @@ def report(results):
     # full-batch (preloaded) guest figures.
     full_worker = results.get("guest", {}).get("worker_cpu_us_per_login")
     full_pg = results.get("guest", {}).get("postgres_cpu_us_per_login")
-    for entry in sorted((e for e in results["latency_curve"] if e["responder"] == "worker"),
-                        key=lambda e: e["offered_rate"]):
+
+    def per_login(entry):
+        """A paced phase's worker and PostgreSQL CPU a login (µs), with the full-batch figures and
+        the ratios to them as table cells; None when the phase has no CPU figures."""
         rate, cpu = entry.get("achieved_rate") or entry["offered_rate"], entry.get("cpu") or {}
         if not rate or "responder_cores" not in cpu:
-            continue
+            return None
         worker_us, pg_us = cpu["responder_cores"] / rate * 1e6, cpu["postgres_cores"] / rate * 1e6
         full = f"full batches: {full_worker:,.0f} / {full_pg:,.0f} µs" if full_worker and full_pg else ""
         ratio = f"{worker_us / full_worker:.1f}× / {pg_us / full_pg:.1f}×" if full_worker and full_pg else ""
+        return worker_us, pg_us, full, ratio
+
+    for entry in sorted((e for e in results["latency_curve"] if e["responder"] == "worker"),
+                        key=lambda e: e["offered_rate"]):
+        cost = per_login(entry)
+        if cost is None:
+            continue
+        worker_us, pg_us, full, ratio = cost
         lines.append(f"| worker / PostgreSQL CPU per guest login at {entry['offered_rate']:,.0f}/s | "
                      f"{worker_us:,.0f} / {pg_us:,.0f} µs | {full} | {ratio} |")
         # The same rate's floors: the echo's CPU per message (the broker's client alone), and
@@ -1204,12 +1214,10 @@ def report(results):
                              f"{pg_us / max(one_row['postgres_cpu_us'], 1):.1f}× |")
     # The same rates with each request allowed to wait for others (AUTH_BATCH_LINGER_MS).
     for entry in sorted(results.get("linger", []), key=lambda e: e["offered_rate"]):
-        rate, cpu = entry.get("achieved_rate") or entry["offered_rate"], entry.get("cpu") or {}
-        if not rate or "responder_cores" not in cpu:
+        cost = per_login(entry)
+        if cost is None:
             continue
-        worker_us, pg_us = cpu["responder_cores"] / rate * 1e6, cpu["postgres_cores"] / rate * 1e6
-        full = f"full batches: {full_worker:,.0f} / {full_pg:,.0f} µs" if full_worker and full_pg else ""
-        ratio = f"{worker_us / full_worker:.1f}× / {pg_us / full_pg:.1f}×" if full_worker and full_pg else ""
+        worker_us, pg_us, full, ratio = cost
         lines.append(f"| with AUTH_BATCH_LINGER_MS={entry['linger_ms']} at {entry['offered_rate']:,.0f}/s: "
                      f"p50 / p99; worker / PostgreSQL CPU per guest login | {entry['p50_ms']} / {entry['p99_ms']} ms; "
                      f"{worker_us:,.0f} / {pg_us:,.0f} µs | {full} | {ratio} |")
