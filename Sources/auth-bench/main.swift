@@ -14,7 +14,7 @@ import ServiceKit
 // (`openssl speed`), so numbers from different machines compare. One core: the worker scales
 // across cores by handling messages in parallel.
 //
-// usage: auth-bench [jose] [--seconds S]
+// usage: auth-bench [jose] [passwords] [--seconds S] [--rounds N] (auth-bench --help for the rest)
 
 struct Measurement {
     var name: String
@@ -117,64 +117,90 @@ func joseBenchmark(
 
 /// Password logins through the real flow (store, throttle, hash on the pool, session write)
 /// next to the raw Argon2id verification rate with the same parameters and the same threads.
-func passwordBenchmark(seconds: Double, databaseURL: String?) async throws -> (
-    raw: Double, logins: Double, store: String
-) {
-    let parameters = Argon2Parameters()
-    let threads = ProcessInfo.processInfo.activeProcessorCount
-    let passwords = try PasswordService(parameters: parameters, threads: threads)
-    let stored = try passwords.hasher.hash("correct horse battery staple")
+/// Password logins through the whole flow beside the raw Argon2id rate, set up once and then
+/// measured in pairs: each round times both, back to back, alternating which goes first, so a
+/// host whose speed drifts (a shared one does, by a third within minutes) moves both figures of a
+/// pair alike, and the ratio is each pair's, not the best of one beside the best of the other.
+struct PasswordBenchmark {
+    let passwords: PasswordService
+    let stored: String
+    let threads: Int
+    let handle: @Sendable (LoginRequestData, LoginMethod) async throws -> LoginResultData
+    let login: LoginRequestData
 
-    // Raw: every hashing thread verifies back to back.
-    let raw = try await rate(seconds: seconds, concurrency: threads) {
-        _ = try await passwords.verify("correct horse battery staple", against: stored)
+    init(databaseURL: String) async throws {
+        let parameters = Argon2Parameters()
+        let threads = ProcessInfo.processInfo.activeProcessorCount
+        let passwords = try PasswordService(parameters: parameters, threads: threads)
+        var configuration = WorkerConfiguration()
+        configuration.accessTokenFormat = .opaque
+        configuration.accounts.argon2 = parameters
+        configuration.accounts.throttle.threshold = .max
+        let clock = SystemClock()
+        let identifiers = Identifiers(clock: clock)
+        let store = PostgresStore(pool: PGPool(conninfo: databaseURL, size: threads * 2 + 1))
+        try await store.migrate()
+        let flows = LoginFlows(
+            configuration: configuration, accessTokens: OpaqueTokenIssuer(identifiers: identifiers),
+            passwords: passwords, attempts: store, clock: clock, identifiers: identifiers,
+            logger: Logger(label: "bench", level: .error, handler: InMemoryLogHandler()))
+        // Prepare (the attempt counted, the hash checked on its pool), then write in a transaction:
+        // the work of one password login in the worker's pipeline, without the broker.
+        @Sendable func handle(_ data: LoginRequestData, method: LoginMethod) async throws -> LoginResultData {
+            let request = LoginRequest(
+                id: UUID().uuidString, source: "/bench", time: nil, traceparent: nil, method: method, data: data)
+            let prepared = try await flows.prepare(request)
+            guard
+                case .written(let answer, _) = try await store.runBatch(
+                    [prepared], prefetch: prepared.prefetch,
+                    { item, unit in
+                        try item.write(unit)
+                    }
+                ).first
+            else { throw BenchmarkFailure(reason: "benchmark login failed") }
+            return answer.result
+        }
+        let email = "bench-\(UUID().uuidString.prefix(8))@example.com"
+        var register = LoginRequestData(method: "register")
+        register.email = email
+        register.password = "correct horse battery staple"
+        guard try await handle(register, method: .register).status == "ok" else {
+            throw BenchmarkFailure(reason: "benchmark registration failed")
+        }
+        var login = LoginRequestData(method: "password")
+        login.email = email
+        login.password = "correct horse battery staple"
+        self.passwords = passwords
+        self.stored = try passwords.hasher.hash("correct horse battery staple")
+        self.threads = threads
+        self.handle = handle
+        self.login = login
     }
 
-    guard let databaseURL else { throw BenchmarkFailure(reason: "AUTH_BENCH_DATABASE_URL is not set") }
-    var configuration = WorkerConfiguration()
-    configuration.accessTokenFormat = .opaque
-    configuration.accounts.argon2 = parameters
-    configuration.accounts.throttle.threshold = .max
-    let clock = SystemClock()
-    let identifiers = Identifiers(clock: clock)
-    let store = PostgresStore(pool: PGPool(conninfo: databaseURL, size: threads * 2 + 1))
-    try await store.migrate()
-    let flows = LoginFlows(
-        configuration: configuration, accessTokens: OpaqueTokenIssuer(identifiers: identifiers),
-        passwords: passwords, attempts: store, clock: clock, identifiers: identifiers,
-        logger: Logger(label: "bench", level: .error, handler: InMemoryLogHandler()))
-    // Prepare (the attempt counted, the hash checked on its pool), then write in a transaction:
-    // the work of one password login in the worker's pipeline, without the broker.
-    @Sendable func handle(_ data: LoginRequestData, method: LoginMethod) async throws -> LoginResultData {
-        let request = LoginRequest(
-            id: UUID().uuidString, source: "/bench", time: nil, traceparent: nil, method: method, data: data)
-        let prepared = try await flows.prepare(request)
-        guard
-            case .written(let answer, _) = try await store.runBatch(
-                [prepared], prefetch: prepared.prefetch,
-                { item, unit in
-                    try item.write(unit)
-                }
-            ).first
-        else { throw BenchmarkFailure(reason: "benchmark login failed") }
-        return answer.result
-    }
-    let email = "bench-\(UUID().uuidString.prefix(8))@example.com"
-    var register = LoginRequestData(method: "register")
-    register.email = email
-    register.password = "correct horse battery staple"
-    _ = try await handle(register, method: .register)
-    var login = LoginRequestData(method: "password")
-    login.email = email
-    login.password = "correct horse battery staple"
-    // Twice as many logins in flight as hashing threads, as a busy worker would have.
-    let logins = try await rate(seconds: seconds, concurrency: threads * 2) { [login] in
-        guard try await handle(login, method: .password).status == "ok" else {
-            throw BenchmarkFailure(reason: "benchmark login failed")
+    /// Every hashing thread verifying back to back.
+    func raw(seconds: Double) async throws -> Double {
+        let (passwords, stored) = (passwords, stored)
+        return try await rate(seconds: seconds, concurrency: threads) {
+            _ = try await passwords.verify("correct horse battery staple", against: stored)
         }
     }
-    let storeName = "PostgreSQL"
-    return (raw, logins, storeName)
+
+    /// Twice as many logins in flight as hashing threads, as a busy worker would have.
+    func logins(seconds: Double) async throws -> Double {
+        let (handle, login) = (handle, login)
+        return try await rate(seconds: seconds, concurrency: threads * 2) {
+            guard try await handle(login, .password).status == "ok" else {
+                throw BenchmarkFailure(reason: "benchmark login failed")
+            }
+        }
+    }
+}
+
+/// The median of a non-empty list (the mean of the middle two for an even count).
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    let middle = sorted.count / 2
+    return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
 }
 
 /// Completed operations per second with `concurrency` loops running `body` for `seconds`.
@@ -216,7 +242,9 @@ if arguments.contains("--help") {
     print("       auth-bench broker")
     print("       auth-bench pace BROKERS REQUESTS RESULTS RATE BODIES OUT")
     print("       auth-bench echo BROKERS REQUESTS RESULTS FETCH_WAIT_MS")
-    print("  passwords needs AUTH_BENCH_DATABASE_URL=postgres://… (scripts/bench sets it)")
+    print("  passwords needs AUTH_BENCH_DATABASE_URL=postgres://… (scripts/bench sets it); it runs 6 rounds of")
+    print("  3 s each way unless told (raw hashing and password logins back to back, alternating which")
+    print("  goes first) and reports each round's ratio and their median")
     print("  broker hosts librdkafka's mock cluster for the integration tests (and scripts/bench e2e")
     print("  --broker mock-linked; its default broker is scripts/bench-broker.py): prints its bootstrap")
     print("  servers on the first line, then creates a topic for each `create NAME PARTITIONS` line")
@@ -287,20 +315,38 @@ do {
         }
     }
     if wants("passwords") {
-        let databaseURL = ProcessInfo.processInfo.environment["AUTH_BENCH_DATABASE_URL"]
+        guard let databaseURL = ProcessInfo.processInfo.environment["AUTH_BENCH_DATABASE_URL"] else {
+            throw BenchmarkFailure(reason: "AUTH_BENCH_DATABASE_URL is not set")
+        }
         let parameters = Argon2Parameters()
+        // Pairs alternate which half goes first; an even count gives each order the same weight.
+        let pairs = arguments.contains("--rounds") ? rounds : 6
+        let pairSeconds = arguments.contains("--seconds") ? seconds : 3
         print("")
         print(
             "Password logins, Argon2id m=\(parameters.memoryKiB) KiB t=\(parameters.iterations) p=\(parameters.parallelism), "
-                + "\(ProcessInfo.processInfo.activeProcessorCount) hashing threads (best of \(rounds) rounds of \(seconds) s)"
-        )
-        var best: (raw: Double, logins: Double, store: String) = (0, 0, "")
-        for _ in 0..<rounds {
-            let result = try await passwordBenchmark(seconds: seconds, databaseURL: databaseURL)
-            best = (max(best.raw, result.raw), max(best.logins, result.logins), result.store)
+                + "\(ProcessInfo.processInfo.activeProcessorCount) hashing threads "
+                + "(\(pairs) rounds of \(pairSeconds) s each way, alternating which runs first)")
+        let benchmark = try await PasswordBenchmark(databaseURL: databaseURL)
+        print("round  raw Argon2id verifications/s  password logins/s (PostgreSQL)  logins / raw")
+        var ratios: [Double] = []
+        for round in 1...pairs {
+            let raw: Double
+            let logins: Double
+            if round % 2 == 1 {
+                raw = try await benchmark.raw(seconds: pairSeconds)
+                logins = try await benchmark.logins(seconds: pairSeconds)
+            } else {
+                logins = try await benchmark.logins(seconds: pairSeconds)
+                raw = try await benchmark.raw(seconds: pairSeconds)
+            }
+            ratios.append(logins / raw)
+            print(String(format: "%5d  %28.1f  %32.1f  %12.2f", round, raw, logins, logins / raw))
         }
-        print("raw Argon2id verifications/s  password logins/s (\(best.store))  logins / raw")
-        print(String(format: "%28.1f  %35.1f  %12.2f", best.raw, best.logins, best.logins / best.raw))
+        print(
+            String(
+                format: "median logins / raw: %.2f (rounds %.2f – %.2f)", median(ratios), ratios.min() ?? 0,
+                ratios.max() ?? 0))
     }
 } catch {
     FileHandle.standardError.write(Data("auth-bench: \(error)\n".utf8))
