@@ -41,7 +41,9 @@ import Testing
         let process: Process
         let url: String
 
-        init(publicKeyPEM: String) throws {
+        /// Waits for it to listen without holding a cooperative thread (its Python can take seconds to
+        /// start on a busy machine).
+        init(publicKeyPEM: String) async throws {
             let directory = FileManager.default.temporaryDirectory.appendingPathComponent("apple-\(UUID())")
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let publicKey = directory.appendingPathComponent("public.pem")
@@ -60,7 +62,7 @@ import Testing
             for _ in 0..<200 {
                 port = try? String(contentsOfFile: portFile, encoding: .utf8)
                 if port != nil { break }
-                Thread.sleep(forTimeInterval: 0.05)
+                try await Task.sleep(for: .milliseconds(50))
             }
             guard let port else { throw Failure("the Apple stand-in did not start") }
             url = "http://127.0.0.1:\(port)"
@@ -159,7 +161,7 @@ import Testing
     func withStandIn(_ body: (StandIn, String) async throws -> Void) async throws {
         let (keyPath, key) = try TestKeys.temporaryKeyFile(.es256)
         defer { try? FileManager.default.removeItem(atPath: keyPath) }
-        let standIn = try StandIn(publicKeyPEM: try key.publicKeyPEM())
+        let standIn = try await StandIn(publicKeyPEM: try key.publicKeyPEM())
         defer { standIn.stop() }
         try await body(standIn, keyPath)
     }

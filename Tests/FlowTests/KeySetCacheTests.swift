@@ -11,7 +11,7 @@ import Testing
 @testable import TestSupport
 
 /// The key set cache against a real HTTP server on loopback, with the clock pinned.
-@Suite(.timeLimit(.minutes(1))) struct KeySetCacheTests {
+@Suite(.timeLimit(.minutes(3))) struct KeySetCacheTests {
     let server: KeyServer
     let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
     let logs = InMemoryLogHandler()

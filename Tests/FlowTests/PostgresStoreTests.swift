@@ -12,7 +12,7 @@ import Testing
 
 /// The store's batch transaction: one round trip of reads, writes collected per item, one of
 /// writes; a refused item leaves nothing; a conflict on the server retries the batch item by item.
-@Suite(.requiresDatabase, .timeLimit(.minutes(2))) struct PostgresStoreTests {
+@Suite(.requiresDatabase, .timeLimit(.minutes(4))) struct PostgresStoreTests {
     let now = Date(timeIntervalSince1970: 1_795_953_600)
 
     func store() async throws -> (PostgresStore, PGConnection) {

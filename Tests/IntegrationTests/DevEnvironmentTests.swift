@@ -6,7 +6,7 @@ import Testing
 /// `scripts/dev-env` on a copy of the repository's scripts: a port another process holds is
 /// refused, naming the port, its holder and the variable that moves it (it used to exit 0 and let
 /// clients reach another checkout's broker).
-@Suite(.requiresServices, .serialized, .timeLimit(.minutes(2))) struct DevEnvironmentTests {
+@Suite(.requiresServices, .serialized, .timeLimit(.minutes(4))) struct DevEnvironmentTests {
     static let root = ProjectPaths.root
 
     /// Runs `command` with `environment` added; returns its status and its output and errors together.
@@ -57,7 +57,9 @@ import Testing
             "import socket, sys; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
                 + "print(s.getsockname()[1], flush=True); sys.stdin.read()")
         defer { holder.stop() }
-        let line = String(decoding: holder.output.fileHandleForReading.availableData, as: UTF8.self)
+        let reading = holder.output.fileHandleForReading
+        let printed = try await Blocking.run { reading.availableData }
+        let line = String(decoding: printed, as: UTF8.self)
         let port = try #require(Int(line.trimmingCharacters(in: .whitespacesAndNewlines)))
 
         // The broker and its proxy are asked for the same port: should the check ever pass,
@@ -125,8 +127,9 @@ final class StandIn {
         try process.run()
     }
 
+    /// Closes its standard input, which ends it; not waited for (a test's cooperative thread
+    /// must not block, and Foundation reaps the process when it exits).
     func stop() {
         try? lifeline.fileHandleForWriting.close()
-        process.waitUntilExit()
     }
 }

@@ -17,7 +17,7 @@ import Testing
 /// `/readyz` tells the truth without waiting for it: a frozen PostgreSQL (a server that accepts
 /// connections and never answers) and a missing topic make the worker not ready, and the probe
 /// answers at once all the while.
-@Suite(.requiresServices, .timeLimit(.minutes(2))) struct ReadinessTests {
+@Suite(.requiresServices, .timeLimit(.minutes(4))) struct ReadinessTests {
     /// A TCP port that accepts connections and never answers: what a SIGSTOPped PostgreSQL is.
     final class BlackHole: @unchecked Sendable {
         let fd: Int32

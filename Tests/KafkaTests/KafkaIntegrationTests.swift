@@ -5,7 +5,7 @@ import Testing
 
 @testable import TestSupport
 
-@Suite(.requiresServices, .timeLimit(.minutes(2))) struct KafkaIntegrationTests {
+@Suite(.requiresServices, .timeLimit(.minutes(4))) struct KafkaIntegrationTests {
     func producer() throws -> KafkaProducer {
         try KafkaProducer(
             configuration: KafkaProducerConfiguration(

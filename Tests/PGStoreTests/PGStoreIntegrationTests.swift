@@ -4,7 +4,7 @@ import Testing
 
 @testable import TestSupport
 
-@Suite(.requiresDatabase, .timeLimit(.minutes(2))) struct PGStoreIntegrationTests {
+@Suite(.requiresDatabase, .timeLimit(.minutes(4))) struct PGStoreIntegrationTests {
     @Test func boundParametersRoundTripEveryType() throws {
         let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
         let id = UUID()

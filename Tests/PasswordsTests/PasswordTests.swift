@@ -244,7 +244,7 @@ import Testing
     }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct ExecutorPoolTests {
+@Suite(.timeLimit(.minutes(3))) struct ExecutorPoolTests {
     final class Observations: Sendable {
         let running = Atomic<Int>(0)
         let peak = Atomic<Int>(0)

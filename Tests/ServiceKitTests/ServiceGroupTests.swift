@@ -33,7 +33,7 @@ final class FailingService: Service {
     func triggerGracefulShutdown() {}
 }
 
-@Suite(.timeLimit(.minutes(1))) struct ServiceGroupTests {
+@Suite(.timeLimit(.minutes(3))) struct ServiceGroupTests {
     let logger = Logger(label: "test", handler: InMemoryLogHandler())
 
     @Test func gracefulShutdownStopsEveryService() async throws {
@@ -95,7 +95,7 @@ final class RecordingService: Service {
     }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct ServiceGroupOrderTests {
+@Suite(.timeLimit(.minutes(3))) struct ServiceGroupOrderTests {
     /// The newest service is asked first, and each next one only once the previous has returned:
     /// the consume loop has drained before the relay, readiness and health are asked to stop.
     @Test func shutdownWaitsForEachServiceBeforeAskingTheNext() async throws {

@@ -59,7 +59,7 @@ enum IndependentJOSE {
 extension Trait where Self == ConditionTrait {
     static var requiresIndependentJOSE: Self {
         .enabled(
-            if: IndependentJOSE.isAvailable || IntegrationEnvironment.isRequired,
+            if: IntegrationEnvironment.isRequired || IndependentJOSE.isAvailable,
             "python3 with jwcrypto and PyJWT is not installed")
     }
 }

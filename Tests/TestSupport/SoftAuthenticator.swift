@@ -38,7 +38,7 @@ enum SoftAuthenticator {
 extension Trait where Self == ConditionTrait {
     static var requiresSoftAuthenticator: Self {
         .enabled(
-            if: SoftAuthenticator.isAvailable || IntegrationEnvironment.isRequired,
+            if: IntegrationEnvironment.isRequired || SoftAuthenticator.isAvailable,
             "python3 with cryptography, cbor2 and webauthn (py_webauthn) is not installed")
     }
 }
