@@ -147,13 +147,13 @@ import Testing
     }
 
     @Test func slowProvidersTimeOut() async throws {
-        server.serve("/stuck", .init(body: TestSigner.keySet([Signers.p256]), delay: .seconds(90)))
+        server.serve("/stuck", .init(body: TestSigner.keySet([Signers.p256]), delay: .seconds(600)))
         let keys = cache(path: "/stuck", timeout: 1)
         let started = ContinuousClock.now
         await #expect(throws: JOSEError(.keySetUnavailable, "")) { try await keys.keys(forKeyID: "p256") }
-        // Far sooner than the 90 s the server takes. The bound is loose: on a loaded 2-core machine
-        // (the whole suite runs in parallel) every timer can run late by many seconds.
-        #expect(ContinuousClock.now - started < .seconds(45))
+        // Far sooner than the 600 s the server takes. The bound is loose: on a loaded 2-core machine
+        // (the whole suite runs in parallel) a test can wait over a minute for the cooperative pool.
+        #expect(ContinuousClock.now - started < .seconds(150))
         server.stop()
     }
 

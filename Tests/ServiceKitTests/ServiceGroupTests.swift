@@ -35,11 +35,17 @@ final class FailingService: Service {
 
 @Suite(.timeLimit(.minutes(3))) struct ServiceGroupTests {
     let logger = Logger(label: "test", handler: InMemoryLogHandler())
+    /// The shutdown deadline of the tests that are not about it: far above the services' few
+    /// milliseconds of work, since in the suite's parallel run on a 2-core machine a sleeping
+    /// service can wait a minute for a thread of the cooperative pool (the 30 s default was
+    /// exceeded once so, failing a test of the shutdown's order).
+    static let patient: Duration = .seconds(150)
 
     @Test func gracefulShutdownStopsEveryService() async throws {
         let first = SleepyService()
         let second = SleepyService()
-        let group = ServiceGroup(services: [first, second], signals: [], logger: logger)
+        let group = ServiceGroup(
+            services: [first, second], signals: [], gracefulShutdownTimeout: Self.patient, logger: logger)
         async let running: Void = group.run()
         try await Task.sleep(for: .milliseconds(50))
         group.startGracefulShutdown(reason: "test")
@@ -50,7 +56,8 @@ final class FailingService: Service {
 
     @Test func aFailingServiceStopsTheOthersAndSurfacesItsError() async throws {
         let sleepy = SleepyService()
-        let group = ServiceGroup(services: [sleepy, FailingService()], signals: [], logger: logger)
+        let group = ServiceGroup(
+            services: [sleepy, FailingService()], signals: [], gracefulShutdownTimeout: Self.patient, logger: logger)
         await #expect(throws: Boom.self) { try await group.run() }
         let finished = sleepy.finished.load(ordering: .acquiring)
         #expect(finished)
@@ -102,7 +109,8 @@ final class RecordingService: Service {
         let journal = Journal()
         let services = ["health", "relay", "worker"].map { RecordingService($0, journal: journal) }
         let group = ServiceGroup(
-            services: services, signals: [], logger: Logger(label: "test", handler: InMemoryLogHandler()))
+            services: services, signals: [], gracefulShutdownTimeout: ServiceGroupTests.patient,
+            logger: Logger(label: "test", handler: InMemoryLogHandler()))
         let running = Task { try await group.run() }
         try await Task.sleep(for: .milliseconds(50))
         group.startGracefulShutdown(reason: "test")
