@@ -85,7 +85,9 @@ enum IntegrationEnvironment {
         config.processing.batchWait = .milliseconds(50)
         // The local broker holds a fetch for the whole wait: keep it short, as the local setup does.
         config.processing.kafkaFetchWait = .milliseconds(5)
-        config.shutdownTimeout = .seconds(20)
+        // Far above a drain's few milliseconds: in the parallel run the worker's tasks can wait over
+        // a minute for the cooperative pool, and a drain cut short fails the test's `stop()`.
+        config.shutdownTimeout = .seconds(120)
         config.healthPort = 0
         return config
     }

@@ -44,7 +44,7 @@ import Testing
             config.processing.kafkaSessionTimeout = .seconds(6)
             // The mock cluster holds a fetch for the whole wait: keep it short.
             config.processing.kafkaFetchWait = .milliseconds(5)
-            config.shutdownTimeout = .seconds(20)
+            config.shutdownTimeout = .seconds(120)  // as IntegrationEnvironment's, for the same reason
             config.healthPort = 0
             configure(&config)
             self.config = config
