@@ -234,7 +234,8 @@ import Testing
         let warm = UUID().uuidString.lowercased()
         try await gateway.publishRaw(key: nil, value: request(id: warm, data: #"{"method":"guest"}"#))
         _ = try #require(try await gateway.awaitResult(requestID: warm, timeout: .seconds(30)))
-        let database = try #require(databaseURL.split(separator: "/").last.map(String.init))
+        let database = try #require(
+            databaseURL.split(separator: "?").first?.split(separator: "/").last.map(String.init))
         let admin = PGDedicatedConnection(
             conninfo: try #require(IntegrationEnvironment.databaseServer) + "/postgres", name: "admin")
         let terminated = try await admin.withConnection { connection in

@@ -29,6 +29,11 @@ enum IntegrationEnvironment {
     }
 
     /// Creates an empty database and returns its URL.
+    /// The tests' connections wait up to a minute to connect (the worker's default is 5 s): at the
+    /// start of the parallel run dozens of tests create and migrate their databases at once, and on
+    /// a slow host a connection once took longer than 5 s to be set up (a test failed on it).
+    static let patientConnect = "connect_timeout=60"
+
     static func makeDatabase() async throws -> String {
         try await Blocking.run { try makeDatabaseNow() }
     }
@@ -37,9 +42,9 @@ enum IntegrationEnvironment {
     static func makeDatabaseNow() throws -> String {
         guard let server = databaseServer else { throw Skip() }
         let name = uniqueName("auth_test")
-        let admin = try PGConnection(conninfo: "\(server)/postgres")
+        let admin = try PGConnection(conninfo: "\(server)/postgres?\(patientConnect)")
         try admin.execute(unsafeSQL: "CREATE DATABASE \(name)")
-        return "\(server)/\(name)"
+        return "\(server)/\(name)?\(patientConnect)"
     }
 
     /// A migrated database.
