@@ -115,9 +115,8 @@ func joseBenchmark(
     return result
 }
 
-/// Password logins through the real flow (store, throttle, hash on the pool, session write)
-/// next to the raw Argon2id verification rate with the same parameters and the same threads.
-/// Password logins through the whole flow beside the raw Argon2id rate, set up once and then
+/// Password logins through the whole flow (store, throttle, hash on the pool, session write)
+/// beside the raw Argon2id rate with the same parameters and threads, set up once and then
 /// measured in pairs: each round times both, back to back, alternating which goes first, so a
 /// host whose speed drifts (a shared one does, by a third within minutes) moves both figures of a
 /// pair alike, and the ratio is each pair's, not the best of one beside the best of the other.

@@ -28,12 +28,12 @@ enum IntegrationEnvironment {
         "\(prefix)_\(UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(12))"
     }
 
-    /// Creates an empty database and returns its URL.
     /// The tests' connections wait up to a minute to connect (the worker's default is 5 s): at the
     /// start of the parallel run dozens of tests create and migrate their databases at once, and on
     /// a slow host a connection once took longer than 5 s to be set up (a test failed on it).
     static let patientConnect = "connect_timeout=60"
 
+    /// Creates an empty database and returns its URL (with `patientConnect`).
     static func makeDatabase() async throws -> String {
         try await Blocking.run { try makeDatabaseNow() }
     }
