@@ -104,8 +104,13 @@ extension RequestPipeline {
     /// marking costs no statement and no commit of its own (at 100 logins/s it was a third of the
     /// commits); it is far below the relay's grace (30 s), so the relay never takes them meanwhile.
     static let idleMarkDelay: Duration = .seconds(1)
-    /// How many ready jobs make a writer start while one before it is busy.
-    static let spillBacklog = 8
+    /// How many ready jobs make a writer start while one before it is busy (or the batch size,
+    /// if smaller). A transaction's fixed cost (statements, round trips, commit) is worth paying
+    /// twice at once only for a batch that spreads it thin: from 8, a second writer took small
+    /// batches at half load, and PostgreSQL spent 1.7× its full-batch CPU a login there. Fewer
+    /// waiting than this wait for the busy writer, or `spillAfter`, whichever comes first
+    /// (docs/performance.md, "A second writer only for a batch worth its transaction").
+    static let spillBacklog = 64
     /// How long a writer may write before the next one starts whatever the backlog (a write that
     /// waits on a row lock, a slow server).
     static let spillAfter: Duration = .milliseconds(20)

@@ -281,9 +281,10 @@ public final class RequestPipeline: Service {
             }
             var wrote = false
             // In the writers' order. A writer after a busy one (writing, or reading a lookup)
-            // starts only behind a backlog, or when the one before has been writing for long: a
-            // few requests wait for the busy writer (a write of one login takes a millisecond or
-            // two) rather than wake another connection and its server process, both gone cold.
+            // starts only behind a backlog (`spillBacklog`), or when the one before has been
+            // writing for long: requests short of a batch worth its own transaction wait for the
+            // busy writer rather than pay for a second transaction and wake another connection
+            // and its server process, both gone cold.
             let now = ContinuousClock.now
             var busyBefore = false
             for writer in 0..<writers {
@@ -295,8 +296,9 @@ public final class RequestPipeline: Service {
                     if now - writingSince[writer] < Self.spillAfter { busyBefore = true }
                     continue
                 }
+                let limit = max(processing.batchMax, 1)
                 let ready = state.readyJobs(
-                    for: writer, limit: max(processing.batchMax, 1), minimum: busyBefore ? Self.spillBacklog : 1)
+                    for: writer, limit: limit, minimum: busyBefore ? min(Self.spillBacklog, limit) : 1)
                 guard !ready.isEmpty else { continue }
                 writing[writer] = beginWrite(ready, writer: writer, &state)
                 writingSince[writer] = now
