@@ -156,6 +156,14 @@ class Services:
             ["psql", f"{self.pg_server}/{database}", "-qAtc", sql], check=True, capture_output=True,
             text=True).stdout.strip()
 
+    def autovacuum_runs(self, database):
+        """How many times autovacuum has vacuumed or analyzed a table of `database` so far. A
+        phase's database starts empty, so autovacuum's first visit (once every
+        `autovacuum_naptime`) finds every table over its thresholds at once: about 2 s of vacuuming
+        and analyzing seven tables, which sets a paced phase's p99 when it falls inside it."""
+        return int(self.value(database, "SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0) "
+                                        "FROM pg_stat_user_tables"))
+
     def wal_lsn_bytes(self):
         """How many bytes of WAL PostgreSQL has written so far."""
         return int(self.value("postgres", "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"))
@@ -748,6 +756,8 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         # PostgreSQL, the load generator, the broker, and the rest (the system).
         machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
         pg_before = services.postgres_cpu_seconds()
+        database_name = database.rsplit("/", 1)[1] if database else None
+        vacuums_before = services.autovacuum_runs(database_name) if database_name else None
         responder_before = worker.cpu_seconds()
         load_before = load.cpu_seconds()
         broker_before = services.broker_cpu_seconds()
@@ -760,6 +770,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         wall = time.perf_counter() - start
         machine_after = services.machine_cpu_seconds()
         broker_after = services.broker_cpu_seconds()
+        vacuums = services.autovacuum_runs(database_name) - vacuums_before if database_name else None
         trimmed = services.trimmed_records()
         cores = (machine_after[1] - machine_before[1]) / max(wall, 1e-9)
         pairs = load.pairs()
@@ -795,13 +806,14 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
               "p50_ms": percentile(latencies, 0.50), "p90_ms": percentile(latencies, 0.90),
               "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
               "mean_ms": statistics.mean(latencies), "duplicates": duplicates, "unanswered": unanswered,
-              "cpu": cpu, "broker_trimmed_records": trimmed,
+              "cpu": cpu, "broker_trimmed_records": trimmed, "autovacuum_runs": vacuums,
               "inside_worker": inside, "latencies_ms": latencies}
     log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms; CPU busy "
         f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores ({responder} {cpu['responder_cores']:.2f}, "
         f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f}"
         + (f", broker {cpu['broker_cores']:.2f}" if cpu['broker_cores'] is not None else "") + "; "
-        f"{cpu['stolen_cores']:.2f} stolen by the host)")
+        f"{cpu['stolen_cores']:.2f} stolen by the host)"
+        + (f"; autovacuum vacuumed or analyzed the phase's tables {vacuums} times meanwhile" if vacuums else ""))
     if inside:
         log(f"latency as the worker times it (poll to acknowledged answer): p50 ≤ {inside['p50_at_most_ms']} ms, p99 ≤ {inside['p99_at_most_ms']} ms, "
             f"{inside['within_25ms']:.0%} within 25 ms")
@@ -1091,6 +1103,12 @@ def chart(results, path):
     log(f"chart: {path}")
 
 
+def vacuumed(phase):
+    """A note for a paced phase's latency cell when autovacuum worked on its tables meanwhile."""
+    runs = phase.get("autovacuum_runs")
+    return f" (autovacuum's visit fell in the phase: {runs} table runs)" if runs else ""
+
+
 def report(results):
     limits = results["limits"]
     ceiling = limits["pgbench"]["logins_per_second"]
@@ -1139,7 +1157,7 @@ def report(results):
                      f"{worker_us / full_worker:.1f}× / {pg_us / full_pg:.1f}× |")
     lines += [
         f"| guest latency at {latency['achieved_rate']:,.0f}/s, p50 / p99 | "
-        f"{latency['p50_ms']} / {latency['p99_ms']} ms | broker echo at the same rate: "
+        f"{latency['p50_ms']} / {latency['p99_ms']} ms{vacuumed(latency)} | broker echo at the same rate: "
         f"{floor['p50_ms']} / {floor['p99_ms']} ms{echo_left} | "
         f"{latency['p99_ms'] / max(floor['p99_ms'], 1):.1f}× (p99) |",
     ]
@@ -1178,7 +1196,7 @@ def report(results):
                 floor = echo["p99_ms"] + paced["transaction_p99_ms"]
                 ratio = f"{entry['p99_ms'] / max(floor, 1e-9):.1f}× the two p99s summed ({floor:.1f} ms)"
         lines.append(f"| guest latency at {entry['offered_rate']:,.0f}/s, p50 / p99 | "
-                     f"{entry['p50_ms']} / {entry['p99_ms']} ms{stolen(entry)} | {limit} | {ratio} |")
+                     f"{entry['p50_ms']} / {entry['p99_ms']} ms{stolen(entry)}{vacuumed(entry)} | {limit} | {ratio} |")
     # What a login costs when batches are small: CPU per login at each paced rate against the
     # full-batch (preloaded) guest figures.
     full_worker = results.get("guest", {}).get("worker_cpu_us_per_login")
