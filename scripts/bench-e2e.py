@@ -754,10 +754,11 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         services.keep_recent(BENCH_KEEP_SECONDS)
         # Where the machine's CPU goes while the requests are paced: the worker (or echo),
         # PostgreSQL, the load generator, the broker, and the rest (the system).
-        machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
-        pg_before = services.postgres_cpu_seconds()
+        # Autovacuum's count first and last: its psql session is PostgreSQL CPU the phase should not carry.
         database_name = database.rsplit("/", 1)[1] if database else None
         vacuums_before = services.autovacuum_runs(database_name) if database_name else None
+        machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
+        pg_before = services.postgres_cpu_seconds()
         responder_before = worker.cpu_seconds()
         load_before = load.cpu_seconds()
         broker_before = services.broker_cpu_seconds()
@@ -770,7 +771,6 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         wall = time.perf_counter() - start
         machine_after = services.machine_cpu_seconds()
         broker_after = services.broker_cpu_seconds()
-        vacuums = services.autovacuum_runs(database_name) - vacuums_before if database_name else None
         trimmed = services.trimmed_records()
         cores = (machine_after[1] - machine_before[1]) / max(wall, 1e-9)
         pairs = load.pairs()
@@ -790,6 +790,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         # The bench's broker is on this machine too (a real one would not be).
         "broker_cores": (broker_after - broker_before) / wall if broker_before is not None else None,
     }
+    vacuums = services.autovacuum_runs(database_name) - vacuums_before if database_name else None
     buckets_after = scrape(worker, method) if buckets_before is not None and not unanswered else None
     inside = inside_worker(buckets_before, buckets_after) if buckets_after is not None else None
     worker.stop()
@@ -1229,9 +1230,9 @@ def report(results):
         if echo and paced and echo.get("cpu"):
             echo_rate = echo.get("achieved_rate") or echo["offered_rate"]
             echo_us = echo["cpu"]["responder_cores"] / echo_rate * 1e6
-            floor = paced.get("postgres_cpu_us_per_login")
-            floor_text = f"PostgreSQL {floor:,.0f} µs" if floor is not None else "PostgreSQL unmeasured (read no CPU twice)"
-            floor_ratio = f"{pg_us / max(floor, 1):.1f}×" if floor is not None else "–"
+            pg_floor = paced.get("postgres_cpu_us_per_login")
+            floor_text = f"PostgreSQL {pg_floor:,.0f} µs" if pg_floor is not None else "PostgreSQL unmeasured (read no CPU twice)"
+            floor_ratio = f"{pg_us / max(pg_floor, 1):.1f}×" if pg_floor is not None else "–"
             lines.append(f"| the same rate's floors | | echo {echo_us:,.0f} µs per message; pgbench, one login's "
                          f"statements a transaction: {floor_text} | {worker_us / max(echo_us, 1):.1f}× / {floor_ratio} |")
             # Below which no design goes that commits each login's effects on their own: the
