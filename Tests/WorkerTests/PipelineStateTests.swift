@@ -215,6 +215,27 @@ import Testing
         #expect(state.readyJobs(for: 0, limit: 4).map(\.seq) == jobs[8...].map(\.seq))
     }
 
+    /// A backlog far larger than a batch (a preload with a small `AUTH_BATCH_MAX`): each ask takes
+    /// the earliest jobs in read order, across lanes of one job and lanes of many, until none is left.
+    @Test func smallBatchesFromALargeBacklogTakeItsEarliestJobsInReadOrder() {
+        var state = LoopState()
+        // Lanes of one (no key) interleaved with seven keyed lanes, read in that order.
+        let jobs = makeJobs(2_000, &state) { $0 % 3 == 0 ? "k\($0 % 7)" : "solo\($0)" }
+        // Made ready from the last read to the first, so no lane is counted in read order.
+        for job in jobs { state.add(job, in: .lookup) }
+        for job in jobs.reversed() { ready(job, &state) }
+        var taken: [Int] = []
+        while true {
+            let batch = state.readyJobs(for: 0, limit: 20)
+            if batch.isEmpty { break }
+            #expect(batch.count == min(20, jobs.count - taken.count))
+            #expect(batch.map(\.seq) == batch.map(\.seq).sorted(), "each batch in read order")
+            for job in batch { state.batch(job, on: 0) }
+            taken += batch.map(\.seq)
+        }
+        #expect(taken == jobs.map(\.seq), "every job once, the earliest first")
+    }
+
     @Test func aLaneBeingWrittenWaitsForItsWriterWhileTheOtherWriterTakesTheRest() {
         var state = LoopState()
         let jobs = [("a", 0), ("b", 1), ("a", 2), ("c", 3)].map { key, offset in
@@ -339,7 +360,7 @@ import Testing
                 }
             case 5, 6:
                 let writer = random.next(below: 2)
-                let limit = [1, 2, 3, .max][random.next(below: 4)]
+                let limit = [1, 2, 3, 5, 8, .max][random.next(below: 6)]
                 let minimum = [1, 2, 4][random.next(below: 3)]
                 let expected = readyByScanning(state, jobs: all, for: writer, limit: limit, minimum: minimum)
                 let taken = state.readyJobs(for: writer, limit: limit, minimum: minimum)

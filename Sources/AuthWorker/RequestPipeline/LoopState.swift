@@ -445,23 +445,23 @@ struct LoopState {
     mutating func readyJobs(for writer: Int, limit: Int = .max, minimum: Int = 1) -> [Job] {
         recount()
         let available = freeTakeable + heldTakeable[writer, default: 0]
-        guard available >= max(minimum, 1) else { return [] }
-        var ready: [Job] = []
-        ready.reserveCapacity(available)
+        guard available >= max(minimum, 1), limit > 0 else { return [] }
+        // Cut in read order, which keeps each lane's prefix; the rest stays counted for the next
+        // ask. Each lane's jobs are in read order, so once `limit` are held a lane's next job
+        // later than every one held ends that lane: under a backlog of thousands, a batch of 20
+        // costs about what it takes, not a sort of every ready job.
+        var first = EarliestJobs(limit: limit, expected: available)
         for lane in takeableLanes where lane.holder == nil || lane.holder == writer {
             var left = lane.takeable
             for seq in lane.seqs {
-                guard left > 0, let job = jobs[seq] else { break }
+                guard left > 0, first.wants(seq), let job = jobs[seq] else { break }
                 if job.kind == .batched { continue }
                 guard job.kind == .ready else { break }
-                ready.append(job)
+                first.offer(job)
                 left -= 1
             }
         }
-        ready.sort { $0.seq < $1.seq }
-        // Cut in read order, which keeps each lane's prefix; the rest stays counted for the next ask.
-        guard ready.count > limit else { return ready }
-        return Array(ready.prefix(limit))
+        return first.inReadOrder()
     }
 
     /// Counts again the lanes that changed since they were last counted: who holds each, and
@@ -567,4 +567,56 @@ extension ProducerRecord {
     /// A CloudEvent's headers (its content type), made once and shared by every result and event
     /// record: building them per record took two allocations.
     static let cloudEventHeaders = [KafkaHeader(key: "content-type", string: CloudEvent<UserCreatedData>.contentType)]
+}
+
+/// The `limit` earliest jobs (by `seq`) of those offered, in read order.
+///
+/// While fewer than `limit` are held every job is kept; after that a max-heap on `seq` keeps the
+/// earliest, and `wants` says whether a job at a given `seq` could still be among them.
+struct EarliestJobs {
+    private let limit: Int
+    /// A max-heap on `seq` once `limit` are held; before that, in the order offered.
+    private var held: [Job] = []
+
+    init(limit: Int, expected: Int) {
+        self.limit = limit
+        held.reserveCapacity(min(limit, expected))
+    }
+
+    /// False when `limit` jobs are held and every one is earlier than `seq`.
+    func wants(_ seq: Int) -> Bool {
+        held.count < limit || seq < held[0].seq
+    }
+
+    mutating func offer(_ job: Job) {
+        if held.count < limit {
+            held.append(job)
+            if held.count == limit {
+                // Full: from here on only an earlier job displaces the latest held.
+                for index in stride(from: held.count / 2 - 1, through: 0, by: -1) { siftDown(index) }
+            }
+            return
+        }
+        guard job.seq < held[0].seq else { return }
+        held[0] = job
+        siftDown(0)
+    }
+
+    /// The jobs held, earliest first.
+    func inReadOrder() -> [Job] {
+        held.sorted { $0.seq < $1.seq }
+    }
+
+    private mutating func siftDown(_ start: Int) {
+        var parent = start
+        while true {
+            let left = 2 * parent + 1
+            guard left < held.count else { return }
+            var latest = left
+            if left + 1 < held.count, held[left + 1].seq > held[left].seq { latest = left + 1 }
+            guard held[latest].seq > held[parent].seq else { return }
+            held.swapAt(parent, latest)
+            parent = latest
+        }
+    }
 }
