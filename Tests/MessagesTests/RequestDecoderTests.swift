@@ -90,6 +90,33 @@ import Testing
         #expect(error.code == .malformedRequest)
     }
 
+    /// Objects of a few members are searched name by name, larger ones through their hash table
+    /// (`Fields.member`): either way each member is found, one of the wrong type is refused with
+    /// its path, and one that is absent is absent.
+    @Test(arguments: [0, 3, 12])
+    func membersAreFoundInObjectsOfAnySize(padding: Int) {
+        let extra = (0..<padding).map { #","x\#($0)":\#($0)"# }.joined()
+        guard
+            case .valid(let found) = decoder.decode(
+                request(
+                    #"{"method":"guest","client_id":"app"\#(extra),"device":{"name":"Pixel","platform":"android"\#(extra)}}"#
+                ))
+        else {
+            Issue.record("expected a valid request with \(padding) more members")
+            return
+        }
+        #expect(found.data.clientID == "app")
+        #expect(found.data.device?.name == "Pixel")
+        #expect(found.data.device?.platform == "android")
+        #expect(found.data.email == nil)
+        guard case .invalid(_, _, let error) = decoder.decode(request(#"{"method":"guest"\#(extra),"client_id":7}"#))
+        else {
+            Issue.record("expected invalid with \(padding) more members")
+            return
+        }
+        #expect(error.field == "data.client_id")
+    }
+
     /// libpq ends text parameters at a NUL: `P\0A` would collide with `P`, and a field cut short
     /// would be stored as something the sender did not send. The field is named.
     @Test(arguments: [
