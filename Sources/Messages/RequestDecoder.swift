@@ -267,8 +267,8 @@ public struct RequestDecoder: Sendable {
         var memberNames: [String] { members.keys.sorted() }
 
         /// The member named `key`. A request's objects hold a few members and are asked for dozens
-        /// that are absent (28 lookups in a guest login): comparing the few names, mostly by length
-        /// alone, costs less than hashing every name asked for.
+        /// that are absent (28 lookups in a guest login): comparing the few names costs less than
+        /// hashing every name asked for.
         private func member(_ key: String) -> JSONValue? {
             guard members.count <= Self.scannedMembers else { return members[key] }
             for (name, value) in members where name == key { return value }
