@@ -225,7 +225,14 @@ import Testing
         #expect(outcome.result.session == nil)
         let jwe = try #require(outcome.result.sealedSession)
         #expect(jwe.split(separator: ".", omittingEmptySubsequences: false).count == 5)
-        #expect(!jwe.contains("rt_"))
+        // The session opens with the reply key's private half, and its tokens are not in the clear.
+        // (Not "no `rt_` in it": base64url ciphertext spells that by chance in about 1 run of 250.)
+        let sealed = try MessageCoding.decode(
+            SessionPayload.self, from: try JWE.openECDHES(jwe, privateKey: recipient.privateKey).plaintext)
+        let refreshToken = try #require(sealed.refreshToken)
+        #expect(refreshToken.hasPrefix("rt_"))
+        #expect(!jwe.contains(refreshToken))
+        #expect(!jwe.contains(sealed.accessToken))
 
         await #expect(throws: LoginError(.malformedRequest, "")) {
             try await harness.handle(makeRequest(.guest) { $0.replyKey = "not-a-key" })
