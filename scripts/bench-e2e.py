@@ -1126,8 +1126,8 @@ def vacuumed(phase):
 
 
 def latency_spread(phase):
-    """The other runs of a repeated latency phase, for its cell: their p99s, and how many of them
-    autovacuum's first visit fell in."""
+    """A repeated latency phase's spread, for its cell: the lowest and highest p99 of all its runs,
+    and in how many of them autovacuum's first visit fell."""
     runs = phase.get("runs", [])
     if len(runs) < 2:
         return ""
