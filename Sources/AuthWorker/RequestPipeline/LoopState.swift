@@ -279,7 +279,7 @@ struct LoopState {
     /// Lanes whose jobs changed since they were last counted, each once.
     private var staleLanes: [Lane] = []
     /// The lanes with jobs a writer may take (`Lane.takeable > 0`), in no order.
-    private var takeableLanes: [Lane] = []
+    private var takeableLanes = TakeableLanes()
     /// Jobs writers may take, counted in the lanes no writer holds, and per writer in its lanes.
     private var freeTakeable = 0
     private var heldTakeable: [Int: Int] = [:]
@@ -451,7 +451,13 @@ struct LoopState {
         // later than every one held ends that lane: under a backlog of thousands, a batch of 20
         // costs about what it takes, not a sort of every ready job.
         var first = EarliestJobs(limit: limit, expected: available)
-        for lane in takeableLanes where lane.holder == nil || lane.holder == writer {
+        for index in takeableLanes.firsts.indices {
+            // From the lanes' counts, kept side by side: a lane whose first job to take is later
+            // than every one held is passed over without reading the lane (under a backlog of
+            // thousands, reading each lane, its jobs and their table was a cache miss each).
+            let holder = takeableLanes.holders[index]
+            guard holder == nil || holder == writer, first.wants(takeableLanes.firsts[index]) else { continue }
+            let lane = takeableLanes.lanes[index]
             var left = lane.takeable
             for seq in lane.seqs {
                 guard left > 0, first.wants(seq), let job = jobs[seq] else { break }
@@ -471,6 +477,7 @@ struct LoopState {
             lane.isStale = false
             var holder: Int?
             var takeable = 0
+            var firstTakeable = 0
             for seq in lane.seqs {
                 guard let job = jobs[seq] else { break }
                 if job.kind == .batched {
@@ -478,29 +485,25 @@ struct LoopState {
                     continue
                 }
                 guard job.kind == .ready else { break }
+                if takeable == 0 { firstTakeable = seq }
                 takeable += 1
             }
-            count(lane, holder: holder, takeable: takeable)
+            count(lane, holder: holder, takeable: takeable, first: firstTakeable)
         }
         staleLanes.removeAll(keepingCapacity: true)
     }
 
     /// Replaces `lane`'s counts, in the totals and in the list of lanes with jobs to take.
-    private mutating func count(_ lane: Lane, holder: Int?, takeable: Int) {
+    /// - Parameter first: the seq of its first job to take, when `takeable > 0`.
+    private mutating func count(_ lane: Lane, holder: Int?, takeable: Int, first: Int) {
         tally(-lane.takeable, to: lane.holder)
         tally(takeable, to: holder)
         lane.holder = holder
         lane.takeable = takeable
-        if takeable > 0, lane.takeableIndex == nil {
-            lane.takeableIndex = takeableLanes.count
-            takeableLanes.append(lane)
-        } else if takeable == 0, let index = lane.takeableIndex {
-            let last = takeableLanes.removeLast()
-            if last !== lane {
-                takeableLanes[index] = last
-                last.takeableIndex = index
-            }
-            lane.takeableIndex = nil
+        if takeable > 0 {
+            takeableLanes.set(lane, holder: holder, first: first)
+        } else {
+            takeableLanes.remove(lane)
         }
     }
 
@@ -567,6 +570,43 @@ extension ProducerRecord {
     /// A CloudEvent's headers (its content type), made once and shared by every result and event
     /// record: building them per record took two allocations.
     static let cloudEventHeaders = [KafkaHeader(key: "content-type", string: CloudEvent<UserCreatedData>.contentType)]
+}
+
+/// The lanes with jobs a writer may take, in no order, with each one's holder and the seq of
+/// its first job to take kept beside it: `readyJobs` reads those two for every lane and the lane
+/// itself only for those it may take from.
+private struct TakeableLanes {
+    private(set) var lanes: [Lane] = []
+    private(set) var holders: [Int?] = []
+    private(set) var firsts: [Int] = []
+
+    /// Adds `lane`, or updates its entry.
+    mutating func set(_ lane: Lane, holder: Int?, first: Int) {
+        if let index = lane.takeableIndex {
+            holders[index] = holder
+            firsts[index] = first
+        } else {
+            lane.takeableIndex = lanes.count
+            lanes.append(lane)
+            holders.append(holder)
+            firsts.append(first)
+        }
+    }
+
+    /// Removes `lane` if present; the last lane takes its place.
+    mutating func remove(_ lane: Lane) {
+        guard let index = lane.takeableIndex else { return }
+        let last = lanes.removeLast()
+        let lastHolder = holders.removeLast()
+        let lastFirst = firsts.removeLast()
+        if last !== lane {
+            lanes[index] = last
+            holders[index] = lastHolder
+            firsts[index] = lastFirst
+            last.takeableIndex = index
+        }
+        lane.takeableIndex = nil
+    }
 }
 
 /// The `limit` earliest jobs (by `seq`) of those offered, in read order.
