@@ -351,7 +351,10 @@ import Testing
                 all.append(job)
                 state.add(job, in: random.next(below: 2) == 0 ? .lookup : .preparing)
             case 2, 3, 4:
-                let waiting = live.filter { $0.kind != .batched && $0.kind != .ready }
+                // Now and then a ready job too (sent back, or parked): a lane's count falls as
+                // well as rises.
+                let backToo = random.next(below: 3) == 0
+                let waiting = live.filter { $0.kind != .batched && (backToo || $0.kind != .ready) }
                 guard let job = waiting.randomElement(using: &random) else { continue }
                 if random.next(below: 4) == 0 {
                     state.move(job, to: .preparing)
