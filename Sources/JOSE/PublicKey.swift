@@ -1,10 +1,12 @@
 import AuthCrypto
 import COpenSSL
+import Synchronization
 
 /// A verification key: RSA (at least 2048 bits), EC P-256/384/521 or Ed25519.
 ///
 /// Owns an `EVP_PKEY`. `@unchecked Sendable`: the key is immutable after construction, and OpenSSL
-/// allows concurrent verification with one key when each operation has its own `EVP_MD_CTX`.
+/// allows concurrent verification with one key when each operation has its own context (each
+/// verification copies one of `templates`, which are never used themselves).
 public final class PublicKey: @unchecked Sendable {
     /// The smallest RSA modulus accepted, in bits.
     public static let minimumRSABits: Int32 = 2048
@@ -13,6 +15,11 @@ public final class PublicKey: @unchecked Sendable {
     public let family: JWSAlgorithm.KeyFamily
     /// Key size in bits (modulus for RSA, field for EC, 253 for Ed25519).
     public let bits: Int32
+    /// Per RSA or ECDSA algorithm used with this key, a context set up to verify its digests,
+    /// made at the first verification: each verification works on a copy. A context made for
+    /// each one looked the key's type up by name among the providers' key managers and fetched
+    /// the signature method, which cost more than copying a ready one.
+    private let templates = Mutex<[JWSAlgorithm: VerifyTemplate]>([:])
 
     private init(taking pointer: OpaquePointer) throws {
         self.pointer = pointer
@@ -273,28 +280,37 @@ public final class PublicKey: @unchecked Sendable {
         var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var digestLength: UInt32 = 0
         guard EVP_Digest(message, message.count, &digest, &digestLength, algorithm.digest, nil) == 1,
-            let context = EVP_PKEY_CTX_new(pointer, nil)
+            let template = template(for: algorithm), let context = EVP_PKEY_CTX_dup(template.pointer)
         else {
             ERR_clear_error()
             return false
         }
         defer { EVP_PKEY_CTX_free(context) }
-        guard EVP_PKEY_verify_init(context) == 1, EVP_PKEY_CTX_set_signature_md(context, algorithm.digest) == 1 else {
-            ERR_clear_error()
-            return false
-        }
+        let result = EVP_PKEY_verify(context, signature, signature.count, digest, Int(digestLength))
+        if result != 1 { ERR_clear_error() }
+        return result == 1
+    }
+
+    /// The ready context for `algorithm` (RSA or ECDSA), made on first use; nil when OpenSSL
+    /// cannot set one up.
+    private func template(for algorithm: JWSAlgorithm) -> VerifyTemplate? {
+        if let ready = templates.withLock({ $0[algorithm] }) { return ready }
+        guard let context = EVP_PKEY_CTX_new(pointer, nil) else { return nil }
+        let template = VerifyTemplate(context)
+        guard EVP_PKEY_verify_init(context) == 1, EVP_PKEY_CTX_set_signature_md(context, algorithm.digest) == 1
+        else { return nil }
         if algorithm.isPSS {
             guard EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_PSS_PADDING) == 1,
                 EVP_PKEY_CTX_set_rsa_pss_saltlen(context, algorithm.digestLength) == 1,
                 EVP_PKEY_CTX_set_rsa_mgf1_md(context, algorithm.digest) == 1
-            else {
-                ERR_clear_error()
-                return false
-            }
+            else { return nil }
         }
-        let result = EVP_PKEY_verify(context, signature, signature.count, digest, Int(digestLength))
-        if result != 1 { ERR_clear_error() }
-        return result == 1
+        // Two threads may both make one; the first kept is used by both.
+        return templates.withLock { kept in
+            if let first = kept[algorithm] { return first }
+            kept[algorithm] = template
+            return template
+        }
     }
 
     private func verifyEdDSA(signature: [UInt8], message: [UInt8]) -> Bool {
@@ -355,4 +371,14 @@ extension StaticString {
     var cString: UnsafePointer<CChar> {
         UnsafeRawPointer(utf8Start).assumingMemoryBound(to: CChar.self)
     }
+}
+
+/// A verification context that is only ever copied (`EVP_PKEY_CTX_dup`), never used, so threads
+/// may copy it at once.
+private final class VerifyTemplate: @unchecked Sendable {
+    let pointer: OpaquePointer
+
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+
+    deinit { EVP_PKEY_CTX_free(pointer) }
 }

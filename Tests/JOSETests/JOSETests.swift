@@ -48,6 +48,45 @@ import Testing
             try jwk.key.verify(signature: signature, message: message, algorithm: .es384)
         }
     }
+
+    /// One key verified from many threads at once, from its first use (when its ready contexts
+    /// are made) on, with two algorithms whose contexts differ (PKCS #1 v1.5 and PSS padding):
+    /// every answer is the one verifying alone gives.
+    @Test func oneKeyVerifiesFromManyThreadsAtOnce() async throws {
+        let signer = TestSigner(.rsa(2048))
+        let jwk = try JWK(json: try JSONSerialization.data(withJSONObject: signer.jwk()))
+        let key = jwk.key
+        let messages = (0..<8).map { Array("message \($0)".utf8) }
+        let signatures = messages.map { message in
+            [JWSAlgorithm.rs256, .ps256].map { (algorithm: $0, signature: signer.sign(message, $0)) }
+        }
+        let wrong = try await withThrowingTaskGroup(of: Int.self) { group in
+            for task in 0..<8 {
+                group.addTask {
+                    var wrong = 0
+                    for round in 0..<60 {
+                        let index = (task + round) % messages.count
+                        for (algorithm, signature) in signatures[index] {
+                            // Its own message verifies; the next one's does not; nor the other
+                            // padding's signature.
+                            let other: JWSAlgorithm = algorithm == .rs256 ? .ps256 : .rs256
+                            if try !key.verify(signature: signature, message: messages[index], algorithm: algorithm) {
+                                wrong += 1
+                            }
+                            let next = messages[(index + 1) % messages.count]
+                            if try key.verify(signature: signature, message: next, algorithm: algorithm) { wrong += 1 }
+                            if try key.verify(signature: signature, message: messages[index], algorithm: other) {
+                                wrong += 1
+                            }
+                        }
+                    }
+                    return wrong
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        #expect(wrong == 0)
+    }
 }
 
 @Suite struct JWSNegativeTests {
