@@ -101,8 +101,19 @@ public struct RequestDecoder: Sendable {
 
     /// An id a result can be keyed by: a non-empty string of bounded length, with no line breaks
     /// and no NUL (which would end it early in C code, and in the database).
+    /// Read as bytes: walking an id's characters (grapheme breaking) cost more than the rest of
+    /// its checks together. A line break is a scalar of its own character (Unicode breaks
+    /// graphemes before and after every control, line and paragraph separator), so the scalars are
+    /// what `Character.isNewline` looks at: U+000A – U+000D, and beyond ASCII U+0085, U+2028, U+2029.
     static func isUsableID(_ id: String, max: Int) -> Bool {
-        !id.isEmpty && id.utf8.count <= max && !id.contains(where: \.isNewline) && !id.utf8.contains(0)
+        let utf8 = id.utf8
+        guard !utf8.isEmpty, utf8.count <= max else { return false }
+        var ascii = true
+        for byte in utf8 {
+            if byte == 0 || (byte >= 0x0A && byte <= 0x0D) { return false }
+            if byte >= 0x80 { ascii = false }
+        }
+        return ascii || !id.unicodeScalars.contains { $0 == "\u{85}" || $0 == "\u{2028}" || $0 == "\u{2029}" }
     }
 
     private func validate(_ envelope: [String: JSONValue], size: Int, id: String, traceparent: String?) throws

@@ -1,7 +1,8 @@
 import Foundation
-import Messages
+import StrictJSON
 import Testing
 
+@testable import Messages
 @testable import TestSupport
 
 @Suite struct RequestDecoderTests {
@@ -139,6 +140,31 @@ import Testing
         guard case .unanswerable = decoder.decode(request(#"{"method":"guest"}"#, id: #"P\u0000A"#)) else {
             Issue.record("expected unanswerable")
             return
+        }
+    }
+
+    /// An id with a line break of any kind cannot key a result either; an id that is not ASCII can.
+    /// Each is checked against the definition by characters the decoder's byte scan stands for.
+    @Test(arguments: [
+        "P\nA", "P\rA", "P\r\nA", "\u{0B}", "P\u{0C}", "é\u{85}", "P\u{2028}A", "\u{2029}", "é\nx",
+        "req-é-1", "日本-1", "e\u{301}\u{85}", "a\u{301}b", "P\tA", "🙂", "req-1",
+    ])
+    func idsWithALineBreakAreUnanswerable(id: String) throws {
+        let breaks = id.contains(where: \.isNewline)
+        #expect(RequestDecoder.isUsableID(id, max: 128) == !breaks)
+        var writer = JSONWriter()
+        writer.string(id)
+        let escaped = String(decoding: writer.bytes, as: UTF8.self)
+        let decoded = decoder.decode(
+            Array(
+                """
+                {"specversion":"1.0","id":\(escaped),"source":"/gateway/test","type":"auth.login.request",
+                 "datacontenttype":"application/json","data":{"method":"guest"}}
+                """.utf8))
+        switch decoded {
+        case .unanswerable: #expect(breaks, "refused \(Array(id.unicodeScalars))")
+        case .valid(let request): #expect(!breaks && request.id == id)
+        case .invalid: Issue.record("expected valid or unanswerable for \(Array(id.unicodeScalars))")
         }
     }
 
