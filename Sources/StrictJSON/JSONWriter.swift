@@ -128,14 +128,16 @@ public struct JSONWriter {
     private static let hex = Array("0123456789abcdef".utf8)
 
     /// A string, escaped as JSON requires: quote, backslash and control characters; everything
-    /// else (`/` and non-ASCII included) as is.
+    /// else (`/` and non-ASCII as they are) copied in runs between them.
     public mutating func string(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
         var value = value
         value.withUTF8 { utf8 in
             var start = 0
-            for (index, byte) in utf8.enumerated() where byte < 0x20 || byte == 0x22 || byte == 0x5C {
-                bytes.append(contentsOf: utf8[start..<index])
+            var index = Self.nextEscape(in: utf8, from: 0)
+            while index < utf8.count {
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start..<index]))
+                let byte = utf8[index]
                 bytes.append(UInt8(ascii: "\\"))
                 switch byte {
                 case 0x22: bytes.append(0x22)
@@ -151,10 +153,41 @@ public struct JSONWriter {
                     bytes.append(Self.hex[Int(byte & 0x0F)])
                 }
                 start = index + 1
+                index = Self.nextEscape(in: utf8, from: start)
             }
-            bytes.append(contentsOf: utf8[start...])
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[start...]))
         }
         bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// The index of the first byte at or after `start` that must be escaped (a control character,
+    /// `"` or `\\`), or the count when none is. Eight bytes are tested at a time (tokens and ids,
+    /// most of what is written, have nothing to escape): a byte below 0x20 leaves its high bit set
+    /// in `byte - 0x20` while clear in `byte`, and a byte equal to `"` or `\\` is zero after the xor,
+    /// so `- 1` sets its high bit. A borrow only marks a byte above one truly marked, so a clean word
+    /// is clean, and a marked word holds a byte the byte-wise scan then finds.
+    static func nextEscape(in utf8: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
+        var index = start
+        if let base = utf8.baseAddress {
+            let raw = UnsafeRawPointer(base)
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let highs: UInt64 = 0x8080_8080_8080_8080
+            while index + 8 <= utf8.count {
+                let word = raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+                let quote = word ^ (ones &* 0x22)
+                let backslash = word ^ (ones &* 0x5C)
+                let marked =
+                    ((word &- ones &* 0x20) & ~word) | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)
+                if marked & highs != 0 { break }
+                index += 8
+            }
+        }
+        while index < utf8.count {
+            let byte = utf8[index]
+            if byte < 0x20 || byte == 0x22 || byte == 0x5C { return index }
+            index += 1
+        }
+        return index
     }
 }
 

@@ -51,6 +51,53 @@ import Testing
 
     static let awkward = "Zoë \"the\" \\ / \u{1}\n\t\r\u{8}\u{C}\u{1F} 日本 😀"
 
+    /// Each byte that must be escaped, and some that must not, at every offset of the first words a
+    /// string is scanned in, alone and beside another: the writer's output is the byte-by-byte
+    /// definition's, and reads back as the string.
+    @Test func stringsAreEscapedAtEveryOffset() throws {
+        let escaped = (0..<0x20).map { Character(Unicode.Scalar(UInt8($0))) } + ["\"", "\\"]
+        let plain: [Character] = [" ", "!", "/", "#", "]", "[", "\u{7F}", "é", "😀", "a\u{301}", "]", "{"]
+        for inserted in escaped + plain {
+            for length in [1, 7, 8, 9, 15, 16, 17, 24] {
+                for offset in 0..<length {
+                    for second in [nil, length - 1, length / 2] {
+                        var characters = Array(repeating: Character("a"), count: length)
+                        characters[offset] = inserted
+                        if let second { characters[second] = escaped[(offset + length) % escaped.count] }
+                        let text = String(characters)
+                        var writer = JSONWriter()
+                        writer.string(text)
+                        #expect(writer.bytes == Self.escapedByteByByte(text), "\(Array(text.unicodeScalars))")
+                        let read = try JSONSerialization.jsonObject(
+                            with: Data(writer.bytes), options: .fragmentsAllowed)
+                        #expect(read as? String == text)
+                    }
+                }
+            }
+        }
+    }
+
+    /// JSON's string escapes, one byte at a time: quote, backslash, the short forms of control
+    /// characters that have one, `\u00XX` for the rest of them.
+    static func escapedByteByByte(_ text: String) -> [UInt8] {
+        var out: [UInt8] = [0x22]
+        for byte in text.utf8 {
+            switch byte {
+            case 0x22: out += Array(#"\""#.utf8)
+            case 0x5C: out += Array(#"\\"#.utf8)
+            case 0x08: out += Array(#"\b"#.utf8)
+            case 0x0C: out += Array(#"\f"#.utf8)
+            case 0x0A: out += Array(#"\n"#.utf8)
+            case 0x0D: out += Array(#"\r"#.utf8)
+            case 0x09: out += Array(#"\t"#.utf8)
+            case ..<0x20: out += Array(String(format: "\\u%04x", Int(byte)).utf8)
+            default: out.append(byte)
+            }
+        }
+        out.append(0x22)
+        return out
+    }
+
     @Test func resultsEventsAndRequestsReadBack() throws {
         let user = UserPayload(
             id: "0193", handle: "zoe_1a2b", name: Self.awkward, email: nil, emailVerified: true, isPrivateEmail: false,
