@@ -170,25 +170,47 @@ public final class JSONLinesLogHandler: LogHandler, Sendable {
     /// directly (a line per request is on the hot path).
     /// - Parameter timestamp: the record's date formatted, when the caller has it already.
     public static func format(_ record: LogRecord, timestamp formatted: String? = nil) -> [UInt8] {
-        // The four members of every line win over metadata of the same name.
-        var members: [(key: String, value: String)] = [
-            ("ts", formatted ?? timestamp(record.date)), ("level", record.level.rawValue), ("logger", record.label),
-            ("msg", record.message),
-        ]
-        members.reserveCapacity(4 + record.metadata.count)
-        for (key, value) in record.metadata where !fixedKeys.contains(key) { members.append((key, value)) }
-        members.sort { $0.key < $1.key }
+        // The metadata sorted by key, the four members of every line merged in at their places
+        // (they win over metadata of the same name): a line per request is on the hot path, so
+        // no set of the four names to hash each key against, and only the metadata sorted.
+        var sorted: [(key: String, value: String)] = []
+        sorted.reserveCapacity(record.metadata.count)
+        for (key, value) in record.metadata where !isFixed(key) { sorted.append((key, value)) }
+        sorted.sort { $0.key < $1.key }
+        var next = 0
         var writer = JSONWriter(capacity: 256)
         writer.object { out in
-            for (key, value) in members {
-                out.key(key)
-                out.string(value)
+            func metadata(before fixed: String) {
+                while next < sorted.count, sorted[next].key < fixed {
+                    out.key(sorted[next].key)
+                    out.string(sorted[next].value)
+                    next += 1
+                }
+            }
+            metadata(before: "level")
+            out.member("level", record.level.rawValue)
+            metadata(before: "logger")
+            out.member("logger", record.label)
+            metadata(before: "msg")
+            out.member("msg", record.message)
+            metadata(before: "ts")
+            out.member("ts", formatted ?? timestamp(record.date))
+            while next < sorted.count {
+                out.key(sorted[next].key)
+                out.string(sorted[next].value)
+                next += 1
             }
         }
         return writer.bytes
     }
 
-    private static let fixedKeys: Set<String> = ["ts", "level", "logger", "msg"]
+    /// The names of the four members every line has, in sorted order: level, logger, msg, ts.
+    private static func isFixed(_ key: String) -> Bool {
+        switch key {
+        case "level", "logger", "msg", "ts": true
+        default: false
+        }
+    }
 
     /// `2026-11-29T12:00:00.123Z`.
     static func timestamp(_ date: Date) -> String { RFC3339.format(date, milliseconds: true) }

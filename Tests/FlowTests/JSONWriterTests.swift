@@ -304,13 +304,22 @@ extension TimestampTests {
         let handler = InMemoryLogHandler()
         var logger = Logger(label: "test", handler: handler)
         logger.metadata = ["replica": "a", "shared": "logger"]
-        logger.info("hello", metadata: ["shared": "line", "msg": "forged", "b.key": "1"])
+        logger.info(
+            "hello",
+            metadata: [
+                "shared": "line", "msg": "forged", "b.key": "1", "level": "forged", "lz": "2", "ts": "forged",
+                "tz": "3", "lo": "4", "m": "5",
+            ])
         let record = try #require(handler.records.first)
-        #expect(record.metadata == ["replica": "a", "shared": "line", "msg": "forged", "b.key": "1"])
+        #expect(
+            record.metadata == [
+                "replica": "a", "shared": "line", "msg": "forged", "b.key": "1", "level": "forged", "lz": "2",
+                "ts": "forged", "tz": "3", "lo": "4", "m": "5",
+            ])
         let line = String(decoding: JSONLinesLogHandler.format(record), as: UTF8.self)
         let keys = line.matches(of: /"([a-z.]+)":/).map { String($0.output.1) }
-        #expect(keys == ["b.key", "level", "logger", "msg", "replica", "shared", "ts"])
-        #expect(line.contains(#""msg":"hello""#) && !line.contains("forged"))
+        #expect(keys == ["b.key", "level", "lo", "logger", "lz", "m", "msg", "replica", "shared", "ts", "tz"])
+        #expect(line.contains(#""msg":"hello""#) && line.contains(#""level":"info""#) && !line.contains("forged"))
         #expect(line.contains(#""shared":"line""#))
     }
 }
