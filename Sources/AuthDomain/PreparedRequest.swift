@@ -7,7 +7,11 @@ import Messages
 /// keyed digest of its content (its id is bound to it) and the gateway's reply key. The
 /// transaction calls `write` and nothing else: what a request means, how its answer is sealed
 /// and how it is kept are the domain's.
-public struct PreparedRequest: Sendable {
+///
+/// A class, immutable: a prepared request moves through the loop's phases, a batch's steps and
+/// its write items, and each copy of a struct this size (the request's strings, the digest, the
+/// flow's write) retained and released every reference it holds.
+public final class PreparedRequest: Sendable {
     public let request: LoginRequest
     public let digest: [UInt8]
     public let replyKey: [UInt8]?
