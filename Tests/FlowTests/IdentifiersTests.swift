@@ -39,6 +39,9 @@ import Testing
         ("A very long name that goes on and on", "a_very_long_name_that"),
         ("ＡＢＣ Straße", "abc_strasse"), ("MARIO99", "mario99"),
         ("Averyveryverylongsinglewordname", "averyveryverylongsinglew"),
+        ("Averyveryverylongsinglewordname and more", "averyveryverylongsinglew"),
+        ("abcdefghijklmnopqrst uvwxyz ab", "abcdefghijklmnopqrst"), ("ab李cd", "ab_cd"), ("Renée Zoë", "renee_zoe"),
+        ("--", ""), ("", ""), ("x", "x"),
     ])
     func slugs(name: String, slug: String) {
         #expect(Identifiers.slug(name) == slug)

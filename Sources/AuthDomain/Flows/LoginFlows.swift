@@ -200,9 +200,10 @@ public struct LoginFlows: Sendable {
     /// the same handle had to wait for each other.
     /// - Parameter shared: `name` is a stand-in many users get (`Apple user`), not the user's.
     func handleCandidates(name: String?, isGuest: Bool, shared: Bool = false) throws -> [String] {
-        let named = !shared && (name.map { !Identifiers.slug($0).isEmpty } ?? false)
+        let slug = name.map(Identifiers.slug) ?? ""
+        let named = !shared && !slug.isEmpty
         return try (named ? [2, 3, 4, 6] : [4, 6, 8]).map {
-            try identifiers.handle(name: name, isGuest: isGuest, bytes: $0)
+            try identifiers.handle(slug: slug, isGuest: isGuest, bytes: $0)
         }
     }
 

@@ -28,7 +28,12 @@ public struct Identifiers: Sendable {
     /// A handle: the slug of `name` (or `guest`/`user`) plus `_` and a random hex suffix of
     /// `bytes` bytes (default: 3 for guests, 2 for named users).
     public func handle(name: String?, isGuest: Bool, bytes: Int? = nil) throws -> String {
-        let slug = name.map(Self.slug) ?? ""
+        try handle(slug: name.map(Self.slug) ?? "", isGuest: isGuest, bytes: bytes)
+    }
+
+    /// A handle from a name's slug already made (`slug(_:)`; empty for none): a sign-up's
+    /// candidates share one.
+    public func handle(slug: String, isGuest: Bool, bytes: Int? = nil) throws -> String {
         let base = slug.isEmpty ? (isGuest ? "guest" : "user") : slug
         return base + "_" + Hex.encode(try random.bytes(bytes ?? (isGuest ? 3 : 2)))
     }
@@ -41,28 +46,36 @@ public struct Identifiers: Sendable {
             ? name
             : name.folding(options: [.diacriticInsensitive, .caseInsensitive, .widthInsensitive], locale: nil)
                 .lowercased()
-        var words: [[UInt8]] = []
-        var current: [UInt8] = []
-        for scalar in folded.unicodeScalars {
-            switch scalar.value {
-            case 0x30...0x39, 0x61...0x7A: current.append(UInt8(scalar.value))
-            case 0x41...0x5A: current.append(UInt8(scalar.value) + 0x20)
-            default:
-                if !current.isEmpty {
-                    words.append(current)
-                    current = []
+        // Words are runs of ASCII letters and digits; anything else ends one. Read as UTF-8: every
+        // byte of a scalar beyond ASCII is 0x80 or above, so it ends a word as the scalar would.
+        var result: [UInt8] = []
+        result.reserveCapacity(24)
+        var word: [UInt8] = []
+        var firstWord: [UInt8]?
+        var full = false
+        func end() {
+            guard !word.isEmpty else { return }
+            if firstWord == nil { firstWord = word }
+            if !full {
+                let length = result.isEmpty ? word.count : result.count + 1 + word.count
+                if length > 24 {
+                    full = true
+                } else {
+                    if !result.isEmpty { result.append(UInt8(ascii: "_")) }
+                    result += word
                 }
             }
+            word.removeAll(keepingCapacity: true)
         }
-        if !current.isEmpty { words.append(current) }
-        var result: [UInt8] = []
-        for word in words {
-            let length = result.isEmpty ? word.count : result.count + 1 + word.count
-            if length > 24 { break }
-            if !result.isEmpty { result.append(UInt8(ascii: "_")) }
-            result += word
+        for byte in folded.utf8 {
+            switch byte {
+            case 0x30...0x39, 0x61...0x7A: word.append(byte)
+            case 0x41...0x5A: word.append(byte + 0x20)
+            default: end()
+            }
         }
-        if result.isEmpty, let first = words.first { result = Array(first.prefix(24)) }
+        end()
+        if result.isEmpty, let firstWord { result = Array(firstWord.prefix(24)) }
         return String(decoding: result, as: UTF8.self)
     }
 
