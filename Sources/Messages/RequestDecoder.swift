@@ -101,6 +101,7 @@ public struct RequestDecoder: Sendable {
 
     /// An id a result can be keyed by: a non-empty string of bounded length, with no line breaks
     /// and no NUL (which would end it early in C code, and in the database).
+    ///
     /// Read as bytes: walking an id's characters (grapheme breaking) cost more than the rest of
     /// its checks together. A line break is a scalar of its own character (Unicode breaks
     /// graphemes before and after every control, line and paragraph separator), so the scalars are
