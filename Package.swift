@@ -50,6 +50,15 @@ let package = Package(
             providers: [.apt(["libcrypt-dev"])]
         ),
 
+        // The worker's allocator: jemalloc (libjemalloc-dev), linked into the auth-worker binary
+        // and the tests, with its settings (Sources/CJemalloc/jemalloc-settings.c): less CPU a
+        // login than glibc's malloc (docs/performance.md, "jemalloc"). Its debug information in
+        // DWARF 4, which valgrind 3.19 (`scripts/bench instructions`) reads; clang's default,
+        // DWARF 5, stops it.
+        .target(
+            name: "CJemalloc", cSettings: [.unsafeFlags(["-gdwarf-4"])],
+            linkerSettings: [.linkedLibrary("jemalloc", .when(platforms: [.linux]))]),
+
         // MARK: - Swift modules
         .target(name: "StrictJSON"),
         .target(name: "ServiceKit", dependencies: ["StrictJSON"]),
@@ -89,7 +98,7 @@ let package = Package(
             ]),
         .target(
             name: "AuthClient", dependencies: ["AuthCrypto", "JOSE", "Kafka", "Messages", "ServiceKit", "StrictJSON"]),
-        .executableTarget(name: "auth-worker", dependencies: ["AuthCLI"]),
+        .executableTarget(name: "auth-worker", dependencies: ["AuthCLI", "CJemalloc"]),
         .target(name: "JOSEFixtures", dependencies: ["COpenSSL", "AuthCrypto", "JOSE"]),
         .executableTarget(
             name: "auth-bench",
@@ -114,7 +123,7 @@ let package = Package(
         .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "JOSE", "AuthCrypto", "TestSupport"]),
         .testTarget(name: "MessagesTests", dependencies: ["Messages", "StrictJSON", "TestSupport"]),
         .testTarget(name: "PasswordsTests", dependencies: ["Passwords", "ServiceKit", "TestSupport"]),
-        .testTarget(name: "ServiceKitTests", dependencies: ["ServiceKit", "StrictJSON", "TestSupport"]),
+        .testTarget(name: "ServiceKitTests", dependencies: ["ServiceKit", "StrictJSON", "TestSupport", "CJemalloc"]),
         .testTarget(name: "PGStoreTests", dependencies: ["PGStore", "TestSupport"]),
         .testTarget(name: "KafkaTests", dependencies: ["Kafka", "TestSupport"]),
         .testTarget(

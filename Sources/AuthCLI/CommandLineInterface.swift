@@ -317,7 +317,8 @@ public struct CommandLineInterface: Sendable {
 
     /// The C libraries the worker runs on, as linked at run time.
     static var libraryVersions: String {
-        "\(OpenSSLLibrary.version), librdkafka \(KafkaLibrary.version), libpq \(PGLibrary.version)"
+        "\(OpenSSLLibrary.version), librdkafka \(KafkaLibrary.version), libpq \(PGLibrary.version), "
+            + Allocator.description
     }
 
     struct UsageError: Error {
@@ -397,8 +398,6 @@ public struct CommandLineInterface: Sendable {
     }
 
     private func runWorker() async throws {
-        // Before the broker clients' threads start allocating: see `Allocator`.
-        Allocator.keepFreedMemory()
         let configuration = try configuration()
         let logger = logger(configuration)
         logger.info(
@@ -406,6 +405,7 @@ public struct CommandLineInterface: Sendable {
             metadata: [
                 "kafka.brokers": configuration.kafkaBrokers.joined(separator: ","),
                 "kafka.group": configuration.kafkaGroup, "auth.token_format": configuration.accessTokenFormat.rawValue,
+                "allocator": Allocator.description,
             ])
         let application = try await WorkerApplication.build(configuration: configuration, logger: logger)
         try await application.run()

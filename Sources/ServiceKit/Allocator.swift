@@ -4,36 +4,46 @@ import Foundation
     import Glibc
 #endif
 
-/// The C allocator's settings for a long-running service.
+/// The C allocator a process runs on.
+///
+/// The worker's binary links jemalloc with its settings built in (`Sources/CJemalloc`), and so do
+/// the tests; the bench's load generator runs on glibc's malloc.
 public enum Allocator {
-    /// Keeps freed memory in the process, up to `trimThreshold` bytes at the top of each heap,
-    /// instead of handing it back to the kernel after a free; and serves blocks below
-    /// `mmapThreshold` from the heaps rather than from mappings of their own.
-    ///
-    /// librdkafka allocates and frees a zeroed compression context of about 100 KB for every
-    /// message set it compresses, and under light load every answer is a message set of its own.
-    /// With glibc's defaults the freed context was returned to the kernel (`madvise`) and the next
-    /// set faulted its pages in again: 5.9 page faults a login at 300 guest logins/s, 0.43 with
-    /// these settings; the worker's samples in page faults and `madvise` 3.3 % → 0.2 %. The cost
-    /// is memory: up to `trimThreshold` bytes a heap stay resident after a burst.
-    ///
-    /// Call it once at start, before the threads that allocate begin. The settings are the
-    /// process's, and override what `GLIBC_TUNABLES` set for these two.
-    /// - Returns: whether the allocator took both settings (false where it is not glibc's).
-    @discardableResult
-    public static func keepFreedMemory(trimThreshold: Int = 16 << 20, mmapThreshold: Int = 4 << 20) -> Bool {
-        // `mallopt` is glibc's, declared in <malloc.h>, which the Glibc module does not include:
-        // looked up by name, with the parameters' values from that header.
+    /// The allocator serving `malloc` here, for the version line and the start's log: "jemalloc"
+    /// with its version and thread-cache limit, or "glibc malloc".
+    public static var description: String {
+        guard let version: UnsafePointer<CChar> = jemallocValue("version") else { return "glibc malloc" }
+        let limit: Int? = jemallocValue("opt.tcache_max")
+        return "jemalloc \(String(cString: version))" + (limit.map { " (tcache_max \($0))" } ?? "")
+    }
+
+    /// Whether jemalloc serves `malloc` in this process (its `mallctl` is found).
+    public static var isJemalloc: Bool { mallctl != nil }
+
+    /// jemalloc's `mallctl`, looked up by name: a process that does not link jemalloc has none.
+    private typealias Mallctl =
+        @convention(c) (
+            UnsafePointer<CChar>?, UnsafeMutableRawPointer?, UnsafeMutablePointer<Int>?, UnsafeMutableRawPointer?, Int
+        ) -> Int32
+
+    private static let mallctl: Mallctl? = {
         #if canImport(Glibc)
-            typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
-            guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return false }
-            let mallopt = unsafeBitCast(symbol, to: Mallopt.self)
-            let trim: Int32 = -1  // M_TRIM_THRESHOLD
-            let mmap: Int32 = -3  // M_MMAP_THRESHOLD
-            return mallopt(trim, Int32(clamping: trimThreshold)) == 1
-                && mallopt(mmap, Int32(clamping: mmapThreshold)) == 1
+            guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallctl") else { return nil }
+            return unsafeBitCast(symbol, to: Mallctl.self)
         #else
-            return false
+            return nil
         #endif
+    }()
+
+    /// One of jemalloc's read-only values, `T` of its C type's size: nil without jemalloc, or for
+    /// a name it does not know.
+    static func jemallocValue<T>(_ name: String) -> T? {
+        guard let mallctl else { return nil }
+        return withUnsafeTemporaryAllocation(of: T.self, capacity: 1) { buffer -> T? in
+            guard let base = buffer.baseAddress else { return nil }
+            var length = MemoryLayout<T>.size
+            guard mallctl(name, base, &length, nil, 0) == 0, length == MemoryLayout<T>.size else { return nil }
+            return base.move()
+        }
     }
 }
