@@ -64,34 +64,56 @@ public enum Base64URL {
     }
 
     /// The decoder proper, on contiguous bytes: not generic, so it is fast across modules.
+    ///
+    /// Four characters a step, into three bytes: a character outside the alphabet reads as 0xFF
+    /// from the table, so one test of the four values' high bits finds any of them. (A bit at a
+    /// time, an Apple ID token's kilobyte cost about 18 instructions a character.)
     public static func decode(buffer text: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         let count = text.count
-        if count % 4 == 1 { return nil }
-        let table = decodeTable
-        var valid = true
-        let output = [UInt8](unsafeUninitializedCapacity: count * 3 / 4 + 1) { output, written in
-            var accumulator: UInt32 = 0
-            var bits: UInt32 = 0
-            var length = 0
-            for character in text {
-                let value = table[Int(character)]
-                guard value != invalid else {
-                    valid = false
-                    break
+        let rest = count % 4
+        if rest == 1 { return nil }
+        let length = count / 4 * 3 + (rest == 0 ? 0 : rest - 1)
+        return decodeTable.withUnsafeBufferPointer { table -> [UInt8]? in
+            var valid = true
+            let output = [UInt8](unsafeUninitializedCapacity: length) { output, written in
+                written = 0
+                var index = 0
+                var at = 0
+                while index + 4 <= count {
+                    let a = table[Int(text[index])]
+                    let b = table[Int(text[index + 1])]
+                    let c = table[Int(text[index + 2])]
+                    let d = table[Int(text[index + 3])]
+                    guard (a | b | c | d) & 0x80 == 0 else {
+                        valid = false
+                        return
+                    }
+                    let chunk = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                    output[at] = UInt8(truncatingIfNeeded: chunk >> 16)
+                    output[at + 1] = UInt8(truncatingIfNeeded: chunk >> 8)
+                    output[at + 2] = UInt8(truncatingIfNeeded: chunk)
+                    index += 4
+                    at += 3
                 }
-                accumulator = accumulator << 6 | UInt32(value)
-                bits += 6
-                if bits >= 8 {
-                    bits -= 8
-                    output[length] = UInt8(truncatingIfNeeded: accumulator >> bits)
-                    length += 1
-                    accumulator &= (1 << bits) - 1
+                if rest != 0 {
+                    // Two characters are one byte and four spare bits, three are two bytes and two
+                    // spare bits; the spare bits must be zero (one encoding for every byte string).
+                    let a = table[Int(text[index])]
+                    let b = table[Int(text[index + 1])]
+                    let c = rest == 3 ? table[Int(text[index + 2])] : 0
+                    let chunk = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
+                    let spare = rest == 3 ? chunk & 0xFF : chunk & 0xFFFF
+                    guard (a | b | c) & 0x80 == 0, spare == 0 else {
+                        valid = false
+                        return
+                    }
+                    output[at] = UInt8(truncatingIfNeeded: chunk >> 16)
+                    if rest == 3 { output[at + 1] = UInt8(truncatingIfNeeded: chunk >> 8) }
                 }
+                written = length
             }
-            if accumulator != 0 { valid = false }
-            written = valid ? length : 0
+            return valid ? output : nil
         }
-        return valid ? output : nil
     }
 
     /// Decodes the UTF-8 bytes of `string`.

@@ -32,6 +32,42 @@ import Testing
         }
     }
 
+    /// Every byte that is not in the alphabet, at every position of texts of 2 to 9 characters,
+    /// is refused; and of the 64 last characters a text ending in two or three characters can
+    /// have, exactly those that leave the spare bits zero are accepted, each decoding to bytes
+    /// that encode back to the same text.
+    @Test func refusesEveryOtherByteAnywhereAndEverySpareBit() {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        let outside = (0...255).map(UInt8.init).filter { !alphabet.contains($0) }
+        #expect(outside.count == 192)
+        for length in 2...9 where length % 4 != 1 {
+            let valid = [UInt8](repeating: UInt8(ascii: "A"), count: length)
+            #expect(Base64URL.decode(valid) == [UInt8](repeating: 0, count: length / 4 * 3 + max(0, length % 4 - 1)))
+            for position in 0..<length {
+                for byte in outside {
+                    var text = valid
+                    text[position] = byte
+                    #expect(Base64URL.decode(text) == nil, "\(byte) at \(position) of \(length)")
+                }
+            }
+        }
+        for prefix in ["", "Zm9v"] {
+            for tail in ["Z", "Zm"] {
+                var accepted = 0
+                for last in alphabet {
+                    let text = Array((prefix + tail).utf8) + [last]
+                    if let bytes = Base64URL.decode(text) {
+                        accepted += 1
+                        #expect(Array(Base64URL.encode(bytes).utf8) == text)
+                    }
+                }
+                // Two characters leave four spare bits (4 of 64 last characters keep them zero),
+                // three leave two (16 of 64).
+                #expect(accepted == (tail.count == 1 ? 4 : 16), "\(prefix + tail)")
+            }
+        }
+    }
+
     @Test(arguments: ["Zg==", "Zm9v=", "Zm+v", "Zm/v", "Z", "Zm9v Zg", "Zh", "Zm9"])
     func rejectsNonCanonicalInput(text: String) {
         // Padding, the standard alphabet, impossible lengths, spaces and non-zero trailing bits
