@@ -50,9 +50,9 @@ let package = Package(
             providers: [.apt(["libcrypt-dev"])]
         ),
 
-        // The worker's allocator: jemalloc (libjemalloc-dev), linked into the auth-worker binary
-        // and the tests, with its settings (Sources/CJemalloc/jemalloc-settings.c): less CPU a
-        // login than glibc's malloc (docs/performance.md, "jemalloc"). Its debug information in
+        // The worker's allocator: jemalloc (libjemalloc-dev), linked into the auth-worker binary,
+        // the benchmarks and the tests, with its settings (Sources/CJemalloc/jemalloc-settings.c):
+        // less CPU a login than glibc's malloc (docs/performance.md, "jemalloc"). Its debug information in
         // DWARF 4, which valgrind 3.19 (`scripts/bench instructions`) reads; clang's default,
         // DWARF 5, stops it.
         .target(
@@ -104,7 +104,7 @@ let package = Package(
             name: "auth-bench",
             dependencies: [
                 "JOSE", "JOSEFixtures", "AuthCrypto", "AuthDomain", "AuthStore", "Passwords", "PGStore", "ServiceKit",
-                "Messages", "Kafka",
+                "Messages", "Kafka", "CJemalloc",
             ]),
 
         // MARK: - Tests

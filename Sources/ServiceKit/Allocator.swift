@@ -7,14 +7,18 @@ import Foundation
 /// The C allocator a process runs on.
 ///
 /// The worker's binary links jemalloc with its settings built in (`Sources/CJemalloc`), and so do
-/// the tests; the bench's load generator runs on glibc's malloc.
+/// the benchmarks (which run the worker's code in their own process) and the tests.
 public enum Allocator {
     /// The allocator serving `malloc` here, for the version line and the start's log: "jemalloc"
-    /// with its version and thread-cache limit, or "glibc malloc".
+    /// with its version and the two settings the worker sets, or "glibc malloc".
     public static var description: String {
         guard let version: UnsafePointer<CChar> = jemallocValue("version") else { return "glibc malloc" }
-        let limit: Int? = jemallocValue("opt.tcache_max")
-        return "jemalloc \(String(cString: version))" + (limit.map { " (tcache_max \($0))" } ?? "")
+        let settings = ["tcache_max", "oversize_threshold"].compactMap { name -> String? in
+            let value: Int? = jemallocValue("opt." + name)
+            return value.map { "\(name) \($0)" }
+        }
+        return "jemalloc \(String(cString: version))"
+            + (settings.isEmpty ? "" : " (" + settings.joined(separator: ", ") + ")")
     }
 
     /// Whether jemalloc serves `malloc` in this process (its `mallctl` is found).

@@ -325,7 +325,8 @@ do {
         print(
             "Password logins, Argon2id m=\(parameters.memoryKiB) KiB t=\(parameters.iterations) p=\(parameters.parallelism), "
                 + "\(ProcessInfo.processInfo.activeProcessorCount) hashing threads "
-                + "(\(pairs) rounds of \(pairSeconds) s each way, alternating which runs first)")
+                + "(\(pairs) rounds of \(pairSeconds) s each way, alternating which runs first); "
+                + Allocator.description)
         let benchmark = try await PasswordBenchmark(databaseURL: databaseURL)
         print("round  raw Argon2id verifications/s  password logins/s (PostgreSQL)  logins / raw")
         var ratios: [Double] = []
