@@ -5,8 +5,9 @@
 // librdkafka's producer callocs and frees an LZ4 compression context of about 100 KiB for every
 // message set, and under light load every answer is a message set of its own. Beyond the thread
 // cache, jemalloc zeroes a reused block for calloc by handing its pages back to the kernel
-// (madvise) and faults them in again: one madvise and about 10 page faults a login at 1,000
-// guest logins/s. From the thread cache, the block is reused and zeroed in place.
+// (madvise) and faults them in again: about one madvise a login at 1,000 guest logins/s, and
+// 24,000 page faults in a run of 10,000 paced logins against 2,300 on glibc. From the thread
+// cache, the block is reused and zeroed in place (3,500).
 //
 // oversize_threshold:0: no arena of its own for blocks over 8 MiB, which jemalloc hands back to
 // the kernel as soon as they are freed. An Argon2id hash takes 19 MiB (the default parameters),
