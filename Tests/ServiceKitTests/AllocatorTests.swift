@@ -29,26 +29,22 @@ import Testing
         #expect(unknown == nil)
     }
 
-    /// librdkafka callocs and frees a compression context of about 100 KiB for every message set.
-    /// Zeroed, freed and asked for again, such a block is reused from the thread's cache, not handed
-    /// back to the kernel and faulted in again (jemalloc's default thread cache stops at 32 KiB,
-    /// and beyond it a zeroed block is zeroed by `madvise`: about 26 faults a round here, 1,656 in
-    /// all, checked with MALLOC_CONF=tcache_max:32768). Counted on a thread of its own (faults are
-    /// counted per thread).
-    @Test func aZeroedBlockFreedAndAskedForAgainIsNotFaultedInAgain() throws {
+    /// Allocates `size` bytes (zeroed with `calloc` when `zeroed`), fills them and frees them, once
+    /// and then `rounds` times more, on a thread of its own (faults are counted per thread).
+    /// - Returns: the page faults of the later rounds; nil when an allocation failed.
+    static func faultsOfLaterRounds(size: Int, zeroed: Bool, rounds: Int) -> Int? {
         let outcome = Mutex<Int?>(nil)
         let done = DispatchSemaphore(value: 0)
         let thread = Thread {
             defer { done.signal() }
-            let size = 100 << 10
             func round() -> Bool {
-                guard let block = calloc(1, size) else { return false }
+                guard let block = zeroed ? calloc(1, size) : malloc(size) else { return false }
                 memset(block, 1, size)
                 free(block)
                 return true
             }
             guard round(), let before = Self.minorFaults() else { return }
-            for _ in 0..<63 {
+            for _ in 0..<rounds {
                 guard round() else { return }
             }
             guard let after = Self.minorFaults() else { return }
@@ -56,7 +52,16 @@ import Testing
         }
         thread.start()
         done.wait()
-        let faults = try #require(outcome.withLock { $0 })
+        return outcome.withLock { $0 }
+    }
+
+    /// librdkafka callocs and frees a compression context of about 100 KiB for every message set.
+    /// Zeroed, freed and asked for again, such a block is reused from the thread's cache, not handed
+    /// back to the kernel and faulted in again (jemalloc's default thread cache stops at 32 KiB,
+    /// and beyond it a zeroed block is zeroed by `madvise`: about 26 faults a round here, 1,656 in
+    /// all, checked with MALLOC_CONF=tcache_max:32768).
+    @Test func aZeroedBlockFreedAndAskedForAgainIsNotFaultedInAgain() throws {
+        let faults = try #require(Self.faultsOfLaterRounds(size: 100 << 10, zeroed: true, rounds: 63))
         #expect(faults < 63, "63 rounds faulted \(faults) pages in")
     }
 
@@ -66,27 +71,7 @@ import Testing
     /// 34,068 in all, checked with `MALLOC_CONF=oversize_threshold:8388608`), which cost a third
     /// of the password hashing rate.
     @Test func aPasswordHashSizedBlockFreedAndAskedForAgainIsNotFaultedInAgain() throws {
-        let outcome = Mutex<Int?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        let thread = Thread {
-            defer { done.signal() }
-            let size = 19_456 << 10
-            func round() -> Bool {
-                guard let block = malloc(size) else { return false }
-                memset(block, 1, size)
-                free(block)
-                return true
-            }
-            guard round(), let before = Self.minorFaults() else { return }
-            for _ in 0..<7 {
-                guard round() else { return }
-            }
-            guard let after = Self.minorFaults() else { return }
-            outcome.withLock { $0 = after - before }
-        }
-        thread.start()
-        done.wait()
-        let faults = try #require(outcome.withLock { $0 })
+        let faults = try #require(Self.faultsOfLaterRounds(size: 19_456 << 10, zeroed: false, rounds: 7))
         #expect(faults < 500, "7 rounds faulted \(faults) pages in")
     }
 }
