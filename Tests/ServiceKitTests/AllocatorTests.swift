@@ -55,13 +55,31 @@ import Testing
         return outcome.withLock { $0 }
     }
 
+    /// The fewest faults of up to `attempts` runs of `faultsOfLaterRounds`, stopping at the first
+    /// below `bound`. scripts/test runs this suite in a process of its own; when other tests run
+    /// beside it, their threads share jemalloc's arenas with the one measured, and an arena many
+    /// threads churn can purge a block as soon as it is freed (seen in the parallel run: on arena 0,
+    /// which the process's main thread shares, every round of an attempt faulted in afresh, in about
+    /// one run in five, while attempts on the other arenas faulted none). Each attempt starts a
+    /// thread of its own, which may be given another arena. Without the worker's settings every
+    /// attempt faults every round, so the tests still fail.
+    static func fewestFaults(size: Int, zeroed: Bool, rounds: Int, below bound: Int, attempts: Int = 5) -> Int? {
+        var fewest: Int?
+        for _ in 0..<attempts {
+            guard let faults = faultsOfLaterRounds(size: size, zeroed: zeroed, rounds: rounds) else { return nil }
+            fewest = min(fewest ?? faults, faults)
+            if faults < bound { break }
+        }
+        return fewest
+    }
+
     /// librdkafka callocs and frees a compression context of about 100 KiB for every message set.
     /// Zeroed, freed and asked for again, such a block is reused from the thread's cache, not handed
     /// back to the kernel and faulted in again (jemalloc's default thread cache stops at 32 KiB,
     /// and beyond it a zeroed block is zeroed by `madvise`: about 26 faults a round here, 1,656 in
     /// all, checked with MALLOC_CONF=tcache_max:32768).
     @Test func aZeroedBlockFreedAndAskedForAgainIsNotFaultedInAgain() throws {
-        let faults = try #require(Self.faultsOfLaterRounds(size: 100 << 10, zeroed: true, rounds: 63))
+        let faults = try #require(Self.fewestFaults(size: 100 << 10, zeroed: true, rounds: 63, below: 63))
         #expect(faults < 63, "63 rounds faulted \(faults) pages in")
     }
 
@@ -71,7 +89,7 @@ import Testing
     /// 34,068 in all, checked with `MALLOC_CONF=oversize_threshold:8388608`), which cost a third
     /// of the password hashing rate.
     @Test func aPasswordHashSizedBlockFreedAndAskedForAgainIsNotFaultedInAgain() throws {
-        let faults = try #require(Self.faultsOfLaterRounds(size: 19_456 << 10, zeroed: false, rounds: 7))
+        let faults = try #require(Self.fewestFaults(size: 19_456 << 10, zeroed: false, rounds: 7, below: 500))
         #expect(faults < 500, "7 rounds faulted \(faults) pages in")
     }
 }
