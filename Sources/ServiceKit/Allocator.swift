@@ -39,6 +39,24 @@ public enum Allocator {
         #endif
     }()
 
+    /// Moves the calling thread's allocations to a jemalloc arena made for it alone (`arenas.create`,
+    /// then `thread.arena`): what the thread frees stays there for its next allocation, whatever
+    /// the rest of the process does. For the password-hashing threads, whose 19 MiB a hash (Argon2id
+    /// at the default parameters) is reused from hash to hash only in an arena that keeps it: on
+    /// arena 0 of a Swift process a freed block that size is handed back to the kernel at once
+    /// (docs/performance.md, "Arena 0"), and with `MALLOC_CONF=narenas:1` every thread is there.
+    /// - Returns: the new arena's index; nil without jemalloc or when it refused.
+    @discardableResult
+    public static func useArenaOfItsOwn() -> UInt32? {
+        guard let mallctl else { return nil }
+        var index: UInt32 = 0
+        var length = MemoryLayout<UInt32>.size
+        guard mallctl("arenas.create", &index, &length, nil, 0) == 0, length == MemoryLayout<UInt32>.size,
+            mallctl("thread.arena", nil, nil, &index, MemoryLayout<UInt32>.size) == 0
+        else { return nil }
+        return index
+    }
+
     /// One of jemalloc's read-only values, `T` of its C type's size: nil without jemalloc, or for
     /// a name it does not know.
     static func jemallocValue<T>(_ name: String) -> T? {

@@ -11,9 +11,13 @@ public final class ExecutorPool: Sendable {
     ///   - name: thread name prefix.
     ///   - size: number of threads (at least one).
     ///   - niceness: added to the threads' nice value (see `ThreadExecutor`). Default: 0.
-    public init(name: String, size: Int, niceness: Int32 = 0) {
+    ///   - ownArenas: each thread allocates from a jemalloc arena of its own (see `ThreadExecutor`).
+    ///     Default: false.
+    public init(name: String, size: Int, niceness: Int32 = 0, ownArenas: Bool = false) {
         let count = max(size, 1)
-        executors = (0..<count).map { ThreadExecutor(name: "\(name)-\($0)", niceness: niceness) }
+        executors = (0..<count).map {
+            ThreadExecutor(name: "\(name)-\($0)", niceness: niceness, ownArena: ownArenas)
+        }
         slots = SlotQueue(count: count)
     }
 

@@ -21,10 +21,13 @@ public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Send
     ///   - name: the thread's name, shown by debuggers and `top -H`.
     ///   - niceness: added to the thread's nice value, so its work yields the CPU to the rest of the
     ///     process when both want it (Linux schedules threads' nice values separately). Default: 0.
-    public init(name: String, niceness: Int32 = 0) {
+    ///   - ownArena: the thread allocates from a jemalloc arena of its own
+    ///     (`Allocator.useArenaOfItsOwn`). Default: false.
+    public init(name: String, niceness: Int32 = 0, ownArena: Bool = false) {
         let thread = Thread { [self] in
             // Named from inside: on Linux the name given before start does not always stick.
             Self.nameCurrentThread(name)
+            if ownArena { Allocator.useArenaOfItsOwn() }
             if niceness != 0 {
                 // `who` 0 is the calling thread on Linux; raising the value needs no privilege.
                 let which = __priority_which_t(PRIO_PROCESS.rawValue)

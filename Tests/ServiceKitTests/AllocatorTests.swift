@@ -5,6 +5,11 @@ import Testing
 @testable import ServiceKit
 
 /// The tests link the worker's allocator and its settings (`Sources/CJemalloc`), as its binary does.
+/// The arena each thread of a pool reported, by the thread's name.
+final class ArenasSeen: Sendable {
+    let names = Mutex<[String: UInt32]>([:])
+}
+
 @Suite struct AllocatorTests {
     /// The minor page faults of the calling thread so far, from `/proc/thread-self/stat`.
     static func minorFaults() -> Int? {
@@ -113,5 +118,65 @@ import Testing
     @Test func aPasswordHashSizedBlockFreedAndAskedForAgainIsNotFaultedInAgain() throws {
         let faults = try #require(Self.fewestFaults(size: 19_456 << 10, zeroed: false, rounds: 7, below: 500))
         #expect(faults < 500, "7 rounds faulted \(faults) pages in")
+    }
+
+    /// The arenas jemalloc makes itself: 0 up to `opt.narenas`; arenas made on request (and the
+    /// oversize arena, which the worker's settings turn off) take the indexes after them.
+    static var automaticArenas: UInt32? { Allocator.jemallocValue("opt.narenas") }
+
+    /// A pool asked for arenas of their own gives each of its threads one that no other thread
+    /// was given (made on request, so past the automatic ones); a pool that was not asked leaves
+    /// its threads on automatic arenas.
+    @Test func aPoolsThreadsWithArenasOfTheirOwn() async throws {
+        let automatic = try #require(Self.automaticArenas)
+        for own in [true, false] {
+            let pool = ExecutorPool(name: "arena-pool", size: 2, ownArenas: own)
+            let arenas = ArenasSeen()
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        try await pool.run {
+                            let arena: UInt32? = Allocator.jemallocValue("thread.arena")
+                            let name = Thread.current.name ?? ""
+                            if let arena { arenas.names.withLock { $0[name] = arena } }
+                            usleep(5_000)
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let seen = arenas.names.withLock { $0 }
+            #expect(seen.count == 2, "both threads ran a job: \(seen)")
+            if own {
+                #expect(seen.values.allSatisfy { $0 >= automatic }, "\(seen), automatic 0..<\(automatic)")
+                #expect(Set(seen.values).count == 2, "\(seen)")
+            } else {
+                #expect(seen.values.allSatisfy { $0 < automatic }, "\(seen), automatic 0..<\(automatic)")
+            }
+        }
+    }
+
+    /// On a thread with an arena of its own, a password hash's block is reused from hash to hash
+    /// whatever arena jemalloc would have given the thread: also with `MALLOC_CONF=narenas:1`,
+    /// where every other thread is on arena 0 and the count without an arena of its own is 34,000
+    /// (checked).
+    @Test func aPasswordHashSizedBlockIsReusedOnAThreadWithAnArenaOfItsOwn() async throws {
+        let pool = ExecutorPool(name: "arena-hash", size: 1, ownArenas: true)
+        let size = 19_456 << 10
+        let faults = try await pool.run { () -> Int? in
+            func round() -> Bool {
+                guard let block = malloc(size) else { return false }
+                memset(block, 1, size)
+                free(block)
+                return true
+            }
+            guard round(), let before = Self.minorFaults() else { return nil }
+            for _ in 0..<7 {
+                guard round() else { return nil }
+            }
+            return Self.minorFaults().map { $0 - before }
+        }
+        let counted = try #require(faults)
+        #expect(counted < 500, "7 rounds faulted \(counted) pages in")
     }
 }
