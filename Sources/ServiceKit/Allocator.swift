@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -39,23 +40,44 @@ public enum Allocator {
         #endif
     }()
 
-    /// Moves the calling thread's allocations to a jemalloc arena made for it alone (`arenas.create`,
-    /// then `thread.arena`): what the thread frees stays there for its next allocation, whatever
-    /// the rest of the process does. For the password-hashing threads, whose 19 MiB a hash (Argon2id
-    /// at the default parameters) is reused from hash to hash only in an arena that keeps it: on
-    /// arena 0 of a Swift process a freed block that size is handed back to the kernel at once
+    /// Moves the calling thread's allocations to a jemalloc arena no other running thread uses
+    /// (`thread.arena`; one given back by a thread that ended, or a new one from `arenas.create`):
+    /// what the thread frees stays there for its next allocation, whatever the rest of the process
+    /// does. For the password-hashing threads, whose 19 MiB a hash (Argon2id at the default
+    /// parameters) is reused from hash to hash only in an arena that keeps it: on arena 0 of a
+    /// Swift process a freed block that size is handed back to the kernel at once
     /// (docs/performance.md, "Arena 0"), and with `MALLOC_CONF=narenas:1` every thread is there.
-    /// - Returns: the new arena's index; nil without jemalloc or when it refused.
+    /// A thread that asked gives its arena back with `giveBackArena` when it ends; an arena is
+    /// never destroyed (blocks the thread handed out may still live in it).
+    /// - Returns: the arena's index; nil without jemalloc or when it refused.
     @discardableResult
     public static func useArenaOfItsOwn() -> UInt32? {
         guard let mallctl else { return nil }
-        var index: UInt32 = 0
-        var length = MemoryLayout<UInt32>.size
-        guard mallctl("arenas.create", &index, &length, nil, 0) == 0, length == MemoryLayout<UInt32>.size,
-            mallctl("thread.arena", nil, nil, &index, MemoryLayout<UInt32>.size) == 0
-        else { return nil }
+        var index: UInt32
+        if let spare = spareArenas.withLock({ $0.popLast() }) {
+            index = spare
+        } else {
+            index = 0
+            var length = MemoryLayout<UInt32>.size
+            guard mallctl("arenas.create", &index, &length, nil, 0) == 0, length == MemoryLayout<UInt32>.size
+            else { return nil }
+        }
+        guard mallctl("thread.arena", nil, nil, &index, MemoryLayout<UInt32>.size) == 0 else {
+            giveBackArena(index)
+            return nil
+        }
         return index
     }
+
+    /// Hands an arena from `useArenaOfItsOwn` back for the next thread that asks, once the thread
+    /// that used it no longer allocates: arenas made on request are kept to as many as such threads
+    /// ran at once, however many pools come and go.
+    public static func giveBackArena(_ index: UInt32) {
+        spareArenas.withLock { $0.append(index) }
+    }
+
+    /// Arenas made by `useArenaOfItsOwn` whose threads have ended.
+    static let spareArenas = Mutex<[UInt32]>([])
 
     /// One of jemalloc's read-only values, `T` of its C type's size: nil without jemalloc, or for
     /// a name it does not know.

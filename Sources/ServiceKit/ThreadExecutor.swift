@@ -27,13 +27,14 @@ public final class ThreadExecutor: SerialExecutor, TaskExecutor, @unchecked Send
         let thread = Thread { [self] in
             // Named from inside: on Linux the name given before start does not always stick.
             Self.nameCurrentThread(name)
-            if ownArena { Allocator.useArenaOfItsOwn() }
+            let arena = ownArena ? Allocator.useArenaOfItsOwn() : nil
             if niceness != 0 {
                 // `who` 0 is the calling thread on Linux; raising the value needs no privilege.
                 let which = __priority_which_t(PRIO_PROCESS.rawValue)
                 _ = setpriority(which, 0, getpriority(which, 0) + niceness)
             }
             self.runLoop()
+            if let arena { Allocator.giveBackArena(arena) }
         }
         thread.name = name
         thread.start()

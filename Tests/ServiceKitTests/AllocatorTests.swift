@@ -10,7 +10,9 @@ final class ArenasSeen: Sendable {
     let names = Mutex<[String: UInt32]>([:])
 }
 
-@Suite struct AllocatorTests {
+/// One test at a time: the pools' tests hand arenas back and take them again, and each count of
+/// page faults is best alone (scripts/test runs the suite in a process of its own).
+@Suite(.serialized) struct AllocatorTests {
     /// The minor page faults of the calling thread so far, from `/proc/thread-self/stat`.
     static func minorFaults() -> Int? {
         guard let text = try? String(contentsOfFile: "/proc/thread-self/stat", encoding: .utf8),
@@ -178,5 +180,44 @@ final class ArenasSeen: Sendable {
         }
         let counted = try #require(faults)
         #expect(counted < 500, "7 rounds faulted \(counted) pages in")
+    }
+
+    /// A pool's threads give their arenas back when they end, and the next thread to ask takes
+    /// one of those instead of making another: arenas made on request stay as many as such
+    /// threads ran at once, however many pools come and go (the tests make hundreds).
+    @Test func arenasOfThreadsThatEndedAreGivenToTheNext() async throws {
+        var first: ExecutorPool? = ExecutorPool(name: "arena-first", size: 2, ownArenas: true)
+        let arenas = ArenasSeen()
+        if let pool = first {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        try await pool.run {
+                            let arena: UInt32? = Allocator.jemallocValue("thread.arena")
+                            if let arena { arenas.names.withLock { $0[Thread.current.name ?? ""] = arena } }
+                            usleep(5_000)
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        let used = Set(arenas.names.withLock { $0.values })
+        #expect(used.count == 2, "\(used)")
+        first = nil
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !used.isSubset(of: Allocator.spareArenas.withLock({ Set($0) })), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(used.isSubset(of: Allocator.spareArenas.withLock({ Set($0) })), "both threads gave theirs back")
+
+        let made: UInt32? = Allocator.jemallocValue("arenas.narenas")
+        let taken = try await ExecutorPool(name: "arena-next", size: 1, ownArenas: true).run {
+            () -> UInt32? in Allocator.jemallocValue("thread.arena")
+        }
+        let after: UInt32? = Allocator.jemallocValue("arenas.narenas")
+        #expect(taken.map(used.contains) == true, "\(String(describing: taken)) from \(used)")
+        #expect(
+            made != nil && made == after, "no arena made: \(String(describing: made)), \(String(describing: after))")
     }
 }
