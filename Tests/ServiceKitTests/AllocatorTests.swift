@@ -4,12 +4,12 @@ import Testing
 
 @testable import ServiceKit
 
-/// The tests link the worker's allocator and its settings (`Sources/CJemalloc`), as its binary does.
 /// The arena each thread of a pool reported, by the thread's name.
 final class ArenasSeen: Sendable {
     let names = Mutex<[String: UInt32]>([:])
 }
 
+/// The tests link the worker's allocator and its settings (`Sources/CJemalloc`), as its binary does.
 /// One test at a time: the pools' tests hand arenas back and take them again, and each count of
 /// page faults is best alone (scripts/test runs the suite in a process of its own).
 @Suite(.serialized) struct AllocatorTests {
@@ -41,9 +41,10 @@ final class ArenasSeen: Sendable {
     /// to the kernel at once (a `madvise` from `free`, seen with `perf`; with
     /// `MALLOC_CONF=narenas:1`, which puts every thread there, every attempt faults every round)
     /// while the other arenas keep it; a C program's arena 0 keeps it too, and the cause was not
-    /// found. The worker's hashing threads are given other arenas (counted: their faults stay at a
-    /// block or a few over a thousand hashes). Arena 1 is an automatic arena like the others, so the
-    /// worker's settings still decide what happens to the block.
+    /// found. The worker's hashing threads take arenas of their own (`Allocator.useArenaOfItsOwn`),
+    /// which these counts cannot: an arena made on request is not an automatic one, so the
+    /// worker's oversize setting would not decide what happens to the block. Arena 1 is automatic
+    /// like the others.
     static func leaveArenaZero() {
         typealias Mallctl =
             @convention(c) (
