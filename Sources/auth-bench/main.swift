@@ -259,7 +259,26 @@ if arguments.first == "broker" {
     do {
         let cluster = try KafkaMockCluster(brokers: 1)
         reply(cluster.bootstrapServers)
-        while let line = readLine() {
+        // Standard input's lines, read through a FILE of their own (`readLine` gives no way to
+        // tell its end from a failed read).
+        guard let input = fdopen(STDIN_FILENO, "r") else { throw CocoaError(.fileReadUnknown) }
+        var buffer: UnsafeMutablePointer<CChar>?
+        var capacity = 0
+        defer { free(buffer) }
+        while true {
+            // Only the end of standard input ends the broker; a read that fails otherwise is read
+            // again. A CI run once lost its mock broker for good right after the fault-injection
+            // test continued it (SIGCONT after SIGSTOP): every client refused from then on, its
+            // standard error not kept. A read interrupted there and taken for the end, which ends
+            // this loop and the process, is one way that happens; this rules it out.
+            let count = getline(&buffer, &capacity, input)
+            guard count >= 0, let buffer else {
+                if feof(input) != 0 { break }
+                clearerr(input)
+                usleep(10_000)
+                continue
+            }
+            let line = String(cString: buffer).trimmingCharacters(in: .newlines)
             let words = line.split(separator: " ")
             do {
                 if words == ["down"] || words == ["up"] {

@@ -339,7 +339,8 @@ import Testing
         #expect(
             missing.isEmpty,
             """
-            \(missing.count) requests got no result on \(broker); the replicas' hand-overs (logs: \(replicas.map(\.logPath))):
+            \(missing.count) requests got no result on \(broker) (its process \(cluster.brokerIsRunning ? "running" : "gone")\
+            \(broker == .mockCluster ? ", its log \(cluster.mockLogPath)" : "")); the replicas' hand-overs (logs: \(replicas.map(\.logPath))):
             \(replicas.map { $0.handOvers() }.joined(separator: "\n--\n"))
             """)
         let inconsistent = byRequest.filter { Set($0.value.map { String(describing: $0) }).count > 1 }

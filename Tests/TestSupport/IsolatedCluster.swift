@@ -49,6 +49,11 @@ final class IsolatedCluster: @unchecked Sendable {
     private var mockAnswerBuffer: [UInt8] = []
     private var mockBootstrap = ""
 
+    /// The mock cluster's standard error (its process's complaints), in the cluster's directory.
+    var mockLogPath: String { directory + "/mock-broker.log" }
+    /// Whether the broker's process is still there (false once it has exited, or before it started).
+    var brokerIsRunning: Bool { brokerProcess?.isRunning ?? false }
+
     var databaseServer: String { "postgres://postgres@127.0.0.1:\(pgPort)" }
     var brokers: String { broker == .tansu ? "127.0.0.1:\(proxyPort)" : mockBootstrap }
 
@@ -125,7 +130,9 @@ final class IsolatedCluster: @unchecked Sendable {
         let answers = Pipe()
         process.standardInput = commands
         process.standardOutput = answers
-        process.standardError = FileHandle.nullDevice
+        // Its complaints go to a log of its own, named in a failure's message.
+        _ = FileManager.default.createFile(atPath: mockLogPath, contents: nil)
+        process.standardError = FileHandle(forWritingAtPath: mockLogPath) ?? FileHandle.nullDevice
         try process.run()
         brokerProcess = process
         mockCommands = commands.fileHandleForWriting
