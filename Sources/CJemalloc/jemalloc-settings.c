@@ -13,5 +13,8 @@
 // the kernel as soon as they are freed. An Argon2id hash takes 19 MiB (the default parameters),
 // so each password hash faulted its 4,864 pages in afresh: 49 hashes/s against 75 on the same
 // machine. In the ordinary arenas a freed block waits out the decay (10 s) and the next hash
-// reuses it.
+// reuses it. The worker's hashing threads allocate from arenas of their own
+// (`Allocator.useArenaOfItsOwn`), and this setting is what keeps those arenas from handing the
+// block back too: every arena purges a freed block over the threshold at once, and with the
+// 8 MiB default a thread on an arena of its own faults every round as well (checked).
 const char *malloc_conf = "tcache_max:262144,oversize_threshold:0";

@@ -62,11 +62,22 @@ public enum Allocator {
             guard mallctl("arenas.create", &index, &length, nil, 0) == 0, length == MemoryLayout<UInt32>.size
             else { return nil }
         }
-        guard mallctl("thread.arena", nil, nil, &index, MemoryLayout<UInt32>.size) == 0 else {
+        guard moveThread(toArena: index) else {
             giveBackArena(index)
             return nil
         }
         return index
+    }
+
+    /// The jemalloc arena the calling thread allocates from; nil without jemalloc.
+    public static var threadArena: UInt32? { jemallocValue("thread.arena") }
+
+    /// Moves the calling thread's allocations to arena `index` (`thread.arena`).
+    /// - Returns: whether jemalloc did.
+    static func moveThread(toArena index: UInt32) -> Bool {
+        guard let mallctl else { return false }
+        var index = index
+        return mallctl("thread.arena", nil, nil, &index, MemoryLayout<UInt32>.size) == 0
     }
 
     /// Hands an arena from `useArenaOfItsOwn` back for the next thread that asks, once the thread

@@ -264,7 +264,6 @@ if arguments.first == "broker" {
         guard let input = fdopen(STDIN_FILENO, "r") else { throw CocoaError(.fileReadUnknown) }
         var buffer: UnsafeMutablePointer<CChar>?
         var capacity = 0
-        defer { free(buffer) }
         while true {
             // Only the end of standard input ends the broker; a read that fails otherwise is read
             // again. A CI run once lost its mock broker for good right after the fault-injection
