@@ -30,6 +30,29 @@ import Testing
         #expect(throws: PGError.self) { try row.decode("missing", as: String.self) }
     }
 
+    /// A statement's values go to libpq from one buffer, each NUL-terminated after its length:
+    /// empty values, NULLs between values, binary values holding zero bytes and text beside them
+    /// each arrive whole, in a pipeline as in a single query.
+    @Test func valuesSideBySideArriveWhole() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
+        let query: PGQuery = """
+            SELECT \("")::text AS empty, \(nil as String?)::text AS nothing, \(PGBytes([0, 0, 7, 0]))::bytea AS bytes,
+                   \("après")::text AS word, \(PGArray([UUID(), UUID()])) AS ids, \(nil as Int?)::int AS none,
+                   \(PGArray(["", "x"])) AS texts, \(42) AS last
+            """
+        for row in [try connection.query(query).first, try connection.pipeline([query, query])[1].first] {
+            let row = try #require(row)
+            #expect(try row.decode("empty") == "")
+            #expect(try row.decode("nothing", as: String?.self) == nil)
+            #expect(try row.decode("bytes", as: PGBytes.self).bytes == [0, 0, 7, 0])
+            #expect(try row.decode("word") == "après")
+            #expect(try row.decode("ids", as: [String].self).count == 2)
+            #expect(try row.decode("none", as: Int?.self) == nil)
+            #expect(try row.decode("texts", as: [String].self) == ["", "x"])
+            #expect(try row.decode("last", as: Int.self) == 42)
+        }
+    }
+
     /// Arrays go in binary: every element type the store sends comes back as it went, NULLs,
     /// empty arrays, dates before 2000 and text PostgreSQL's array literals would have quoted
     /// included; a NUL in a text element is refused before anything is sent.

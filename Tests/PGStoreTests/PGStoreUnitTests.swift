@@ -1,7 +1,7 @@
 import Foundation
-import PGStore
 import Testing
 
+@testable import PGStore
 @testable import TestSupport
 
 @Suite struct PGQueryTests {
@@ -42,6 +42,44 @@ import Testing
         // timestamptz: microseconds from 2000-01-01 UTC.
         let dates = PGArray([Date(timeIntervalSince1970: 946_684_800.000_001)]).parameter.bytes
         #expect(dates.suffix(8) == [0, 0, 0, 0, 0, 0, 0, 1])
+    }
+
+    /// The text is written as bytes: placeholders past one digit, and text that is not ASCII in
+    /// the statement's own literal, come out as written.
+    @Test func placeholdersOfEveryWidthAndTextBeyondASCII() {
+        var interpolation = PGQuery.StringInterpolation(literalCapacity: 0, interpolationCount: 120)
+        interpolation.appendLiteral("SELECT 'é ✓' AS mark")
+        for value in 1...120 {
+            interpolation.appendLiteral(", ")
+            interpolation.appendInterpolation(value)
+        }
+        interpolation.appendLiteral(", ")
+        interpolation.appendInterpolation(PGArray([1, 2].map(Int32.init)))
+        let query = PGQuery(stringInterpolation: interpolation)
+        let expected = "SELECT 'é ✓' AS mark" + (1...120).map { ", $\($0)" }.joined() + ", $121::integer[]"
+        #expect(query.sql == expected)
+        #expect(query.parameters.count == 121)
+        #expect(query.parameters[9]?.text == "10" && query.parameters[99]?.text == "100")
+    }
+
+    /// Prepared statements are found by their text under a hash of its own: equal texts, however
+    /// they were made, are one key; texts that differ anywhere (in a whole eight-byte word, in
+    /// the bytes after the last one, in length) are not, and none is equal to another.
+    @Test func statementTextsAreOneKeyExactlyWhenEqual() {
+        let interpolated: PGQuery = "SELECT v FROM t WHERE id = \(1) AND at > \(2)"
+        let written = StatementText("SELECT v FROM t WHERE id = $1 AND at > $2")
+        #expect(StatementText(interpolated.sql) == written)
+        #expect(StatementText(interpolated.sql).hashValue == written.hashValue)
+        let texts = [
+            "SELECT 1", "SELECT 2", "SELECT $1", "SELECT $2", "SELECT $1 ", "SELECT $10",
+            "INSERT INTO t VALUES ($1)", "INSERT INTO u VALUES ($1)", "", "é", "e",
+        ]
+        let keys = texts.map(StatementText.init)
+        #expect(Set(keys).count == texts.count)
+        #expect(Set(keys.map(\.digest)).count == texts.count, "these differ in their digests too")
+        var byText: [StatementText: Int] = [:]
+        for (index, key) in keys.enumerated() { byText[key] = index }
+        for (index, text) in texts.enumerated() { #expect(byText[StatementText(text)] == index) }
     }
 
     @Test func rawFragmentsAreExplicit() {
