@@ -287,13 +287,11 @@ public struct PGArray: Sendable {
         typeName = Element.pgTypeName + "[]"
         var out: [UInt8] = []
         out.reserveCapacity(20 + count * (4 + Element.pgBinarySizeHint))
-        func int32(_ value: Int32) {
-            withUnsafeBytes(of: value.bigEndian) { out.append(contentsOf: $0) }
-        }
+        func int32(_ value: Int32) { out.appendBigEndian(value) }
         int32(count == 0 ? 0 : 1)
         let flagsAt = out.count
         int32(0)
-        withUnsafeBytes(of: Element.pgTypeOID.bigEndian) { out.append(contentsOf: $0) }
+        int32(Int32(bitPattern: Element.pgTypeOID))
         if count > 0 {
             int32(Int32(clamping: count))
             int32(1)
@@ -304,15 +302,19 @@ public struct PGArray: Sendable {
             let lengthAt = out.count
             int32(0)
             guard element(index, &out) else {
-                out.replaceSubrange(lengthAt..<out.count, with: [0xFF, 0xFF, 0xFF, 0xFF])
+                // Length -1; a NULL element writes no bytes of its own.
+                out.removeSubrange((lengthAt + 4)...)
+                for offset in 0..<4 { out[lengthAt + offset] = 0xFF }
                 hasNulls = true
                 continue
             }
             let length = out.count - lengthAt - 4
             if Element.mayHoldNUL, !hasNUL { hasNUL = out[(lengthAt + 4)...].contains(0) }
-            withUnsafeBytes(of: Int32(clamping: length).bigEndian) { bytes in
-                for offset in 0..<4 { out[lengthAt + offset] = bytes[offset] }
-            }
+            let bits = UInt32(bitPattern: Int32(clamping: length))
+            out[lengthAt] = UInt8(truncatingIfNeeded: bits >> 24)
+            out[lengthAt + 1] = UInt8(truncatingIfNeeded: bits >> 16)
+            out[lengthAt + 2] = UInt8(truncatingIfNeeded: bits >> 8)
+            out[lengthAt + 3] = UInt8(truncatingIfNeeded: bits)
         }
         if hasNulls { out[flagsAt + 3] = 1 }
         parameter = PGParameter(binary: out, containsNUL: hasNUL)
@@ -401,7 +403,20 @@ extension Bool: PGArrayElement {
 extension PGArrayElement where Self: FixedWidthInteger {
     public static var pgBinarySizeHint: Int { MemoryLayout<Self>.size }
     @inlinable public func appendPGBinary(to buffer: inout [UInt8]) {
-        withUnsafeBytes(of: bigEndian) { buffer.append(contentsOf: $0) }
+        buffer.appendBigEndian(self)
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// The integer's bytes, most significant first, each appended on its own: into a reserved
+    /// buffer that is cheaper than `append(contentsOf:)` of the value's bytes, which goes
+    /// through a buffer of its own for every value.
+    @inlinable mutating func appendBigEndian<T: FixedWidthInteger>(_ value: T) {
+        var shift = T.bitWidth - 8
+        while shift >= 0 {
+            append(UInt8(truncatingIfNeeded: value >> shift))
+            shift -= 8
+        }
     }
 }
 
@@ -434,7 +449,7 @@ extension Date: PGArrayElement {
     @usableFromInline static let postgresEpoch: Int64 = 946_684_800
     @inlinable public func appendPGBinary(to buffer: inout [UInt8]) {
         let micros = Int64((timeIntervalSince1970 * 1_000_000).rounded()) - Self.postgresEpoch * 1_000_000
-        withUnsafeBytes(of: micros.bigEndian) { buffer.append(contentsOf: $0) }
+        buffer.appendBigEndian(micros)
     }
 }
 
