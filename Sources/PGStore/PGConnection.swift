@@ -3,10 +3,11 @@ import Foundation
 
 /// One libpq connection. Not thread-safe: confine it to one thread (`PGDedicatedConnection` does).
 ///
-/// Parameters are always sent separately from the statement, in text format. A statement is
-/// prepared (parsed and analysed, under a name) the first time the connection runs it, in the
-/// same round trip, and from then on only bound, planned for its values and run: the store's
-/// statements are fixed texts, so a small batch does not pay to parse ten of them every time.
+/// Parameters are always sent separately from the statement: values in text format, `PGArray`s
+/// in binary. A statement is prepared (parsed and analysed, under a name) the first time the
+/// connection runs it, in the same round trip, and from then on only bound, planned for its
+/// values and run: the store's statements are fixed texts, so a small batch does not pay to
+/// parse ten of them every time.
 public final class PGConnection {
     private var connection: OpaquePointer?
     private let conninfo: String
