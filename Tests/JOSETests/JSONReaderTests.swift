@@ -56,6 +56,42 @@ import Testing
         #expect(text?["a"] == .string(String(repeating: "a", count: 300) + "\u{7F}é"))
     }
 
+    /// Strings are scanned eight bytes a step until a word holds a quote, a backslash or a
+    /// control character: each such byte, its neighbours in value (which a wrong mask would take
+    /// for it or miss), and bytes beyond ASCII, at every offset of strings up to three words
+    /// long and every alignment of the string in the document, read as a byte at a time would.
+    @Test func everyByteThatEndsAWordStepIsFoundAtEveryOffset() throws {
+        // (the bytes placed in the string, what they read as; nil: the document is refused)
+        let cases: [([UInt8], String?)] = [
+            ([0x5C, 0x22], "\""), ([0x5C, 0x5C], "\\"), ([0x5C, 0x6E], "\n"),
+            (Array(#"\u00e9"#.utf8), "é"), ([0x21], "!"), ([0x23], "#"), ([0x5B], "["), ([0x5D], "]"),
+            ([0x20], " "), ([0x7F], "\u{7F}"), ([0xC3, 0xA9], "é"), ([0xF0, 0x9F, 0x98, 0x80], "😀"),
+            ([0x00], nil), ([0x01], nil), ([0x0A], nil), ([0x1F], nil), ([0xFF], nil), ([0x80], nil),
+            ([0xC3, 0xA9, 0x1F], nil), ([0xC2, 0xA2], "¢"), ([0xDC, 0x9C], "\u{071C}"),
+        ]
+        for (bytes, expected) in cases {
+            for length in 0...24 {
+                for offset in 0...length {
+                    for padding in 0..<8 {
+                        let before = String(repeating: "a", count: offset)
+                        let after = String(repeating: "b", count: length - offset)
+                        let document =
+                            Array(String(repeating: " ", count: padding).utf8) + Array(#"{"k":""#.utf8)
+                            + Array(before.utf8) + bytes + Array(after.utf8) + Array(#""}"#.utf8)
+                        if let expected {
+                            #expect(try JSONReader.object(document)["k"] == .string(before + expected + after))
+                        } else {
+                            #expect(throws: JSONReader.Failure.self) { try JSONReader.object(document) }
+                        }
+                    }
+                }
+            }
+        }
+        // A string with no byte that ends the fast path, as long as a token, read whole.
+        let long = String((0..<2_000).map { Character(Unicode.Scalar(UInt8(0x23 + $0 % 0x39))) })
+        #expect(try read(#"{"k":""# + long + #""}"#)["k"] == .string(long))
+    }
+
     @Test func limitsNesting() throws {
         let deep = String(repeating: #"{"a":"#, count: 40) + "1" + String(repeating: "}", count: 40)
         #expect(throws: JSONReader.Failure.self) { try read(deep) }
