@@ -55,6 +55,37 @@ import Testing
         #expect(RequestPipeline.idleMarkDelay < .seconds(30), "marked long before the relay's grace lets it take them")
     }
 
+    /// A transaction marks acknowledged events published once they are worth its statement: as
+    /// many as `marksGathered`, or the oldest acknowledged `marksGather` ago. Before that they stay,
+    /// timed from the oldest; nothing is taken when nothing waits.
+    @Test func acknowledgedEventsAreMarkedOnceGatheredOrOldEnough() throws {
+        var state = LoopState()
+        let gather = RequestPipeline.marksGather
+        let count = RequestPipeline.marksGathered
+        #expect(state.takeMarks(gathered: 0, orAfter: .zero).isEmpty, "nothing waits")
+        #expect(state.takePendingMarks(gathered: 0, orAfter: .zero).since == nil)
+        let first = (0..<3).map { _ in UUID() }
+        state.acknowledged(first)
+        let since = try #require(state.marksWaitingSince)
+        let early = since + gather / 2
+        #expect(state.takeMarks(gathered: count, orAfter: gather, at: early).isEmpty)
+        let pending = state.takePendingMarks(gathered: count, orAfter: gather, at: early)
+        #expect(pending.ids.isEmpty && pending.since == nil, "a lookup's write carries none yet")
+        #expect(state.eventsToMark == first && state.marksWaitingSince == since, "still waiting, still timed")
+        #expect(state.takeMarks(gathered: count, orAfter: gather, at: since + gather) == first, "old enough")
+        #expect(state.eventsToMark.isEmpty && state.marksWaitingSince == nil)
+
+        let many = (0..<count).map { _ in UUID() }
+        state.acknowledged(many)
+        let manySince = try #require(state.marksWaitingSince)
+        let taken = state.takePendingMarks(gathered: count, orAfter: gather, at: manySince)
+        #expect(taken.ids == many && taken.since == manySince, "enough to be worth a statement at once")
+        #expect(state.eventsToMark.isEmpty)
+        #expect(
+            gather < RequestPipeline.idleMarkDelay, "a light load's next transaction marks them before the idle path")
+        #expect(count < WorkerConfiguration.Processing().batchMax, "a full batch's own events are more than enough")
+    }
+
     /// Marks taken for a write in a lookup's task come back, still timed from their oldest, when
     /// that write does not happen; nothing is lost or marked twice.
     @Test func marksTakenForAWriteThatDidNotHappenAreHandedBackInFull() throws {
@@ -62,7 +93,7 @@ import Testing
         let first = [UUID(), UUID()]
         state.acknowledged(first)
         let since = try #require(state.marksWaitingSince)
-        let taken = state.takePendingMarks()
+        let taken = state.takePendingMarks(gathered: 2, orAfter: .seconds(1))
         #expect(taken.ids == first)
         #expect(taken.since == since)
         #expect(state.eventsToMark.isEmpty && state.marksWaitingSince == nil)

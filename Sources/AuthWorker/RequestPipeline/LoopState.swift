@@ -311,11 +311,27 @@ struct LoopState {
         }
         return eventsToMark
     }
+
+    /// The events to mark published in the transaction about to begin, once they are worth its
+    /// statement: at least `count` of them, or the oldest acknowledged `gather` ago; none before.
+    /// Under load every batch takes hundreds; under a light load each transaction would otherwise
+    /// delete the one event of the login before it.
+    mutating func takeMarks(
+        gathered count: Int, orAfter gather: Duration, at now: ContinuousClock.Instant = .now
+    ) -> [UUID] {
+        guard let since = marksWaitingSince, eventsToMark.count >= count || now - since >= gather else { return [] }
+        return takeMarks()
+    }
+
     /// The events to mark published, taken for a transaction that may not happen (a write in a
-    /// lookup's task): handed back with `handBack` if it does not.
-    mutating func takePendingMarks() -> PendingMarks {
+    /// lookup's task) once they are worth its statement (`takeMarks(gathered:orAfter:at:)`):
+    /// handed back with `handBack` if it does not.
+    mutating func takePendingMarks(
+        gathered count: Int, orAfter gather: Duration, at now: ContinuousClock.Instant = .now
+    ) -> PendingMarks {
         let since = marksWaitingSince
-        return PendingMarks(ids: takeMarks(), since: since)
+        let ids = takeMarks(gathered: count, orAfter: gather, at: now)
+        return ids.isEmpty ? PendingMarks() : PendingMarks(ids: ids, since: since)
     }
 
     /// Takes back marks whose transaction did not happen, still timed from their oldest.

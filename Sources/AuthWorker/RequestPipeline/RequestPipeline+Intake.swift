@@ -100,8 +100,11 @@ extension RequestPipeline {
             starting.count <= Self.preparedInLoop
                 ? writableWithLookup(starting, state).map { (requests: $0, writer: writer) } : nil
         }
-        // The acknowledged events ride on that write, as on any batch's; handed back if it does not happen.
-        let marks = withLookup == nil ? PendingMarks() : state.takePendingMarks()
+        // The acknowledged events ride on that write, as on any batch's, once gathered; handed back
+        // if it does not happen.
+        let marks =
+            withLookup == nil
+            ? PendingMarks() : state.takePendingMarks(gathered: Self.marksGathered, orAfter: Self.marksGather)
         let stage = Stage(
             on: writer.map { store.executor(ofWriter: $0) } ?? globalConcurrentExecutor, wake: wake,
             rings: { found in found.published?.stage.isDone ?? true }

@@ -104,6 +104,13 @@ extension RequestPipeline {
     /// marking costs no statement and no commit of its own (at 100 logins/s it was a third of the
     /// commits); it is far below the relay's grace (30 s), so the relay never takes them meanwhile.
     static let idleMarkDelay: Duration = .seconds(1)
+    /// How many acknowledged events a transaction marks published at once, or how long the oldest
+    /// waits for more before the next transaction marks it with what else has come. Under load a
+    /// batch's own events are more than this; under a light load one statement carries a tenth of
+    /// a second's events instead of one login's, and published events stay in the outbox that much
+    /// longer (`auth_outbox_backlog_events` counts them meanwhile; the relay's grace is 30 s).
+    static let marksGathered = 64
+    static let marksGather: Duration = .milliseconds(100)
     /// How many ready jobs make a writer start while one before it is busy (or the batch size,
     /// if smaller). A transaction's fixed cost (statements, round trips, commit) is worth paying
     /// twice at once only for a batch that spreads it thin: from 8, a second writer took small

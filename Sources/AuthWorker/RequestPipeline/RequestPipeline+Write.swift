@@ -42,7 +42,7 @@ extension RequestPipeline {
             // No transaction to carry the acknowledged events' marks: they wait for the next one.
             return Stage(wake: wake) { WrittenBatch(steps: steps, outcomes: [], marked: []) }
         }
-        let marks = state.takeMarks()
+        let marks = state.takeMarks(gathered: Self.marksGathered, orAfter: Self.marksGather)
         let head = marks.isEmpty ? [] : [PostgresStore.markPublished(marks)]
         let resultsKey = configuration.resultsKey
         let idempotencyLifetime = configuration.sessions.idempotencyLifetime
