@@ -117,6 +117,31 @@ import Testing
         }
     }
 
+    /// The relay's grace is refused below 2 s: acknowledged events wait up to a second (with no
+    /// transaction to carry them) to leave the outbox, and a relay that took them sooner would
+    /// publish them a second time.
+    @Test func theRelaysGraceIsAtLeastTheOutboxsLongestWait() throws {
+        let base = [
+            "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": "postgres://db/x",
+            "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+        ]
+        try WorkerConfiguration.fromEnvironment(base).validate()
+        try WorkerConfiguration.fromEnvironment(base.merging(["AUTH_OUTBOX_RELAY_GRACE_SECONDS": "2"]) { $1 })
+            .validate()
+        for short in ["1", "0"] {
+            let config = try WorkerConfiguration.fromEnvironment(
+                base.merging(["AUTH_OUTBOX_RELAY_GRACE_SECONDS": short]) { $1 })
+            #expect(throws: ConfigurationError(variable: "AUTH_OUTBOX_RELAY_GRACE_SECONDS", reason: "")) {
+                try config.validate()
+            }
+        }
+        var set = try WorkerConfiguration.fromEnvironment(base)
+        set.outboxRelayGrace = 1.5
+        #expect(throws: ConfigurationError(variable: "AUTH_OUTBOX_RELAY_GRACE_SECONDS", reason: "")) {
+            try set.validate()
+        }
+    }
+
     /// `AUTH_DB_POOL_SIZE=0` is refused naming itself (it used to name AUTH_BATCH_SIZE).
     @Test func aPoolOfNoConnectionsNamesItsVariable() throws {
         let config = try WorkerConfiguration.fromEnvironment([

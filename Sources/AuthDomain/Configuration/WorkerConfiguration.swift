@@ -98,7 +98,8 @@ public struct WorkerConfiguration: Sendable {
     /// `0.0.0.0` (every interface: an orchestrator probes the pod's address).
     public var healthAddress = "0.0.0.0"
     /// Outbox events older than this and still unpublished (a crash came between commit and
-    /// publish) are published by the relay. Env: `AUTH_OUTBOX_RELAY_GRACE_SECONDS`. Default: 30.
+    /// publish) are published by the relay. At least 2 (`validate`): published events wait up to a
+    /// second to leave the outbox. Env: `AUTH_OUTBOX_RELAY_GRACE_SECONDS`. Default: 30.
     public var outboxRelayGrace: TimeInterval = 30
     /// Batching and parallelism.
     public var processing = Processing()
@@ -449,6 +450,15 @@ public struct WorkerConfiguration: Sendable {
         guard processing.kafkaMaxPollInterval >= processing.kafkaSessionTimeout else {
             throw ConfigurationError(
                 variable: "AUTH_KAFKA_MAX_POLL_INTERVAL_MS", reason: "must be at least AUTH_KAFKA_SESSION_TIMEOUT_MS")
+        }
+        // Acknowledged events leave the outbox with a later transaction, or on their own after a
+        // second with none; a relay that took them sooner would publish them a second time.
+        guard outboxRelayGrace >= 2 else {
+            throw ConfigurationError(
+                variable: "AUTH_OUTBOX_RELAY_GRACE_SECONDS",
+                reason:
+                    "must be at least 2: published events wait up to a second to leave the outbox, and the relay would publish them again"
+            )
         }
         guard processing.writers >= 1 else {
             throw ConfigurationError(variable: "AUTH_DB_WRITERS", reason: "must be at least 1")
