@@ -507,6 +507,8 @@ public final class PostgresStore: Sendable {
         public var auditRows = 0
         /// Passkey ceremonies' challenges past their lifetime, never answered.
         public var challenges = 0
+        /// A table gave as many rows as one purge takes: there may be more; call again for them.
+        public var isPartial = false
 
         public var total: Int { requests + events + throttles + rateLimits + codes + auditRows + challenges }
     }
@@ -529,35 +531,83 @@ public final class PostgresStore: Sendable {
         }
     }
 
-    /// Forgets what has expired: request ids past their expiry, throttle rows whose failures and
-    /// lock are over, rate-limit buckets whose window has passed, one-time codes past theirs.
+    /// Forgets what has expired, in one transaction: at most `limit` rows of each table that
+    /// grows with logins (request ids and their kept answers past their expiry, one-time codes and
+    /// passkey challenges past theirs, audit rows past their retention), oldest first, and, with
+    /// `windows`, every throttle row whose failures and lock are over and every rate-limit bucket
+    /// whose window has passed.
+    ///
+    /// A purge of everything at once was one statement a table: ten minutes of kept answers at
+    /// 1,000 logins/s is 600,000 rows, seconds of a PostgreSQL core and, as each page's first
+    /// change after a checkpoint is logged whole, about their size in WAL, in one burst. A bounded
+    /// purge is a short transaction; `Purge.isPartial` says when a table gave all it takes (there
+    /// may be more), for the caller to come back (`OutboxRelay`, a round later). Rows another purge has locked are skipped, so
+    /// replicas purging at once take different rows. The rows are found by their time's index and
+    /// deleted by their address (`ctid`): deleted by key, PostgreSQL joined the slice to the whole
+    /// table by hash, a scan of every row for each slice. Throttles and rate-limit buckets have no
+    /// index on their time and are bounded by their windows: scanned once a purge cycle
+    /// (`windows`), not once a slice.
     public func purgeExpired(
         at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval,
-        auditRetention: TimeInterval = 400 * 86_400
+        auditRetention: TimeInterval = 400 * 86_400, limit: Int = 50_000, windows: Bool = true
     ) async throws -> Purge {
-        let results = try await pool.withConnection { connection in
-            try connection.pipeline([
-                "DELETE FROM processed_requests WHERE expires_at < \(date)",
+        let limit = max(limit, 1)
+        let statements = Self.purgeStatements(
+            at: date, throttleWindow: throttleWindow, rateLimitWindow: rateLimitWindow,
+            auditRetention: auditRetention, limit: limit, windows: windows)
+        let results = try await pool.withConnection { connection in try connection.pipeline(statements) }
+        var purge = Purge()
+        guard results.count == statements.count else { return purge }
+        purge.requests = results[0].affectedRows
+        purge.codes = results[1].affectedRows
+        purge.auditRows = results[2].affectedRows
+        purge.challenges = results[3].affectedRows
+        purge.isPartial = [purge.requests, purge.codes, purge.auditRows, purge.challenges].contains { $0 >= limit }
+        if windows {
+            purge.throttles = results[4].affectedRows
+            purge.rateLimits = results[5].affectedRows
+        }
+        return purge
+    }
+
+    /// `purgeExpired`'s statements, in its order: the four slices, then (with `windows`) the
+    /// throttles and the rate-limit buckets.
+    static func purgeStatements(
+        at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval, auditRetention: TimeInterval,
+        limit: Int, windows: Bool
+    ) -> [PGQuery] {
+        var statements: [PGQuery] = [
+            """
+            DELETE FROM processed_requests WHERE ctid = ANY(ARRAY(
+                SELECT ctid FROM processed_requests WHERE expires_at < \(date)
+                ORDER BY expires_at LIMIT \(limit) FOR UPDATE SKIP LOCKED))
+            """,
+            """
+            DELETE FROM one_time_codes WHERE ctid = ANY(ARRAY(
+                SELECT ctid FROM one_time_codes WHERE expires_at < \(date)
+                ORDER BY expires_at LIMIT \(limit) FOR UPDATE SKIP LOCKED))
+            """,
+            """
+            DELETE FROM audit_log WHERE ctid = ANY(ARRAY(
+                SELECT ctid FROM audit_log WHERE at < \(date - auditRetention)
+                ORDER BY at LIMIT \(limit) FOR UPDATE SKIP LOCKED))
+            """,
+            """
+            DELETE FROM webauthn_challenges WHERE ctid = ANY(ARRAY(
+                SELECT ctid FROM webauthn_challenges WHERE expires_at < \(date)
+                ORDER BY expires_at LIMIT \(limit) FOR UPDATE SKIP LOCKED))
+            """,
+        ]
+        if windows {
+            statements += [
                 """
                 DELETE FROM login_throttle
                 WHERE last_failure_at < \(date - throttleWindow) AND (locked_until IS NULL OR locked_until < \(date))
                 """,
                 "DELETE FROM rate_limits WHERE window_start < \(date - rateLimitWindow)",
-                "DELETE FROM one_time_codes WHERE expires_at < \(date)",
-                "DELETE FROM audit_log WHERE at < \(date - auditRetention)",
-                "DELETE FROM webauthn_challenges WHERE expires_at < \(date)",
-            ])
+            ]
         }
-        var purge = Purge()
-        if results.count == 6 {
-            purge.requests = results[0].affectedRows
-            purge.throttles = results[1].affectedRows
-            purge.rateLimits = results[2].affectedRows
-            purge.codes = results[3].affectedRows
-            purge.auditRows = results[4].affectedRows
-            purge.challenges = results[5].affectedRows
-        }
-        return purge
+        return statements
     }
 
     // MARK: - Apple's REST API

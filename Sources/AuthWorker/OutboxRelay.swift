@@ -21,6 +21,8 @@ public final class OutboxRelay: Service {
     private let throttleWindow: TimeInterval
     private let rateLimitWindow: TimeInterval
     private let auditRetention: TimeInterval
+    private let purgeInterval: Duration
+    private let purgeLimit: Int
     private let passwords: PasswordService?
     private let stopping = Atomic<Bool>(false)
 
@@ -30,13 +32,19 @@ public final class OutboxRelay: Service {
     ///   - throttleWindow: how long failed password attempts count. Default: a day.
     ///   - rateLimitWindow: the longest rate-limit window. Default: an hour.
     ///   - auditRetention: how long audit rows are kept. Default: 400 days.
+    ///   - purgeInterval: how often a purge cycle starts. Default: 10 minutes.
+    ///   - purgeLimit: the most rows of a table one round forgets; a cycle that finds more goes
+    ///     on at the next round (every `interval`) until it is through. Default: 50,000, 10,000
+    ///     rows a second at the default interval (every replica purges, taking different rows).
     public init(
         store: PostgresStore, producer: KafkaProducer, clock: any WorkerClock, logger: Logger,
         interval: Duration = .seconds(5), grace: TimeInterval = 30, throttleWindow: TimeInterval = 86400,
         rateLimitWindow: TimeInterval = 3600, auditRetention: TimeInterval = 400 * 86_400,
-        passwords: PasswordService? = nil
+        purgeInterval: Duration = .seconds(600), purgeLimit: Int = 50_000, passwords: PasswordService? = nil
     ) {
         self.auditRetention = auditRetention
+        self.purgeInterval = purgeInterval
+        self.purgeLimit = purgeLimit
         self.passwords = passwords
         self.throttleWindow = throttleWindow
         self.rateLimitWindow = rateLimitWindow
@@ -66,25 +74,17 @@ public final class OutboxRelay: Service {
     }
 
     public func run() async throws {
-        var lastPurge = ContinuousClock.now - .seconds(3600)
+        var lastCycle = ContinuousClock.now - purgeInterval - .seconds(1)
+        var cycleUnfinished = false
         while !stopping.load(ordering: .acquiring) {
             do {
                 let published = try await publishPending()
                 if published > 0 { logger.info("Relayed outbox events", metadata: [LogKey.count: String(published)]) }
-                if ContinuousClock.now - lastPurge > .seconds(600) {
-                    lastPurge = ContinuousClock.now
-                    let purged = try await store.purgeExpired(
-                        at: clock.now(), throttleWindow: throttleWindow, rateLimitWindow: rateLimitWindow,
-                        auditRetention: auditRetention)
-                    if purged.total > 0 {
-                        logger.info(
-                            "Forgot expired rows",
-                            metadata: [
-                                "purge.requests": String(purged.requests), "purge.throttles": String(purged.throttles),
-                                "purge.rate_limits": String(purged.rateLimits), "purge.audit": String(purged.auditRows),
-                            ])
-                    }
-                    try await calibratePasswords()
+                let startsCycle = ContinuousClock.now - lastCycle > purgeInterval
+                if startsCycle || cycleUnfinished {
+                    if startsCycle { lastCycle = ContinuousClock.now }
+                    try await purge(startingCycle: startsCycle, unfinished: &cycleUnfinished)
+                    if startsCycle { try await calibratePasswords() }
                 }
             } catch {
                 logger.warning(
@@ -92,6 +92,26 @@ public final class OutboxRelay: Service {
             }
             await sleepUntilNextRound()
         }
+    }
+
+    /// One round of a purge cycle: at most `purgeLimit` rows of each table that grows with logins
+    /// (`PostgresStore.purgeExpired`), and at a cycle's start the expired throttles and rate-limit
+    /// windows. Ten minutes of kept answers purged in one statement were a burst of seconds of a
+    /// PostgreSQL core and hundreds of megabytes of WAL; a cycle now spreads them over rounds.
+    private func purge(startingCycle: Bool, unfinished: inout Bool) async throws {
+        let purged = try await store.purgeExpired(
+            at: clock.now(), throttleWindow: throttleWindow, rateLimitWindow: rateLimitWindow,
+            auditRetention: auditRetention, limit: purgeLimit, windows: startingCycle)
+        unfinished = purged.isPartial
+        guard purged.total > 0 else { return }
+        logger.info(
+            "Forgot expired rows",
+            metadata: [
+                "purge.requests": String(purged.requests), "purge.throttles": String(purged.throttles),
+                "purge.rate_limits": String(purged.rateLimits), "purge.codes": String(purged.codes),
+                "purge.audit": String(purged.auditRows), "purge.challenges": String(purged.challenges),
+                "purge.more": String(purged.isPartial),
+            ])
     }
 
     /// Keeps unknown e-mails as costly as known ones after an Argon2 parameter change.

@@ -308,6 +308,104 @@ import Testing
         #expect(buckets == ["guest:now"])
     }
 
+    /// Expired kept answers and audit rows go a slice at a time, oldest first: a purge takes at
+    /// most `limit` rows of a table in its one transaction and says when it took that many, and
+    /// the throttles and rate-limit buckets go only in a purge that asks for them (`windows`).
+    /// Live rows stay throughout.
+    @Test func expiredRowsArePurgedASliceAtATimeOldestFirst() async throws {
+        let (store, connection) = try await store()
+        let hour: TimeInterval = 3600
+        let retention: TimeInterval = 30 * 86_400
+        try connection.query(
+            """
+            INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at)
+            SELECT 'old-' || n, 'guest', 'ok', \(now - 2 * hour), \(now - hour)::timestamptz + n * interval '1 second'
+            FROM generate_series(1, 25) AS n
+            """)
+        try connection.query(
+            """
+            INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at)
+            SELECT 'live-' || n, 'guest', 'ok', \(now), \(now + hour) FROM generate_series(1, 3) AS n
+            """)
+        try connection.query(
+            """
+            INSERT INTO audit_log (at, action, outcome)
+            SELECT \(now - retention)::timestamptz - n * interval '1 second', 'guest', 'ok' FROM generate_series(1, 7) AS n
+            """)
+        try connection.query(
+            "INSERT INTO audit_log (at, action, outcome) SELECT \(now - 60), 'guest', 'ok' FROM generate_series(1, 2)")
+        try connection.query(
+            "INSERT INTO login_throttle (account_key, failures, last_failure_at) VALUES ('old', 3, \(now - 2 * hour))")
+        func purge(windows: Bool) async throws -> PostgresStore.Purge {
+            try await store.purgeExpired(
+                at: now, throttleWindow: hour, rateLimitWindow: hour, auditRetention: retention, limit: 10,
+                windows: windows)
+        }
+        func kept() throws -> [String] {
+            try connection.query("SELECT request_id FROM processed_requests ORDER BY expires_at, request_id").map {
+                try $0.decode("request_id", as: String.self)
+            }
+        }
+
+        let first = try await purge(windows: false)
+        #expect(first.requests == 10 && first.auditRows == 7 && first.throttles == 0 && first.isPartial)
+        #expect(try kept().first == "old-11", "the oldest ten went first")
+        #expect(try count(connection, "login_throttle") == 1, "no windows asked for, none purged")
+        #expect(try count(connection, "audit_log") == 2)
+
+        let second = try await purge(windows: true)
+        #expect(second.requests == 10 && second.auditRows == 0 && second.throttles == 1 && second.isPartial)
+        let third = try await purge(windows: false)
+        #expect(third.requests == 5 && !third.isPartial)
+        #expect(try kept() == ["live-1", "live-2", "live-3"])
+        let fourth = try await purge(windows: true)
+        #expect(fourth.total == 0 && !fourth.isPartial)
+    }
+
+    /// A purge's slice is found by its table's time index and deleted by the rows' addresses, with
+    /// no scan of the table, in each of the four tables it slices (20,000 expired rows each,
+    /// analyzed): deleted by key instead (`request_id IN (…)`), PostgreSQL joined the slice to
+    /// every row of the table by hash, a sequential scan of months of kept answers for each slice.
+    @Test func aPurgeSliceReadsNoWholeTable() async throws {
+        let (_, connection) = try await store()
+        try connection.query(
+            """
+            INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at)
+            SELECT 'r' || n, 'guest', 'ok', \(now - 86_400), \(now - 3600)::timestamptz + n * interval '1 millisecond'
+            FROM generate_series(1, 20000) AS n
+            """)
+        try connection.query(
+            """
+            INSERT INTO one_time_codes (id, purpose, email, code_hmac, link_hash, created_at, expires_at)
+            SELECT gen_random_uuid(), 'sign_up', n || '@example.com', sha256(('c' || n)::bytea),
+                   sha256(('l' || n)::bytea), \(now - 86_400), \(now - 3600)::timestamptz + n * interval '1 millisecond'
+            FROM generate_series(1, 20000) AS n
+            """)
+        try connection.query(
+            """
+            INSERT INTO webauthn_challenges (challenge_hash, purpose, created_at, expires_at)
+            SELECT sha256(('w' || n)::bytea), 'login', \(now - 86_400), \(now - 3600)::timestamptz + n * interval '1 millisecond'
+            FROM generate_series(1, 20000) AS n
+            """)
+        try connection.query(
+            """
+            INSERT INTO audit_log (at, action, outcome)
+            SELECT \(now - 2 * 86_400)::timestamptz + n * interval '1 millisecond', 'guest', 'ok'
+            FROM generate_series(1, 20000) AS n
+            """)
+        try connection.execute(
+            unsafeSQL:
+                "ANALYZE processed_requests; ANALYZE one_time_codes; ANALYZE webauthn_challenges; ANALYZE audit_log")
+        let statements = PostgresStore.purgeStatements(
+            at: now, throttleWindow: 3600, rateLimitWindow: 3600, auditRetention: 86_400, limit: 5000, windows: true)
+        for statement in statements.prefix(4) {
+            let plan = try connection.query(
+                PGQuery(unsafeSQL: "EXPLAIN (COSTS OFF) " + statement.sql, parameters: statement.parameters)
+            ).map { try $0.decode("QUERY PLAN", as: String.self) }.joined(separator: "\n")
+            #expect(plan.contains("Tid Scan") && !plan.contains("Seq Scan"), "\(statement.sql)\n\(plan)")
+        }
+    }
+
     @Test func passwordAttemptsAreCountedAtomicallyBeforeTheyAreChecked() async throws {
         let (store, _) = try await store()
         var throttle = ThrottlePolicy()
