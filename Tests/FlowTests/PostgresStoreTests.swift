@@ -1,6 +1,8 @@
 import AuthCrypto
 import Foundation
+import Kafka
 import PGStore
+import ServiceKit
 import Synchronization
 import Testing
 
@@ -360,6 +362,46 @@ import Testing
         #expect(try kept() == ["live-1", "live-2", "live-3"])
         let fourth = try await purge(windows: true)
         #expect(fourth.total == 0 && !fourth.isPartial)
+    }
+
+    /// The relay's purge cycle takes a slice a round and goes on at the next rounds until it is
+    /// through, rather than at the next cycle (ten minutes on): 25 expired kept answers at 10 a
+    /// round go in three rounds, 10, 10 and 5, the first two saying the cycle goes on; the live
+    /// rows stay.
+    @Test(.requiresServices) func theRelaysPurgeCycleGoesOnRoundAfterRoundUntilItIsThrough() async throws {
+        let (store, connection) = try await store()
+        try connection.query(
+            """
+            INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at)
+            SELECT 'old-' || n, 'guest', 'ok', now() - interval '2 days', now() - interval '1 day' + n * interval '1 second'
+            FROM generate_series(1, 25) AS n
+            """)
+        try connection.query(
+            """
+            INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at)
+            SELECT 'live-' || n, 'guest', 'ok', now(), now() + interval '1 day' FROM generate_series(1, 3) AS n
+            """)
+        let brokers = try #require(IntegrationEnvironment.kafkaBrokers)
+        let producer = try KafkaProducer(
+            configuration: KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: [brokers])),
+            logger: IntegrationEnvironment.quietLogger)
+        let logs = InMemoryLogHandler()
+        let relay = OutboxRelay(
+            store: store, producer: producer, clock: SystemClock(), logger: Logger(label: "test", handler: logs),
+            interval: .milliseconds(20), purgeLimit: 10)
+        let running = Task { try await relay.run() }
+        let deadline = ContinuousClock.now + .seconds(20)
+        while try count(connection, "processed_requests") > 3, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        relay.triggerGracefulShutdown()
+        try await running.value
+        await producer.shutdown()
+        let rounds = logs.records.filter { $0.message == "Forgot expired rows" }.map {
+            "\($0.metadata["purge.requests"] ?? "?") \($0.metadata["purge.more"] ?? "?")"
+        }
+        #expect(rounds == ["10 true", "10 true", "5 false"])
+        #expect(try count(connection, "processed_requests") == 3)
     }
 
     /// A purge's slice is found by its table's time index and deleted by the rows' addresses, with
