@@ -120,6 +120,21 @@ import Testing
         }
     }
 
+    /// A rotated refresh token presented after its session's absolute lifetime is an ended
+    /// session's token (`invalid_refresh_token`, as the README says), not a theft to act on: no
+    /// `refresh_token_reused`, and no revocation written or announced for a session that is over.
+    @Test func aUsedTokenOfAnEndedSessionIsRefusedNotTreatedAsReuse() async throws {
+        let harness = try await harness { $0.sessions.sessionLifetime = 1000 }
+        let first = try await signIn(harness)
+        clock.advance(by: 60)
+        _ = try await rotated(harness, first.refreshToken)
+        clock.advance(by: 941)
+        await #expect(throws: LoginError(.invalidRefreshToken, "")) {
+            try await harness.handle(makeRequest(.refresh) { $0.refreshToken = first.refreshToken })
+        }
+        #expect(try await harness.count("sessions", where: "revoked_at IS NOT NULL") == 0)
+    }
+
     @Test(arguments: [WorkerConfiguration.AccessTokenFormat.jwt, .opaque])
     func logoutEndsTheSession(format: WorkerConfiguration.AccessTokenFormat) async throws {
         let harness = try await harness { $0.accessTokenFormat = format }

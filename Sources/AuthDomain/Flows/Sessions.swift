@@ -63,7 +63,9 @@ struct RefreshRotation: PreparedWrite {
         guard let token = try unit.refreshToken(hash: tokenHash) else { throw invalid }
         // Disabling ended the account's sessions; their holders learn why.
         if token.session.userIsDisabled { throw LoginError.accountDisabled }
-        guard token.session.revokedAt == nil else { throw invalid }
+        // An ended session's tokens are refused alike, used or not: a rotated token presented after
+        // the session's absolute lifetime is no theft to act on (nothing is left to end).
+        guard token.session.revokedAt == nil, token.session.expiresAt > now else { throw invalid }
         let session = token.session
         if let usedAt = token.usedAt {
             // Two tabs refreshing at once, or a retry after a lost answer: the same successor.
@@ -90,7 +92,7 @@ struct RefreshRotation: PreparedWrite {
                     ).payload),
                 userID: session.userID, sessionID: session.id)
         }
-        guard token.expiresAt > now, session.expiresAt > now else { throw invalid }
+        guard token.expiresAt > now else { throw invalid }
         let accessExpiry = min(now + lifetimes.accessTokenLifetime, session.expiresAt)
         let refreshExpiry = min(now + lifetimes.refreshTokenLifetime, session.expiresAt)
         let accessToken = try issuer.issue(
