@@ -364,6 +364,38 @@ import Testing
         #expect(fourth.total == 0 && !fourth.isPartial)
     }
 
+    /// A purge passes over rows another purge holds (a replica's slice in flight) and takes the
+    /// next ones, rather than waiting for that transaction: with the five oldest expired kept
+    /// answers locked by an open transaction, a purge of ten takes the ten after them at once.
+    /// (The holder ends itself after 3 s idle, so a purge that waited would go on, and take the
+    /// five.)
+    @Test func aPurgePassesOverTheRowsAnotherPurgeHolds() async throws {
+        let url = try await IntegrationEnvironment.makeMigratedDatabase()
+        let store = PostgresStore(pool: PGPool(conninfo: url, size: 2))
+        let connection = try PGConnection(conninfo: url)
+        try connection.query(
+            """
+            INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at)
+            SELECT 'old-' || n, 'guest', 'ok', \(now - 7200), \(now - 3600)::timestamptz + n * interval '1 second'
+            FROM generate_series(1, 20) AS n
+            """)
+        let holder = try PGConnection(conninfo: url)
+        try holder.execute(
+            unsafeSQL: """
+                SET idle_in_transaction_session_timeout = '3s';
+                BEGIN;
+                SELECT request_id FROM processed_requests
+                WHERE request_id IN ('old-1', 'old-2', 'old-3', 'old-4', 'old-5') FOR UPDATE;
+                """)
+        let purge = try await store.purgeExpired(
+            at: now, throttleWindow: 3600, rateLimitWindow: 3600, limit: 10, windows: false)
+        #expect(purge.requests == 10 && purge.isPartial)
+        let left = try connection.query("SELECT request_id FROM processed_requests ORDER BY expires_at").map {
+            try $0.decode("request_id", as: String.self)
+        }
+        #expect(left == (1...5).map { "old-\($0)" } + (16...20).map { "old-\($0)" })
+    }
+
     /// The relay's purge cycle takes a slice a round and goes on at the next rounds until it is
     /// through, rather than at the next cycle (ten minutes on): 25 expired kept answers at 10 a
     /// round go in three rounds, 10, 10 and 5, the first two saying the cycle goes on; the live
