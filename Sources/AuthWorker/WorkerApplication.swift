@@ -88,7 +88,8 @@ public struct WorkerApplication: Sendable {
             rateLimitWindow: max(
                 configuration.accounts.longestRateLimitWindow, configuration.emailCodes.sendLimit.window,
                 configuration.emailCodes.resetLimit.window, configuration.mfa.attempts.window,
-                configuration.mfa.lockoutHorizon), auditRetention: configuration.auditRetention, passwords: passwords)
+                configuration.mfa.lockoutHorizon), auditRetention: configuration.auditRetention,
+            purgeInterval: .seconds(configuration.purgeInterval), passwords: passwords)
         let readiness = Readiness(
             database: DatabaseProbe(conninfo: configuration.databaseURL), producer: producer,
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,

@@ -120,6 +120,27 @@ import Testing
     /// The relay's grace is refused below 2 s: acknowledged events wait up to a second (with no
     /// transaction to carry them) to leave the outbox, and a relay that took them sooner would
     /// publish them a second time.
+    @Test func thePurgeIntervalIsFromTenSecondsToADay() throws {
+        let base = [
+            "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": "postgres://db/x",
+            "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
+        ]
+        #expect(try WorkerConfiguration.fromEnvironment(base).purgeInterval == 600)
+        for good in ["10", "86400"] {
+            let config = try WorkerConfiguration.fromEnvironment(
+                base.merging(["AUTH_PURGE_INTERVAL_SECONDS": good]) { $1 })
+            try config.validate()
+            #expect(config.purgeInterval == Double(good))
+        }
+        for bad in ["9", "86401"] {
+            let config = try WorkerConfiguration.fromEnvironment(
+                base.merging(["AUTH_PURGE_INTERVAL_SECONDS": bad]) { $1 })
+            #expect(throws: ConfigurationError(variable: "AUTH_PURGE_INTERVAL_SECONDS", reason: "")) {
+                try config.validate()
+            }
+        }
+    }
+
     @Test func theRelaysGraceIsAtLeastTheOutboxsLongestWait() throws {
         let base = [
             "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": "postgres://db/x",

@@ -136,6 +136,7 @@ extension WorkerConfiguration {
         }
         if let value = try reader.seconds("AUTH_REQUEST_DEADLINE_SECONDS") { config.requestDeadline = value }
         if let value = try reader.seconds("AUTH_OUTBOX_RELAY_GRACE_SECONDS") { config.outboxRelayGrace = value }
+        if let value = try reader.seconds("AUTH_PURGE_INTERVAL_SECONDS") { config.purgeInterval = value }
         if let text = reader.string("AUTH_HEALTH_ADDRESS") {
             var address = in_addr()
             guard inet_pton(AF_INET, text, &address) == 1 else {

@@ -101,6 +101,10 @@ public struct WorkerConfiguration: Sendable {
     /// publish) are published by the relay. At least 2 (`validate`): published events wait up to a
     /// second to leave the outbox. Env: `AUTH_OUTBOX_RELAY_GRACE_SECONDS`. Default: 30.
     public var outboxRelayGrace: TimeInterval = 30
+    /// How often the relay starts a purge cycle, forgetting what has expired a slice at a time
+    /// (`OutboxRelay`). 10 seconds to a day (`validate`). Env: `AUTH_PURGE_INTERVAL_SECONDS`.
+    /// Default: 600.
+    public var purgeInterval: TimeInterval = 600
     /// Batching and parallelism.
     public var processing = Processing()
     /// Apply migrations when `run` starts. Env: `AUTH_MIGRATE_ON_START` (`true`/`false`). Default: true.
@@ -459,6 +463,10 @@ public struct WorkerConfiguration: Sendable {
                 reason:
                     "must be at least 2: published events wait up to a second to leave the outbox, and the relay would publish them again"
             )
+        }
+        guard (10...86_400).contains(purgeInterval) else {
+            throw ConfigurationError(
+                variable: "AUTH_PURGE_INTERVAL_SECONDS", reason: "must be from 10 seconds to a day (86400)")
         }
         guard processing.writers >= 1 else {
             throw ConfigurationError(variable: "AUTH_DB_WRITERS", reason: "must be at least 1")
