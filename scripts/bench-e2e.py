@@ -34,6 +34,7 @@ Then a table (stdout, and results.json) and a chart (e2e.png) in the output fold
 
 import argparse
 import base64
+import datetime
 import glob
 import http.server
 import json
@@ -722,7 +723,49 @@ class PacedLoad:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def run_latency(services, key_server, rate, seconds, extra=None, responder="worker", method="guest"):
+def seed_expired_answers(services, database_name, rows):
+    """Kept answers that expired a day ago, as a long-running deployment's table holds a week of
+    them: `rows` of 700-byte sealed results, then a checkpoint, so that the purge's first change to
+    each page is logged whole, as on a table checkpointed long since. The worker's relay (every
+    AUTH_PURGE_INTERVAL_SECONDS) forgets them in rounds while the paced requests run."""
+    services.psql(database_name,
+                  "INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at, result_sealed) "
+                  f"SELECT 'expired-' || n, 'guest', 'ok', now() - interval '8 days', now() - interval '1 day', "
+                  f"convert_to(repeat(md5(n::text), 22), 'UTF8') FROM generate_series(1, {int(rows)}) AS n")
+    services.psql(database_name, "CHECKPOINT")
+    log(f"latency: {rows:,} expired kept answers seeded for the relay's purge")
+
+
+def purge_rounds(log_path, pairs):
+    """The relay's purge rounds during the phase, from the worker's log (`Forgot expired rows`, written
+    when a round commits), and the latency of requests sent within the second before a round ended
+    against the rest."""
+    rounds = []
+    with open(log_path) as handle:
+        for line in handle:
+            if '"Forgot expired rows"' not in line:
+                continue
+            try:
+                record = json.loads(line)
+                at = datetime.datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).timestamp() * 1000
+                rounds.append((at, int(record.get("purge.requests", "0"))))
+            except (ValueError, KeyError):
+                continue
+    answered = [(sent, answered - sent) for sent, answered in pairs if answered >= 0]
+    if not answered:
+        return None
+    first, last = answered[0][0], answered[-1][0]
+    during = [(at, rows) for at, rows in rounds if first <= at <= last + 1000]
+    near = [latency for sent, latency in answered if any(at - 1000 <= sent <= at for at, _ in during)]
+    rest = [latency for sent, latency in answered if not any(at - 1000 <= sent <= at for at, _ in during)]
+    return {"rounds": len(during), "rows": sum(rows for _, rows in during), "near_count": len(near),
+            "near_p50_ms": percentile(near, 0.50) if near else None,
+            "near_p99_ms": percentile(near, 0.99) if near else None,
+            "rest_p50_ms": percentile(rest, 0.50) if rest else None,
+            "rest_p99_ms": percentile(rest, 0.99) if rest else None}
+
+
+def run_latency(services, key_server, rate, seconds, extra=None, responder="worker", method="guest", purge_rows=0):
     services.fresh()
     suffix = f"latency{uuid.uuid4().hex[:6]}"
     topics = services.topics(suffix)
@@ -771,6 +814,9 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         # PostgreSQL, the load generator, the broker, and the rest (the system).
         # Autovacuum's count first and last: its psql session is PostgreSQL CPU the phase should not carry.
         database_name = database.rsplit("/", 1)[1] if database else None
+        # Seeded before the phase's CPU is read: the relay's rounds are the phase's, the seeding not.
+        if purge_rows and database_name:
+            seed_expired_answers(services, database_name, purge_rows)
         vacuums_before = services.autovacuum_runs(database_name) if database_name else None
         machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
         pg_before = services.postgres_cpu_seconds()
@@ -808,6 +854,7 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
     vacuums = services.autovacuum_runs(database_name) - vacuums_before if database_name else None
     buckets_after = scrape(worker, method) if buckets_before is not None and not unanswered else None
     inside = inside_worker(buckets_before, buckets_after) if buckets_after is not None else None
+    purge = purge_rounds(worker.log.name, pairs) if purge_rows and responder == "worker" else None
     worker.stop()
     if database:
         services.drop(database)
@@ -823,13 +870,18 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
               "p99_ms": percentile(latencies, 0.99), "max_ms": max(latencies),
               "mean_ms": statistics.mean(latencies), "duplicates": duplicates, "unanswered": unanswered,
               "cpu": cpu, "broker_trimmed_records": trimmed, "autovacuum_runs": vacuums,
-              "inside_worker": inside, "latencies_ms": latencies}
+              "inside_worker": inside, "purge": purge, "latencies_ms": latencies}
     log(f"latency: p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms; CPU busy "
         f"{cpu['machine_busy_cores']:.2f} of {cpu['cores']} cores ({responder} {cpu['responder_cores']:.2f}, "
         f"PostgreSQL {cpu['postgres_cores']:.2f}, load generator {cpu['load_generator_cores']:.2f}"
         + (f", broker {cpu['broker_cores']:.2f}" if cpu['broker_cores'] is not None else "") + "; "
         f"{cpu['stolen_cores']:.2f} stolen by the host)"
         + (f"; autovacuum vacuumed or analyzed the phase's tables {vacuums} times meanwhile" if vacuums else ""))
+    if purge:
+        log(f"purge: {purge['rounds']} rounds in the phase forgot {purge['rows']:,} expired kept answers of "
+            f"{purge_rows:,}; requests sent within a second before a round ended: {purge['near_count']:,}, "
+            f"p50 / p99 {purge['near_p50_ms']} / {purge['near_p99_ms']} ms; the rest p50 / p99 "
+            f"{purge['rest_p50_ms']} / {purge['rest_p99_ms']} ms")
     if inside:
         log(f"latency as the worker times it (poll to acknowledged answer): p50 ≤ {inside['p50_at_most_ms']} ms, p99 ≤ {inside['p99_at_most_ms']} ms, "
             f"{inside['within_25ms']:.0%} within 25 ms")
@@ -1350,6 +1402,10 @@ def main():
                         help="only the Apple throughput phase (to compare two builds quickly)")
     parser.add_argument("--latency-at", type=float, metavar="RATE",
                         help="only the paced latency phase at RATE guest logins/s (to compare two builds quickly)")
+    parser.add_argument("--purge-rows", type=int, default=0, metavar="N",
+                        help="with --latency-at: seed N expired kept answers after the worker starts and run it "
+                             "with AUTH_PURGE_INTERVAL_SECONDS=10, so its relay purges them in rounds while the "
+                             "requests are paced; reports the latency near the rounds against the rest")
     parser.add_argument("--pgbench-at", type=float, metavar="RATE",
                         help="only pgbench's one-login transaction paced at RATE for --curve-seconds")
     parser.add_argument("--idle-only", action="store_true",
@@ -1397,7 +1453,8 @@ def run(args, services, results):
     key_server = KeyServer()
     if args.latency_at:
         entry = run_latency(services, key_server, args.latency_at, args.curve_seconds, responder=args.responder,
-                            method=args.latency_method)
+                            method=args.latency_method, purge_rows=args.purge_rows,
+                            extra={"AUTH_PURGE_INTERVAL_SECONDS": "10"} if args.purge_rows else None)
         print(json.dumps({k: v for k, v in entry.items() if k != "latencies_ms"}))
         return
     if args.pgbench_at:
