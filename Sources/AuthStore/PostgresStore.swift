@@ -541,12 +541,12 @@ public final class PostgresStore: Sendable {
     /// 1,000 logins/s is 600,000 rows, seconds of a PostgreSQL core and, as each page's first
     /// change after a checkpoint is logged whole, about their size in WAL, in one burst. A bounded
     /// purge is a short transaction; `Purge.isPartial` says when a table gave all it takes (there
-    /// may be more), for the caller to come back (`OutboxRelay`, a round later). Rows another purge has locked are skipped, so
-    /// replicas purging at once take different rows. The rows are found by their time's index and
-    /// deleted by their address (`ctid`): deleted by key, PostgreSQL joined the slice to the whole
-    /// table by hash, a scan of every row for each slice. Throttles and rate-limit buckets have no
-    /// index on their time and are bounded by their windows: scanned once a purge cycle
-    /// (`windows`), not once a slice.
+    /// may be more), for the caller to come back (`OutboxRelay`, a round later). Rows another
+    /// purge has locked are skipped, so replicas purging at once take different rows. The rows are
+    /// found by their time's index and deleted by their address (`ctid`): deleted by key,
+    /// PostgreSQL joined the slice to the whole table by hash, a scan of every row for each slice.
+    /// Throttles and rate-limit buckets have no index on their time and are bounded by their
+    /// windows: scanned once a purge cycle (`windows`), not once a slice.
     public func purgeExpired(
         at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval,
         auditRetention: TimeInterval = 400 * 86_400, limit: Int = 50_000, windows: Bool = true

@@ -95,9 +95,8 @@ public final class OutboxRelay: Service {
     }
 
     /// One round of a purge cycle: at most `purgeLimit` rows of each table that grows with logins
-    /// (`PostgresStore.purgeExpired`), and at a cycle's start the expired throttles and rate-limit
-    /// windows. Ten minutes of kept answers purged in one statement were a burst of seconds of a
-    /// PostgreSQL core and hundreds of megabytes of WAL; a cycle now spreads them over rounds.
+    /// (`PostgresStore.purgeExpired`, which says why in slices), and at a cycle's start the expired
+    /// throttles and rate-limit windows.
     private func purge(startingCycle: Bool, unfinished: inout Bool) async throws {
         let purged = try await store.purgeExpired(
             at: clock.now(), throttleWindow: throttleWindow, rateLimitWindow: rateLimitWindow,
