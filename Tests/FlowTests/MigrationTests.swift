@@ -35,4 +35,95 @@ import Testing
         ).map { try $0.decode("indexname", as: String.self) }
         #expect(outboxIndexes == ["outbox_event_id_key", "outbox_pkey"])
     }
+
+    /// Deleting a row checks each foreign key that references its table by looking the row up in
+    /// the referencing table: without an index that leads with the referencing columns (a partial
+    /// one does not serve), that is a read of the whole table for every row deleted.
+    @Test func everyForeignKeyHasAnIndexToCheckItBy() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
+        _ = try PGMigrator.migrate(connection, migrations: Migrations.all)
+        let unserved = try connection.query(
+            """
+            SELECT c.conrelid::regclass::text || ' ' || c.conname AS key FROM pg_constraint c
+            WHERE c.contype = 'f' AND NOT EXISTS (
+                SELECT 1 FROM pg_index i
+                WHERE i.indrelid = c.conrelid AND i.indpred IS NULL
+                  AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] = c.conkey)
+            ORDER BY 1
+            """
+        ).map { try $0.decode("key", as: String.self) }
+        #expect(unserved == [])
+    }
+
+    /// A user with sessions, tokens (a family rotated five times), codes, challenges and a console
+    /// session is deleted among thousands of others' rows: every table the deletion cascades
+    /// through is read by index, none whole (`pg_stat_xact_user_tables` counts the transaction's
+    /// own scans, the foreign keys' checks included).
+    @Test func deletingAUserReadsNoWholeTable() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
+        _ = try PGMigrator.migrate(connection, migrations: Migrations.all)
+        _ = try connection.execute(
+            unsafeSQL: """
+                INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+                    SELECT md5('u' || g)::uuid, 'h' || g, true, now(), now() FROM generate_series(1, 4000) g;
+                INSERT INTO sessions (id, user_id, provider, abilities, created_at, expires_at)
+                    SELECT md5('s' || g)::uuid, md5('u' || g)::uuid, 'guest', '{}', now(), now() + interval '30 days'
+                    FROM generate_series(1, 4000) g;
+                INSERT INTO refresh_tokens (id, session_id, token_hash, parent_id, created_at, expires_at)
+                    SELECT md5('r' || g || '.' || k)::uuid, md5('s' || g)::uuid,
+                           sha256(convert_to('t' || g || '.' || k, 'UTF8')),
+                           CASE WHEN k > 1 THEN md5('r' || g || '.' || (k - 1))::uuid END,
+                           now(), now() + interval '30 days'
+                    FROM generate_series(1, 4000) g, generate_series(1, 5) k;
+                INSERT INTO access_tokens (id, session_id, token_hash, abilities, created_at, expires_at)
+                    SELECT md5('a' || g)::uuid, md5('s' || g)::uuid, sha256(convert_to('a' || g, 'UTF8')), '{}',
+                           now(), now() + interval '1 hour'
+                    FROM generate_series(1, 4000) g;
+                INSERT INTO one_time_codes (id, user_id, purpose, email, code_hmac, link_hash, created_at, expires_at)
+                    SELECT md5('c' || g)::uuid, md5('u' || g)::uuid, 'verify_email', 'u' || g || '@example.com',
+                           sha256(convert_to('c' || g, 'UTF8')), sha256(convert_to('l' || g, 'UTF8')),
+                           now(), now() + interval '15 minutes'
+                    FROM generate_series(1, 4000) g;
+                INSERT INTO webauthn_challenges (challenge_hash, purpose, user_id, created_at, expires_at)
+                    SELECT sha256(convert_to('w' || g, 'UTF8')), 'register', md5('u' || g)::uuid, now(),
+                           now() + interval '5 minutes'
+                    FROM generate_series(1, 4000) g;
+                INSERT INTO console_sessions (id_hash, user_id, session_id, client, created_at, last_seen_at)
+                    SELECT sha256(convert_to('k' || g, 'UTF8')), md5('u' || g)::uuid, md5('s' || g)::uuid, 'test',
+                           now(), now()
+                    FROM generate_series(1, 4000) g;
+                ANALYZE;
+                """)
+        let tables = [
+            "access_tokens", "console_sessions", "one_time_codes", "refresh_tokens", "sessions", "users",
+            "webauthn_challenges",
+        ]
+        _ = try connection.execute(unsafeSQL: "BEGIN")
+        defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
+        let deleted = try connection.query("DELETE FROM users WHERE handle = 'h1234' RETURNING id")
+        #expect(deleted.count == 1)
+        let scans = try connection.query(
+            """
+            SELECT relname, seq_scan, n_tup_del FROM pg_stat_xact_user_tables
+            WHERE relname = ANY(\(PGArray(tables))) ORDER BY relname
+            """
+        ).map { row in
+            (
+                try row.decode("relname", as: String.self), try row.decode("seq_scan", as: Int.self),
+                try row.decode("n_tup_del", as: Int.self)
+            )
+        }
+        #expect(scans.map(\.0) == tables)
+        for (table, sequentialScans, _) in scans {
+            #expect(sequentialScans == 0, "\(table) was read whole")
+        }
+        // The cascade still took every row of the user's: one user, one session, five refresh
+        // tokens, one of everything else.
+        let deletions = Dictionary(uniqueKeysWithValues: scans.map { ($0.0, $0.2) })
+        #expect(
+            deletions == [
+                "access_tokens": 1, "console_sessions": 1, "one_time_codes": 1, "refresh_tokens": 5, "sessions": 1,
+                "users": 1, "webauthn_challenges": 1,
+            ])
+    }
 }
