@@ -5,11 +5,25 @@ public struct PGMigration: Sendable {
     public var name: String
     /// SQL text (may hold several statements); runs in one transaction with its record.
     public var sql: String
+    /// Statements run one at a time outside a transaction, before the record is written: for
+    /// what PostgreSQL refuses inside one (`CREATE INDEX CONCURRENTLY`, which builds an index on a
+    /// busy table without holding its writes up). Each must be safe to run again, as a failure
+    /// or a stop between them leaves the migration unrecorded, to be run again from the first.
+    public var outsideTransaction: [String]
 
     public init(version: Int, name: String, sql: String) {
         self.version = version
         self.name = name
         self.sql = sql
+        self.outsideTransaction = []
+    }
+
+    /// A migration of statements that cannot run in a transaction (`outsideTransaction`).
+    public init(version: Int, name: String, outsideTransaction statements: [String]) {
+        self.version = version
+        self.name = name
+        self.sql = ""
+        self.outsideTransaction = statements
     }
 }
 
@@ -39,8 +53,11 @@ public enum PGMigrator {
         var done: [Int] = []
         for migration in migrations.sorted(by: { $0.version < $1.version }) where !applied.contains(migration.version) {
             do {
+                for statement in migration.outsideTransaction {
+                    try connection.execute(unsafeSQL: statement)
+                }
                 try connection.withTransaction { connection in
-                    try connection.execute(unsafeSQL: migration.sql)
+                    if !migration.sql.isEmpty { try connection.execute(unsafeSQL: migration.sql) }
                     try connection.query(
                         "INSERT INTO schema_migrations (version, name) VALUES (\(migration.version), \(migration.name))"
                     )

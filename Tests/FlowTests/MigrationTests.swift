@@ -1,3 +1,4 @@
+import AuthDomain
 import Foundation
 import PGStore
 import Testing
@@ -62,38 +63,7 @@ import Testing
     @Test func deletingAUserReadsNoWholeTable() throws {
         let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
         _ = try PGMigrator.migrate(connection, migrations: Migrations.all)
-        _ = try connection.execute(
-            unsafeSQL: """
-                INSERT INTO users (id, handle, is_guest, created_at, updated_at)
-                    SELECT md5('u' || g)::uuid, 'h' || g, true, now(), now() FROM generate_series(1, 4000) g;
-                INSERT INTO sessions (id, user_id, provider, abilities, created_at, expires_at)
-                    SELECT md5('s' || g)::uuid, md5('u' || g)::uuid, 'guest', '{}', now(), now() + interval '30 days'
-                    FROM generate_series(1, 4000) g;
-                INSERT INTO refresh_tokens (id, session_id, token_hash, parent_id, created_at, expires_at)
-                    SELECT md5('r' || g || '.' || k)::uuid, md5('s' || g)::uuid,
-                           sha256(convert_to('t' || g || '.' || k, 'UTF8')),
-                           CASE WHEN k > 1 THEN md5('r' || g || '.' || (k - 1))::uuid END,
-                           now(), now() + interval '30 days'
-                    FROM generate_series(1, 4000) g, generate_series(1, 5) k;
-                INSERT INTO access_tokens (id, session_id, token_hash, abilities, created_at, expires_at)
-                    SELECT md5('a' || g)::uuid, md5('s' || g)::uuid, sha256(convert_to('a' || g, 'UTF8')), '{}',
-                           now(), now() + interval '1 hour'
-                    FROM generate_series(1, 4000) g;
-                INSERT INTO one_time_codes (id, user_id, purpose, email, code_hmac, link_hash, created_at, expires_at)
-                    SELECT md5('c' || g)::uuid, md5('u' || g)::uuid, 'verify_email', 'u' || g || '@example.com',
-                           sha256(convert_to('c' || g, 'UTF8')), sha256(convert_to('l' || g, 'UTF8')),
-                           now(), now() + interval '15 minutes'
-                    FROM generate_series(1, 4000) g;
-                INSERT INTO webauthn_challenges (challenge_hash, purpose, user_id, created_at, expires_at)
-                    SELECT sha256(convert_to('w' || g, 'UTF8')), 'register', md5('u' || g)::uuid, now(),
-                           now() + interval '5 minutes'
-                    FROM generate_series(1, 4000) g;
-                INSERT INTO console_sessions (id_hash, user_id, session_id, client, created_at, last_seen_at)
-                    SELECT sha256(convert_to('k' || g, 'UTF8')), md5('u' || g)::uuid, md5('s' || g)::uuid, 'test',
-                           now(), now()
-                    FROM generate_series(1, 4000) g;
-                ANALYZE;
-                """)
+        _ = try connection.execute(unsafeSQL: Self.thousandsOfUsers)
         let tables = [
             "access_tokens", "console_sessions", "one_time_codes", "refresh_tokens", "sessions", "users",
             "webauthn_challenges",
@@ -126,4 +96,89 @@ import Testing
                 "users": 1, "webauthn_challenges": 1,
             ])
     }
+
+    /// What the account export (`account_export`) and the devices list (`session_list`) read of
+    /// one user among thousands: every row by index, no table whole.
+    @Test func exportingAnAccountReadsNoWholeTable() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
+        _ = try PGMigrator.migrate(connection, migrations: Migrations.all)
+        _ = try connection.execute(unsafeSQL: Self.thousandsOfUsers)
+        let id = try #require(
+            try connection.query("SELECT id FROM users WHERE handle = 'h1234'").first?.decode("id", as: UUID.self))
+        _ = try connection.execute(unsafeSQL: "BEGIN")
+        defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
+        let unit = PostgresUnitOfWork(connection: connection)
+        let records = try unit.accountRecords(userID: id)
+        let sessions = try unit.sessionDetails(userID: id, live: false, at: Date())
+        #expect(records.identities.count == 1)
+        #expect(records.unusedRecoveryCodes == 3)
+        #expect(records.codes.count == 1)
+        #expect(records.requests.count == 5)
+        #expect(records.audit.count == 5)
+        #expect(records.passkeyChallenges.count == 1)
+        #expect(records.consoleSessions.count == 1)
+        #expect(sessions.count == 1)
+        let tables = [
+            "audit_log", "console_sessions", "identities", "mfa_recovery_codes", "one_time_codes",
+            "processed_requests", "refresh_tokens", "sessions", "users", "webauthn_challenges",
+        ]
+        let scans = try connection.query(
+            """
+            SELECT relname, seq_scan FROM pg_stat_xact_user_tables
+            WHERE relname = ANY(\(PGArray(tables))) AND seq_scan > 0 ORDER BY relname
+            """
+        ).map { try $0.decode("relname", as: String.self) }
+        #expect(scans == [], "read whole")
+    }
+
+    /// Four thousand users with a session each, a family of five refresh tokens, an access token, a
+    /// code, a passkey challenge, a console session, a password identity, recovery codes, five
+    /// kept requests and five audit rows, analyzed: enough that PostgreSQL reads a user's rows by
+    /// index wherever an index serves.
+    static let thousandsOfUsers = """
+        INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+            SELECT md5('u' || g)::uuid, 'h' || g, true, now(), now() FROM generate_series(1, 4000) g;
+        INSERT INTO sessions (id, user_id, provider, abilities, created_at, expires_at)
+            SELECT md5('s' || g)::uuid, md5('u' || g)::uuid, 'guest', '{}', now(), now() + interval '30 days'
+            FROM generate_series(1, 4000) g;
+        INSERT INTO refresh_tokens (id, session_id, token_hash, parent_id, created_at, expires_at)
+            SELECT md5('r' || g || '.' || k)::uuid, md5('s' || g)::uuid,
+                   sha256(convert_to('t' || g || '.' || k, 'UTF8')),
+                   CASE WHEN k > 1 THEN md5('r' || g || '.' || (k - 1))::uuid END,
+                   now(), now() + interval '30 days'
+            FROM generate_series(1, 4000) g, generate_series(1, 5) k;
+        INSERT INTO access_tokens (id, session_id, token_hash, abilities, created_at, expires_at)
+            SELECT md5('a' || g)::uuid, md5('s' || g)::uuid, sha256(convert_to('a' || g, 'UTF8')), '{}',
+                   now(), now() + interval '1 hour'
+            FROM generate_series(1, 4000) g;
+        INSERT INTO one_time_codes (id, user_id, purpose, email, code_hmac, link_hash, created_at, expires_at)
+            SELECT md5('c' || g)::uuid, md5('u' || g)::uuid, 'verify_email', 'u' || g || '@example.com',
+                   sha256(convert_to('c' || g, 'UTF8')), sha256(convert_to('l' || g, 'UTF8')),
+                   now(), now() + interval '15 minutes'
+            FROM generate_series(1, 4000) g;
+        INSERT INTO webauthn_challenges (challenge_hash, purpose, user_id, created_at, expires_at)
+            SELECT sha256(convert_to('w' || g, 'UTF8')), 'register', md5('u' || g)::uuid, now(),
+                   now() + interval '5 minutes'
+            FROM generate_series(1, 4000) g;
+        INSERT INTO console_sessions (id_hash, user_id, session_id, client, created_at, last_seen_at)
+            SELECT sha256(convert_to('k' || g, 'UTF8')), md5('u' || g)::uuid, md5('s' || g)::uuid, 'test',
+                   now(), now()
+            FROM generate_series(1, 4000) g;
+        INSERT INTO identities (provider, subject, user_id, email, created_at, last_login_at)
+            SELECT 'password', 'u' || g || '@example.com', md5('u' || g)::uuid, 'u' || g || '@example.com', now(),
+                   now()
+            FROM generate_series(1, 4000) g;
+        INSERT INTO mfa_recovery_codes (user_id, code_hash)
+            SELECT md5('u' || g)::uuid, sha256(convert_to('m' || g || '.' || k, 'UTF8'))
+            FROM generate_series(1, 4000) g, generate_series(1, 3) k;
+        INSERT INTO processed_requests (request_id, method, status, user_id, session_id, processed_at, expires_at)
+            SELECT 'request-' || g || '.' || k, 'refresh', 'ok', md5('u' || g)::uuid, md5('s' || g)::uuid, now(),
+                   now() + interval '7 days'
+            FROM generate_series(1, 4000) g, generate_series(1, 5) k;
+        INSERT INTO audit_log (at, user_id, action, outcome, request_id, actor)
+            SELECT now(), md5('u' || g)::uuid, 'refresh', 'ok', 'request-' || g || '.' || k, 'user'
+            FROM generate_series(1, 4000) g, generate_series(1, 5) k;
+        ANALYZE;
+
+        """
 }

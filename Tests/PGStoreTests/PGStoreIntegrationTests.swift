@@ -376,6 +376,37 @@ import Testing
         #expect(try connection.query("SELECT to_regclass('ok') IS NULL AS absent").first?.decode("absent") == true)
     }
 
+    /// `CREATE INDEX CONCURRENTLY` runs only outside a transaction: such a migration's statements
+    /// run one at a time before its record, and one that fails midway is run again from its first
+    /// statement (here the invalid index a failed concurrent build leaves is dropped and built anew).
+    @Test func aMigrationOutsideATransactionBuildsConcurrentlyAndRunsAgainAfterAFailure() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
+        try connection.execute(unsafeSQL: "CREATE TABLE rows (v int); INSERT INTO rows VALUES (1), (1)")
+        let index = PGMigration(
+            version: 5, name: "index",
+            outsideTransaction: [
+                "DROP INDEX CONCURRENTLY IF EXISTS rows_v", "CREATE UNIQUE INDEX CONCURRENTLY rows_v ON rows (v)",
+            ])
+        do {
+            try PGMigrator.migrate(connection, migrations: [index])
+            Issue.record("a unique index over duplicates cannot be built")
+        } catch let error as PGError {
+            #expect(error.code == .migration)
+            #expect(error.step == "migration 5 index")
+        }
+        #expect(try PGMigrator.currentVersion(connection) == nil)
+        let invalid: PGQuery =
+            "SELECT count(*) AS n FROM pg_index WHERE indexrelid = to_regclass('rows_v') AND NOT indisvalid"
+        #expect(try connection.query(invalid).first?.decode("n", as: Int.self) == 1, "the failed build's leftover")
+        try connection.execute(unsafeSQL: "DELETE FROM rows WHERE ctid = (SELECT min(ctid) FROM rows)")
+        #expect(try PGMigrator.migrate(connection, migrations: [index]) == [5])
+        #expect(try connection.query(invalid).first?.decode("n", as: Int.self) == 0)
+        let valid: PGQuery =
+            "SELECT count(*) AS n FROM pg_index WHERE indexrelid = to_regclass('rows_v') AND indisvalid"
+        #expect(try connection.query(valid).first?.decode("n", as: Int.self) == 1)
+        #expect(try PGMigrator.migrate(connection, migrations: [index]) == [])
+    }
+
     @Test func thePoolBoundsConnectionsAndServesConcurrentCallers() async throws {
         let pool = PGPool(conninfo: try await IntegrationEnvironment.makeDatabase(), size: 3)
         let pids = try await withThrowingTaskGroup(of: Int.self) { group in
