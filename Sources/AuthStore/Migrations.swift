@@ -7,8 +7,25 @@ public enum Migrations {
         initialSchema, refreshSuccessors, storedResults, batchedPipeline, sharedRateLimits, gatewayTokenView,
         oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens, passkeys,
         accountAdministration, consoleSessions, outboxWithoutPartialIndex, foreignKeysServedByIndexes,
-        requestsByUser,
+        requestsByUser, finishedAppleJobs,
     ]
+
+    /// A Sign in with Apple job (a code's exchange, a token's revocation) was kept for good once
+    /// finished, with its sealed secret (the code, or the refresh token revoked): a row for
+    /// every Apple sign-in that brings a code, and a secret kept that nothing would read again.
+    /// A finished job now drops its secret, and the relay purges it once its audit row would go
+    /// (`AUTH_AUDIT_RETENTION_DAYS`), a slice at a time by this index; the jobs finished before
+    /// drop theirs here.
+    static let finishedAppleJobs = PGMigration(
+        version: 18, name: "finished Apple jobs",
+        outsideTransaction: [
+            "DROP INDEX CONCURRENTLY IF EXISTS apple_jobs_finished",
+            "CREATE INDEX CONCURRENTLY apple_jobs_finished ON apple_jobs (finished_at) WHERE finished_at IS NOT NULL",
+        ],
+        sql: """
+            UPDATE apple_jobs SET secret_sealed = ''::bytea
+            WHERE finished_at IS NOT NULL AND octet_length(secret_sealed) > 0;
+            """)
 
     /// The account export lists the user's kept requests (`requests`), and `processed_requests`
     /// had no index by user: each export read the whole table, a row for every request of the

@@ -507,10 +507,14 @@ public final class PostgresStore: Sendable {
         public var auditRows = 0
         /// Passkey ceremonies' challenges past their lifetime, never answered.
         public var challenges = 0
+        /// Sign in with Apple jobs finished before the audit trail's retention.
+        public var appleJobs = 0
         /// A table gave as many rows as one purge takes: there may be more; call again for them.
         public var isPartial = false
 
-        public var total: Int { requests + events + throttles + rateLimits + codes + auditRows + challenges }
+        public var total: Int {
+            requests + events + throttles + rateLimits + codes + auditRows + challenges + appleJobs
+        }
     }
 
     /// One stored password hash of the most common kind (algorithm and parameters), for making
@@ -533,7 +537,8 @@ public final class PostgresStore: Sendable {
 
     /// Forgets what has expired, in one transaction: at most `limit` rows of each table that
     /// grows with logins (request ids and their kept answers past their expiry, one-time codes and
-    /// passkey challenges past theirs, audit rows past their retention), oldest first, and, with
+    /// passkey challenges past theirs, audit rows and finished Sign in with Apple jobs past the
+    /// audit trail's retention), oldest first, and, with
     /// `windows`, every throttle row whose failures and lock are over and every rate-limit bucket
     /// whose window has passed.
     ///
@@ -562,15 +567,18 @@ public final class PostgresStore: Sendable {
         purge.codes = results[1].affectedRows
         purge.auditRows = results[2].affectedRows
         purge.challenges = results[3].affectedRows
-        purge.isPartial = [purge.requests, purge.codes, purge.auditRows, purge.challenges].contains { $0 >= limit }
+        purge.appleJobs = results[4].affectedRows
+        purge.isPartial = [purge.requests, purge.codes, purge.auditRows, purge.challenges, purge.appleJobs].contains {
+            $0 >= limit
+        }
         if windows {
-            purge.throttles = results[4].affectedRows
-            purge.rateLimits = results[5].affectedRows
+            purge.throttles = results[5].affectedRows
+            purge.rateLimits = results[6].affectedRows
         }
         return purge
     }
 
-    /// `purgeExpired`'s statements, in its order: the four slices, then (with `windows`) the
+    /// `purgeExpired`'s statements, in its order: the five slices, then (with `windows`) the
     /// throttles and the rate-limit buckets.
     static func purgeStatements(
         at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval, auditRetention: TimeInterval,
@@ -596,6 +604,11 @@ public final class PostgresStore: Sendable {
             DELETE FROM webauthn_challenges WHERE ctid = ANY(ARRAY(
                 SELECT ctid FROM webauthn_challenges WHERE expires_at < \(date)
                 ORDER BY expires_at LIMIT \(limit) FOR UPDATE SKIP LOCKED))
+            """,
+            """
+            DELETE FROM apple_jobs WHERE ctid = ANY(ARRAY(
+                SELECT ctid FROM apple_jobs WHERE finished_at < \(date - auditRetention)
+                ORDER BY finished_at LIMIT \(limit) FOR UPDATE SKIP LOCKED))
             """,
         ]
         if windows {
@@ -638,7 +651,10 @@ public final class PostgresStore: Sendable {
         try await pool.withConnection { connection in
             try connection.pipeline([
                 "BEGIN",
-                "UPDATE apple_jobs SET finished_at = \(date), outcome = \(outcome) WHERE id = \(job.id)",
+                """
+                UPDATE apple_jobs SET finished_at = \(date), outcome = \(outcome), secret_sealed = ''::bytea
+                WHERE id = \(job.id)
+                """,
                 """
                 INSERT INTO audit_log (at, action, outcome, request_id, actor)
                 VALUES (\(date), \("apple_" + job.kind.rawValue), \(outcome), \(job.id.lowercasedString), 'worker')
@@ -671,7 +687,9 @@ public final class PostgresStore: Sendable {
                 ).isEmpty
                 var statements: [PGQuery] = [
                     """
-                    UPDATE apple_jobs SET finished_at = \(date), outcome = \(exists ? "exchanged" : "exchanged_after_deletion")
+                    UPDATE apple_jobs
+                    SET finished_at = \(date), outcome = \(exists ? "exchanged" : "exchanged_after_deletion"),
+                        secret_sealed = ''::bytea
                     WHERE id = \(exchange.id)
                     """
                 ]

@@ -109,6 +109,7 @@ public final class OutboxRelay: Service {
                 "purge.requests": String(purged.requests), "purge.throttles": String(purged.throttles),
                 "purge.rate_limits": String(purged.rateLimits), "purge.codes": String(purged.codes),
                 "purge.audit": String(purged.auditRows), "purge.challenges": String(purged.challenges),
+                "purge.apple_jobs": String(purged.appleJobs),
                 "purge.more": String(purged.isPartial),
             ])
     }

@@ -18,11 +18,12 @@ public struct PGMigration: Sendable {
         self.outsideTransaction = []
     }
 
-    /// A migration of statements that cannot run in a transaction (`outsideTransaction`).
-    public init(version: Int, name: String, outsideTransaction statements: [String]) {
+    /// A migration of statements that cannot run in a transaction (`outsideTransaction`), then
+    /// `sql` in one with its record.
+    public init(version: Int, name: String, outsideTransaction statements: [String], sql: String = "") {
         self.version = version
         self.name = name
-        self.sql = ""
+        self.sql = sql
         self.outsideTransaction = statements
     }
 }

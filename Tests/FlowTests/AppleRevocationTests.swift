@@ -178,16 +178,23 @@ import Testing
             let stored = try await harness.query("SELECT refresh_token_sealed FROM apple_tokens").first
             let sealed = try #require(try stored?.decode("refresh_token_sealed", as: PGBytes.self).bytes)
             #expect(!String(decoding: sealed, as: UTF8.self).contains("rt-good-ada"))
+            #expect(
+                try await harness.count("apple_jobs", where: Self.holdingASecret) == 0, "the code went with its job")
 
             try await delete(harness, login.session)
+            #expect(try await harness.count("apple_jobs", where: Self.holdingASecret) == 1, "the revocation's token")
             #expect(try await harness.count("apple_tokens") == 0)
             #expect(try await runner.runOnce() == 1)
             #expect(try await standIn.state().revoked == ["rt-good-ada"])
             #expect(try await runner.runOnce() == 0)
             #expect(try await standIn.state().revoked == ["rt-good-ada"], "exactly once")
             #expect(try await harness.count("audit_log", where: "action = 'apple_revoke' AND outcome = 'revoked'") == 1)
+            #expect(try await harness.count("apple_jobs", where: Self.holdingASecret) == 0)
         }
     }
+
+    /// A job that is not finished holds its secret (sealed); a finished one holds none.
+    static let holdingASecret = "octet_length(secret_sealed) > 0"
 
     @Test func aRefusedCodeEndsItsJobAndTheLoginStands() async throws {
         try await withStandIn { standIn, keyPath in
@@ -197,6 +204,7 @@ import Testing
             try await runner.runOnce()
             #expect(try await standIn.state().refused.map { $0["error"] } == ["invalid_grant"])
             #expect(try await harness.count("apple_jobs", where: "outcome = 'refused:invalid_grant'") == 1)
+            #expect(try await harness.count("apple_jobs", where: Self.holdingASecret) == 0, "nor kept when refused")
             #expect(try await harness.count("apple_tokens") == 0)
             #expect(try await runner.runOnce() == 0, "a definite refusal is not tried again")
             #expect(try await harness.count("users") == 1)
@@ -213,6 +221,7 @@ import Testing
             #expect(try await harness.count("users") == 0, "the deletion never waits for Apple")
             try await runner.runOnce()
             #expect(try await harness.count("apple_jobs", where: "finished_at IS NULL AND attempts = 1") == 1)
+            #expect(try await harness.count("apple_jobs", where: Self.holdingASecret) == 1, "kept for the retry")
             #expect(try await runner.runOnce() == 0, "not due before its backoff")
             try await standIn.set(down: false)
             #expect(try await standIn.state().down == false)
@@ -220,6 +229,7 @@ import Testing
             #expect(try await runner.runOnce() == 1)
             let state = try await standIn.state()
             #expect(state.revoked == ["rt-good-cy"], "\(state.refused)")
+            #expect(try await harness.count("apple_jobs", where: Self.holdingASecret) == 0)
             clock.advance(by: 3600)
             #expect(try await runner.runOnce() == 0)
             #expect(try await standIn.state().revoked == ["rt-good-cy"], "exactly once")

@@ -37,6 +37,26 @@ import Testing
         #expect(outboxIndexes == ["outbox_event_id_key", "outbox_pkey"])
     }
 
+    /// Jobs that finished before migration 18 drop the secrets they kept; a job still to run
+    /// keeps its own.
+    @Test func finishedAppleJobsDropTheirSecretsOnUpgrade() throws {
+        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
+        _ = try PGMigrator.migrate(connection, migrations: Migrations.all.filter { $0.version < 18 })
+        _ = try connection.execute(
+            unsafeSQL: """
+                INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, next_attempt_at, created_at,
+                                        finished_at, outcome)
+                VALUES (gen_random_uuid(), 'revoke', 'done', 'client', '\\x0102'::bytea, now(), now(), now(), 'revoked'),
+                       (gen_random_uuid(), 'revoke', 'due', 'client', '\\x0304'::bytea, now(), now(), NULL, NULL)
+                """)
+        #expect(try PGMigrator.migrate(connection, migrations: Migrations.all).contains(18))
+        let secrets = try connection.query(
+            "SELECT subject, octet_length(secret_sealed) AS n FROM apple_jobs ORDER BY 1"
+        )
+        .map { "\(try $0.decode("subject", as: String.self)) \(try $0.decode("n", as: Int.self))" }
+        #expect(secrets == ["done 0", "due 2"])
+    }
+
     /// Deleting a row checks each foreign key that references its table by looking the row up in
     /// the referencing table: without an index that leads with the referencing columns (a partial
     /// one does not serve), that is a read of the whole table for every row deleted.

@@ -338,6 +338,15 @@ import Testing
             "INSERT INTO audit_log (at, action, outcome) SELECT \(now - 60), 'guest', 'ok' FROM generate_series(1, 2)")
         try connection.query(
             "INSERT INTO login_throttle (account_key, failures, last_failure_at) VALUES ('old', 3, \(now - 2 * hour))")
+        // Sign in with Apple jobs: three finished before the retention, one since, one never.
+        try connection.query(
+            """
+            INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, next_attempt_at, created_at, finished_at)
+            SELECT gen_random_uuid(), 'exchange', 'apple-' || n, 'client', ''::bytea, \(now - retention - 3600),
+                   \(now - retention - 3600), CASE WHEN n <= 3 THEN \(now - retention - 60)::timestamptz
+                                                  WHEN n = 4 THEN \(now - 60)::timestamptz END
+            FROM generate_series(1, 5) AS n
+            """)
         func purge(windows: Bool) async throws -> PostgresStore.Purge {
             try await store.purgeExpired(
                 at: now, throttleWindow: hour, rateLimitWindow: hour, auditRetention: retention, limit: 10,
@@ -351,12 +360,18 @@ import Testing
 
         let first = try await purge(windows: false)
         #expect(first.requests == 10 && first.auditRows == 7 && first.throttles == 0 && first.isPartial)
+        #expect(first.appleJobs == 3)
+        let jobs = try connection.query("SELECT subject FROM apple_jobs ORDER BY subject").map {
+            try $0.decode("subject", as: String.self)
+        }
+        #expect(jobs == ["apple-4", "apple-5"], "the one finished since and the one still to run stay")
         #expect(try kept().first == "old-11", "the oldest ten went first")
         #expect(try count(connection, "login_throttle") == 1, "no windows asked for, none purged")
         #expect(try count(connection, "audit_log") == 2)
 
         let second = try await purge(windows: true)
         #expect(second.requests == 10 && second.auditRows == 0 && second.throttles == 1 && second.isPartial)
+        #expect(second.appleJobs == 0)
         let third = try await purge(windows: false)
         #expect(third.requests == 5 && !third.isPartial)
         #expect(try kept() == ["live-1", "live-2", "live-3"])
@@ -437,7 +452,7 @@ import Testing
     }
 
     /// A purge's slice is found by its table's time index and deleted by the rows' addresses, with
-    /// no scan of the table, in each of the four tables it slices (20,000 expired rows each,
+    /// no scan of the table, in each of the five tables it slices (20,000 expired rows each,
     /// analyzed): deleted by key instead (`request_id IN (…)`), PostgreSQL joined the slice to
     /// every row of the table by hash, a sequential scan of months of kept answers for each slice.
     @Test func aPurgeSliceReadsNoWholeTable() async throws {
@@ -467,12 +482,22 @@ import Testing
             SELECT \(now - 2 * 86_400)::timestamptz + n * interval '1 millisecond', 'guest', 'ok'
             FROM generate_series(1, 20000) AS n
             """)
+        try connection.query(
+            """
+            INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, next_attempt_at, created_at, finished_at)
+            SELECT gen_random_uuid(), 'exchange', 'a' || n, 'client', ''::bytea, \(now - 3 * 86_400),
+                   \(now - 3 * 86_400), \(now - 2 * 86_400)::timestamptz + n * interval '1 millisecond'
+            FROM generate_series(1, 20000) AS n
+            """)
         try connection.execute(
-            unsafeSQL:
-                "ANALYZE processed_requests; ANALYZE one_time_codes; ANALYZE webauthn_challenges; ANALYZE audit_log")
+            unsafeSQL: """
+                ANALYZE processed_requests; ANALYZE one_time_codes; ANALYZE webauthn_challenges; ANALYZE audit_log;
+                ANALYZE apple_jobs
+                """)
         let statements = PostgresStore.purgeStatements(
             at: now, throttleWindow: 3600, rateLimitWindow: 3600, auditRetention: 86_400, limit: 5000, windows: true)
-        for statement in statements.prefix(4) {
+        #expect(statements.count == 7)
+        for statement in statements.prefix(5) {
             let plan = try connection.query(
                 PGQuery(unsafeSQL: "EXPLAIN (COSTS OFF) " + statement.sql, parameters: statement.parameters)
             ).map { try $0.decode("QUERY PLAN", as: String.self) }.joined(separator: "\n")
