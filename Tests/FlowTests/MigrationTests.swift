@@ -149,6 +149,11 @@ import Testing
             """
         ).map { try $0.decode("relname", as: String.self) }
         #expect(scans == [], "read whole")
+        // The session's last use is its newest refresh token's time: one token read of its five.
+        let tokensRead = try connection.query(
+            "SELECT idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relname = 'refresh_tokens'"
+        ).first?.decode("idx_tup_fetch", as: Int.self)
+        #expect(tokensRead == 1)
     }
 
     /// Four thousand users with a session each, a family of five refresh tokens, an access token, a
