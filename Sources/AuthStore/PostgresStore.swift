@@ -509,11 +509,13 @@ public final class PostgresStore: Sendable {
         public var challenges = 0
         /// Sign in with Apple jobs finished before the audit trail's retention.
         public var appleJobs = 0
+        /// Sessions ended over `endedSessionRetention` ago whose tokens were forgotten now.
+        public var endedSessions = 0
         /// A table gave as many rows as one purge takes: there may be more; call again for them.
         public var isPartial = false
 
         public var total: Int {
-            requests + events + throttles + rateLimits + codes + auditRows + challenges + appleJobs
+            requests + events + throttles + rateLimits + codes + auditRows + challenges + appleJobs + endedSessions
         }
     }
 
@@ -554,12 +556,15 @@ public final class PostgresStore: Sendable {
     /// windows: scanned once a purge cycle (`windows`), not once a slice.
     public func purgeExpired(
         at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval,
-        auditRetention: TimeInterval = 400 * 86_400, limit: Int = 50_000, windows: Bool = true
+        auditRetention: TimeInterval = 400 * 86_400,
+        endedSessionRetention: TimeInterval = PostgresStore.endedSessionRetention,
+        limit: Int = 50_000, windows: Bool = true
     ) async throws -> Purge {
         let limit = max(limit, 1)
         let statements = Self.purgeStatements(
             at: date, throttleWindow: throttleWindow, rateLimitWindow: rateLimitWindow,
-            auditRetention: auditRetention, limit: limit, windows: windows)
+            auditRetention: auditRetention, endedSessionRetention: endedSessionRetention, limit: limit,
+            windows: windows)
         let results = try await pool.withConnection { connection in try connection.pipeline(statements) }
         var purge = Purge()
         guard results.count == statements.count else { return purge }
@@ -568,21 +573,36 @@ public final class PostgresStore: Sendable {
         purge.auditRows = results[2].affectedRows
         purge.challenges = results[3].affectedRows
         purge.appleJobs = results[4].affectedRows
-        purge.isPartial = [purge.requests, purge.codes, purge.auditRows, purge.challenges, purge.appleJobs].contains {
-            $0 >= limit
-        }
+        purge.endedSessions = try results[5].first?.decode("sessions", as: Int.self) ?? 0
+        purge.isPartial =
+            [purge.requests, purge.codes, purge.auditRows, purge.challenges, purge.appleJobs].contains { $0 >= limit }
+            || purge.endedSessions >= Self.sessionSlice(limit)
         if windows {
-            purge.throttles = results[5].affectedRows
-            purge.rateLimits = results[6].affectedRows
+            purge.throttles = results[6].affectedRows
+            purge.rateLimits = results[7].affectedRows
         }
         return purge
     }
 
-    /// `purgeExpired`'s statements, in its order: the five slices, then (with `windows`) the
-    /// throttles and the rate-limit buckets.
+    /// How long an ended session keeps its tokens: a week after it expired or was revoked (its
+    /// tokens are answered as unknown from its end on; the week keeps them for a look).
+    public static let endedSessionRetention: TimeInterval = 7 * 86_400
+
+    /// Sessions a purge round forgets the tokens of: a fifth of the other slices, as each brings
+    /// its tokens (a refresh token for each refresh of its life).
+    static func sessionSlice(_ limit: Int) -> Int { max(limit / 5, 1) }
+
+    /// `purgeExpired`'s statements, in its order: the five slices by rows, the ended sessions'
+    /// tokens, then (with `windows`) the throttles and the rate-limit buckets.
+    ///
+    /// An ended session is marked with its last use (its newest refresh token's time, one index
+    /// entry) by its address, and its tokens deleted by `session_id = ANY(ARRAY(…))`, an index scan
+    /// a session: no join, which PostgreSQL planned as a hash join over every session or a nested
+    /// loop over the slice for each session. All of it reads one snapshot, so the last use is
+    /// read before the deletions.
     static func purgeStatements(
         at date: Date, throttleWindow: TimeInterval, rateLimitWindow: TimeInterval, auditRetention: TimeInterval,
-        limit: Int, windows: Bool
+        endedSessionRetention: TimeInterval = endedSessionRetention, limit: Int, windows: Bool
     ) -> [PGQuery] {
         var statements: [PGQuery] = [
             """
@@ -609,6 +629,20 @@ public final class PostgresStore: Sendable {
             DELETE FROM apple_jobs WHERE ctid = ANY(ARRAY(
                 SELECT ctid FROM apple_jobs WHERE finished_at < \(date - auditRetention)
                 ORDER BY finished_at LIMIT \(limit) FOR UPDATE SKIP LOCKED))
+            """,
+            """
+            WITH ended AS (
+                UPDATE sessions
+                SET last_used_at = COALESCE(
+                    (SELECT max(r.created_at) FROM refresh_tokens r WHERE r.session_id = sessions.id), created_at)
+                WHERE ctid = ANY(ARRAY(
+                    SELECT ctid FROM sessions
+                    WHERE least(expires_at, revoked_at) < \(date - endedSessionRetention) AND last_used_at IS NULL
+                    ORDER BY least(expires_at, revoked_at) LIMIT \(Self.sessionSlice(limit)) FOR UPDATE SKIP LOCKED))
+                RETURNING id),
+            refresh AS (DELETE FROM refresh_tokens WHERE session_id = ANY(ARRAY(SELECT id FROM ended))),
+            access AS (DELETE FROM access_tokens WHERE session_id = ANY(ARRAY(SELECT id FROM ended)))
+            SELECT count(*)::integer AS sessions FROM ended
             """,
         ]
         if windows {

@@ -308,8 +308,8 @@ final class PostgresUnitOfWork: UnitOfWork {
             """
             SELECT s.id, s.provider, s.device_name, s.device_platform, s.created_at, s.expires_at, s.revoked_at,
                    s.revoked_reason,
-                   COALESCE((SELECT max(r.created_at) FROM refresh_tokens r WHERE r.session_id = s.id), s.created_at)
-                       AS last_used_at
+                   COALESCE((SELECT max(r.created_at) FROM refresh_tokens r WHERE r.session_id = s.id),
+                            s.last_used_at, s.created_at) AS last_used_at
             FROM sessions s
             WHERE s.user_id = \(userID) AND (NOT \(live) OR (s.revoked_at IS NULL AND s.expires_at > \(date)))
             ORDER BY s.created_at DESC, s.id

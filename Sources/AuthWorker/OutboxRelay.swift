@@ -109,7 +109,7 @@ public final class OutboxRelay: Service {
                 "purge.requests": String(purged.requests), "purge.throttles": String(purged.throttles),
                 "purge.rate_limits": String(purged.rateLimits), "purge.codes": String(purged.codes),
                 "purge.audit": String(purged.auditRows), "purge.challenges": String(purged.challenges),
-                "purge.apple_jobs": String(purged.appleJobs),
+                "purge.apple_jobs": String(purged.appleJobs), "purge.ended_sessions": String(purged.endedSessions),
                 "purge.more": String(purged.isPartial),
             ])
     }

@@ -379,6 +379,90 @@ import Testing
         #expect(fourth.total == 0 && !fourth.isPartial)
     }
 
+    /// A week after a session ends (expired or revoked) its refresh and access tokens go and the
+    /// session stays, with its last use (its newest refresh token's time) kept for the devices
+    /// list and the export; sessions ended since, and live ones, keep everything. Sessions go a
+    /// slice at a time (a fifth of `limit`), the oldest end first.
+    @Test func aWeekAfterASessionEndsItsTokensAreForgottenAndTheSessionKept() async throws {
+        let (store, connection) = try await store()
+        let day: TimeInterval = 86_400
+        try connection.query(
+            "INSERT INTO users (id, handle, is_guest, created_at, updated_at) VALUES (\(Self.user), 'u', true, \(now), \(now))"
+        )
+        // (name, created, expires, revoked): four ended over a week ago, one since, one live.
+        let sessions: [(String, Date, Date, Date?)] = [
+            ("expired-long-ago", now - 100 * day, now - 10 * day, nil),
+            ("revoked-long-ago", now - 30 * day, now + 60 * day, now - 9 * day),
+            ("expired-before-that", now - 100 * day, now - 11 * day, nil),
+            ("revoked-and-expired", now - 100 * day, now - 8 * day, now - 50 * day),
+            ("ended-recently", now - 100 * day, now - 2 * day, nil),
+            ("live", now - 10 * day, now + 80 * day, nil),
+        ]
+        for (index, (name, created, expires, revoked)) in sessions.enumerated() {
+            let id = UUID(uuid: (0, 0, 0, 0, 0, 0, 0x70, 0, 0x80, 0, 0, 0, 0, 0, 0, UInt8(index)))
+            try connection.query(
+                """
+                INSERT INTO sessions (id, user_id, provider, device_name, abilities, created_at, expires_at, revoked_at)
+                VALUES (\(id), \(Self.user), 'guest', \(name), '{}', \(created), \(expires), \(revoked))
+                """)
+            // Three refresh tokens a day apart from its creation, and an access token.
+            try connection.query(
+                """
+                INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
+                SELECT gen_random_uuid(), \(id), sha256(convert_to(\(name) || n, 'UTF8')),
+                       \(created)::timestamptz + n * interval '1 day', \(expires)
+                FROM generate_series(0, 2) AS n
+                """)
+            try connection.query(
+                """
+                INSERT INTO access_tokens (id, session_id, token_hash, abilities, created_at, expires_at)
+                VALUES (gen_random_uuid(), \(id), sha256(convert_to(\(name), 'UTF8')), '{}', \(created),
+                        \(created + 900))
+                """)
+        }
+        func tokens() throws -> [String] {
+            try connection.query(
+                """
+                SELECT s.device_name || ' ' || (SELECT count(*) FROM refresh_tokens r WHERE r.session_id = s.id)
+                       || ' ' || (SELECT count(*) FROM access_tokens a WHERE a.session_id = s.id) AS line
+                FROM sessions s ORDER BY s.id
+                """
+            ).map { try $0.decode("line", as: String.self) }
+        }
+
+        // A limit of 10 is a slice of 2 sessions: the two whose end is oldest first.
+        let first = try await store.purgeExpired(
+            at: now, throttleWindow: 3600, rateLimitWindow: 3600, limit: 10, windows: false)
+        #expect(first.endedSessions == 2 && first.isPartial)
+        #expect(
+            try tokens() == [
+                "expired-long-ago 3 1", "revoked-long-ago 3 1", "expired-before-that 0 0", "revoked-and-expired 0 0",
+                "ended-recently 3 1", "live 3 1",
+            ])
+        let second = try await store.purgeExpired(
+            at: now, throttleWindow: 3600, rateLimitWindow: 3600, limit: 10, windows: false)
+        #expect(second.endedSessions == 2 && second.isPartial, "a whole slice: there may be more")
+        #expect(
+            try tokens() == [
+                "expired-long-ago 0 0", "revoked-long-ago 0 0", "expired-before-that 0 0", "revoked-and-expired 0 0",
+                "ended-recently 3 1", "live 3 1",
+            ])
+        let third = try await store.purgeExpired(at: now, throttleWindow: 3600, rateLimitWindow: 3600, windows: false)
+        #expect(third.endedSessions == 0 && !third.isPartial, "a purged session is not taken again")
+
+        // The devices list and the export still say when each was last used.
+        try connection.execute(unsafeSQL: "BEGIN")
+        defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
+        let details = try PostgresUnitOfWork(connection: connection).sessionDetails(
+            userID: Self.user, live: false, at: now)
+        let lastUse = Dictionary(uniqueKeysWithValues: details.map { ($0.deviceName ?? "", $0.lastUsedAt) })
+        for (name, created, _, _) in sessions {
+            #expect(lastUse[name] == created + 2 * day, "\(name)")
+        }
+    }
+
+    static let user = UUID(uuid: (0, 0, 0, 0, 0, 0, 0x70, 0, 0x80, 0, 0, 0, 0, 0, 0xbe, 0xef))
+
     /// A purge passes over rows another purge holds (a replica's slice in flight) and takes the
     /// next ones, rather than waiting for that transaction: with the five oldest expired kept
     /// answers locked by an open transaction, a purge of ten takes the ten after them at once.
@@ -452,7 +536,7 @@ import Testing
     }
 
     /// A purge's slice is found by its table's time index and deleted by the rows' addresses, with
-    /// no scan of the table, in each of the five tables it slices (20,000 expired rows each,
+    /// no scan of the table, in each of the five tables it slices by rows (20,000 expired rows each,
     /// analyzed): deleted by key instead (`request_id IN (…)`), PostgreSQL joined the slice to
     /// every row of the table by hash, a sequential scan of months of kept answers for each slice.
     @Test func aPurgeSliceReadsNoWholeTable() async throws {
@@ -489,20 +573,46 @@ import Testing
                    \(now - 3 * 86_400), \(now - 2 * 86_400)::timestamptz + n * interval '1 millisecond'
             FROM generate_series(1, 20000) AS n
             """)
+        // 20,000 sessions ended over a week ago, each with two refresh tokens and an access token.
+        try connection.execute(
+            unsafeSQL: """
+                INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+                VALUES ('00000000-0000-7000-8000-00000000beef', 'u', true, now(), now());
+                INSERT INTO sessions (id, user_id, provider, abilities, created_at, expires_at)
+                SELECT md5('s' || n)::uuid, '00000000-0000-7000-8000-00000000beef', 'guest', '{}',
+                       now() - interval '100 days', now() - interval '30 days' + n * interval '1 millisecond'
+                FROM generate_series(1, 20000) AS n;
+                INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
+                SELECT gen_random_uuid(), md5('s' || n)::uuid, sha256(convert_to('r' || n || '.' || k, 'UTF8')),
+                       now() - interval '100 days', now() - interval '30 days'
+                FROM generate_series(1, 20000) AS n, generate_series(1, 2) AS k;
+                INSERT INTO access_tokens (id, session_id, token_hash, abilities, created_at, expires_at)
+                SELECT gen_random_uuid(), md5('s' || n)::uuid, sha256(convert_to('a' || n, 'UTF8')), '{}',
+                       now() - interval '100 days', now() - interval '100 days'
+                FROM generate_series(1, 20000) AS n;
+                """)
         try connection.execute(
             unsafeSQL: """
                 ANALYZE processed_requests; ANALYZE one_time_codes; ANALYZE webauthn_challenges; ANALYZE audit_log;
-                ANALYZE apple_jobs
+                ANALYZE apple_jobs; ANALYZE sessions; ANALYZE refresh_tokens; ANALYZE access_tokens
                 """)
         let statements = PostgresStore.purgeStatements(
             at: now, throttleWindow: 3600, rateLimitWindow: 3600, auditRetention: 86_400, limit: 5000, windows: true)
-        #expect(statements.count == 7)
-        for statement in statements.prefix(5) {
-            let plan = try connection.query(
+        #expect(statements.count == 8)
+        func plan(_ statement: PGQuery) throws -> String {
+            try connection.query(
                 PGQuery(unsafeSQL: "EXPLAIN (COSTS OFF) " + statement.sql, parameters: statement.parameters)
             ).map { try $0.decode("QUERY PLAN", as: String.self) }.joined(separator: "\n")
+        }
+        for statement in statements.prefix(5) {
+            let plan = try plan(statement)
             #expect(plan.contains("Tid Scan") && !plan.contains("Seq Scan"), "\(statement.sql)\n\(plan)")
         }
+        // The ended sessions by their index, their tokens by theirs: a slice of 1,000 sessions.
+        let sessions = try plan(statements[5])
+        #expect(
+            sessions.contains("sessions_ended") && sessions.contains("refresh_tokens_session_time")
+                && sessions.contains("access_tokens_session") && !sessions.contains("Seq Scan"), "\(sessions)")
     }
 
     @Test func passwordAttemptsAreCountedAtomicallyBeforeTheyAreChecked() async throws {

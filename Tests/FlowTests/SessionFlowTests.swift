@@ -135,6 +135,49 @@ import Testing
         #expect(try await harness.count("sessions", where: "revoked_at IS NOT NULL") == 0)
     }
 
+    /// A week after a session ends the relay's purge forgets its tokens: a refresh token of it is
+    /// answered as before (`invalid_refresh_token`, no reuse, nothing revoked), and its opaque
+    /// access token is inactive to `introspect`, as before; a logout with that access token, which
+    /// was `ok` and ended nothing, is now `invalid_token`; a live session's tokens go on working.
+    @Test func theTokensOfASessionEndedAWeekAgoAreAnsweredAsBeforeOnceForgotten() async throws {
+        let harness = try await harness {
+            $0.accessTokenFormat = .opaque
+            $0.sessions.sessionLifetime = 1000
+        }
+        let ended = try await signIn(harness)
+        let used = ended.refreshToken
+        let current = try await rotated(harness, used)
+        clock.advance(by: 1001)
+        func answers() async throws {
+            for token in [used, current.refreshToken] {
+                await #expect(throws: LoginError(.invalidRefreshToken, "")) {
+                    try await harness.handle(makeRequest(.refresh) { $0.refreshToken = token })
+                }
+            }
+            let introspection = try #require(
+                try await harness.handle(makeRequest(.introspect) { $0.accessToken = current.accessToken }))
+            #expect(introspection.result.introspection?.active == false)
+        }
+        try await answers()
+        let logout = { makeRequest(.logout) { $0.accessToken = current.accessToken } }
+        #expect(try await harness.handle(logout())?.result.status == "ok", "an expired session's logout ends nothing")
+
+        clock.advance(by: 8 * 86_400)
+        let live = try await signIn(harness)
+        let purge = try await harness.store.purgeExpired(
+            at: clock.now(), throttleWindow: 3600, rateLimitWindow: 3600, windows: false)
+        #expect(purge.endedSessions == 1)
+        #expect(try await harness.count("refresh_tokens") == 1, "the live session's only")
+        #expect(try await harness.count("access_tokens") == 1)
+        #expect(try await harness.count("sessions") == 2, "the ended session stays")
+        try await answers()
+        #expect(try await harness.count("sessions", where: "revoked_reason = 'refresh_reuse'") == 0)
+        await #expect(throws: LoginError(.invalidToken, ""), "the one answer that changes: the token is unknown") {
+            try await harness.handle(logout())
+        }
+        _ = try await rotated(harness, live.refreshToken)
+    }
+
     @Test(arguments: [WorkerConfiguration.AccessTokenFormat.jwt, .opaque])
     func logoutEndsTheSession(format: WorkerConfiguration.AccessTokenFormat) async throws {
         let harness = try await harness { $0.accessTokenFormat = format }
