@@ -1,3 +1,5 @@
+import Foundation
+
 /// One schema change, applied once and recorded in `schema_migrations`.
 public struct PGMigration: Sendable {
     /// Applied in increasing order; never reuse or renumber a version once released.
@@ -38,7 +40,7 @@ public enum PGMigrator {
     /// - Throws: `PGError` `.migration` naming the migration that failed; earlier ones stay applied.
     @discardableResult
     public static func migrate(_ connection: PGConnection, migrations: [PGMigration]) throws -> [Int] {
-        try connection.query("SELECT pg_advisory_lock(\(lockKey))")
+        try takeLock(connection)
         defer { _ = try? connection.query("SELECT pg_advisory_unlock(\(lockKey))") }
         try connection.execute(
             unsafeSQL: """
@@ -71,6 +73,20 @@ public enum PGMigrator {
             done.append(migration.version)
         }
         return done
+    }
+
+    /// Takes the migration lock, asking again every `retry` while another migrator holds it.
+    ///
+    /// Not `pg_advisory_lock`, which waits inside its statement: a session waiting there holds a
+    /// snapshot, and `CREATE INDEX CONCURRENTLY` in the session holding the lock waits for every
+    /// older snapshot to end. Two replicas starting together deadlocked so (PostgreSQL broke it by
+    /// failing one of them, which exited). Between two tries a waiting session holds nothing.
+    static func takeLock(_ connection: PGConnection, retry: TimeInterval = 0.1) throws {
+        while try connection.query("SELECT pg_try_advisory_lock(\(lockKey)) AS locked").first?.decode(
+            "locked", as: Bool.self) != true
+        {
+            Thread.sleep(forTimeInterval: retry)
+        }
     }
 
     /// The highest applied version, or nil for an empty database.

@@ -1,7 +1,7 @@
 import Foundation
-import PGStore
 import Testing
 
+@testable import PGStore
 @testable import TestSupport
 
 @Suite(.requiresDatabase, .timeLimit(.minutes(4))) struct PGStoreIntegrationTests {
@@ -405,6 +405,29 @@ import Testing
             "SELECT count(*) AS n FROM pg_index WHERE indexrelid = to_regclass('rows_v') AND indisvalid"
         #expect(try connection.query(valid).first?.decode("n", as: Int.self) == 1)
         #expect(try PGMigrator.migrate(connection, migrations: [index]) == [])
+    }
+
+    /// A migrator waiting for another's lock holds no snapshot, so the other's `CREATE INDEX
+    /// CONCURRENTLY` (which waits for every older snapshot) goes on: replicas starting together
+    /// both migrate. Waiting in `pg_advisory_lock` instead, the two deadlocked and one failed.
+    @Test func aMigratorWaitingForTheLockDoesNotHoldUpAnotherBuildingConcurrently() async throws {
+        let url = try IntegrationEnvironment.makeDatabaseNow()
+        let first = try PGConnection(conninfo: url)
+        try first.execute(unsafeSQL: "CREATE TABLE rows (v int); INSERT INTO rows VALUES (1), (2)")
+        try first.query("SELECT pg_advisory_lock(\(PGMigrator.lockKey))")
+        let second = Task.detached {
+            let connection = try PGConnection(conninfo: url)
+            let index = PGMigration(
+                version: 7, name: "index",
+                outsideTransaction: ["CREATE INDEX CONCURRENTLY IF NOT EXISTS rows_v ON rows (v)"])
+            return try PGMigrator.migrate(connection, migrations: [index])
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        // The first migrator's own concurrent build, while the second waits for its lock.
+        try first.execute(unsafeSQL: "SET lock_timeout = '10s'")
+        try first.execute(unsafeSQL: "CREATE INDEX CONCURRENTLY rows_w ON rows (v)")
+        try first.query("SELECT pg_advisory_unlock(\(PGMigrator.lockKey))")
+        #expect(try await second.value == [7])
     }
 
     @Test func thePoolBoundsConnectionsAndServesConcurrentCallers() async throws {
