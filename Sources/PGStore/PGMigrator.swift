@@ -35,13 +35,37 @@ public enum PGMigrator {
     /// An arbitrary constant identifying this service's migration lock.
     static let lockKey: Int64 = 0x6175_7468_776b  // "authwk"
 
+    /// How a migration waits for the locks its statements take.
+    public struct LockWaits: Sendable {
+        /// The longest a statement waits for a table's lock (`lock_timeout`) before the migration
+        /// gives up and is tried again. A statement waiting for a lock that conflicts with the
+        /// logins' (`ALTER TABLE`) holds every login behind it; bounded, a long transaction on the
+        /// table (a report, a backup's dump) costs the logins that long at most, a try at a time.
+        /// Statements that build or drop `CONCURRENTLY` hold no login up and wait without bound.
+        public var timeout: TimeInterval
+        /// The pause before trying a migration again, and how many tries in all.
+        public var pause: TimeInterval
+        public var attempts: Int
+
+        public init(timeout: TimeInterval = 2, pause: TimeInterval = 1, attempts: Int = 60) {
+            self.timeout = timeout
+            self.pause = pause
+            self.attempts = attempts
+        }
+    }
+
     /// Applies every migration newer than the database's version, each in its own transaction.
     /// - Returns: the versions applied now (empty when already up to date).
     /// - Throws: `PGError` `.migration` naming the migration that failed; earlier ones stay applied.
     @discardableResult
-    public static func migrate(_ connection: PGConnection, migrations: [PGMigration]) throws -> [Int] {
+    public static func migrate(
+        _ connection: PGConnection, migrations: [PGMigration], lockWaits: LockWaits = LockWaits()
+    ) throws -> [Int] {
         try takeLock(connection)
-        defer { _ = try? connection.query("SELECT pg_advisory_unlock(\(lockKey))") }
+        defer {
+            _ = try? connection.execute(unsafeSQL: "RESET lock_timeout")
+            _ = try? connection.query("SELECT pg_advisory_unlock(\(lockKey))")
+        }
         try connection.execute(
             unsafeSQL: """
                 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -53,26 +77,42 @@ public enum PGMigrator {
         let applied = Set(
             try connection.query("SELECT version FROM schema_migrations").map { try $0.decode("version", as: Int.self) }
         )
+        let bounded = "SET lock_timeout = '\(max(Int(lockWaits.timeout * 1000), 1))ms'"
         var done: [Int] = []
         for migration in migrations.sorted(by: { $0.version < $1.version }) where !applied.contains(migration.version) {
-            do {
-                for statement in migration.outsideTransaction {
-                    try connection.execute(unsafeSQL: statement)
+            var attempt = 1
+            while true {
+                do {
+                    try apply(migration, on: connection, bounded: bounded)
+                    break
+                } catch let error as PGError where error.sqlState == "55P03" && attempt < lockWaits.attempts {
+                    // A table's lock not had in time: nothing of the try stayed (its transaction
+                    // rolled back; statements outside one are safe to run again).
+                    attempt += 1
+                    Thread.sleep(forTimeInterval: lockWaits.pause)
+                } catch var error as PGError {
+                    error.code = error.code == .connection ? .connection : .migration
+                    error.step = "migration \(migration.version) \(migration.name)"
+                    throw error
                 }
-                try connection.withTransaction { connection in
-                    if !migration.sql.isEmpty { try connection.execute(unsafeSQL: migration.sql) }
-                    try connection.query(
-                        "INSERT INTO schema_migrations (version, name) VALUES (\(migration.version), \(migration.name))"
-                    )
-                }
-            } catch var error as PGError {
-                error.code = error.code == .connection ? .connection : .migration
-                error.step = "migration \(migration.version) \(migration.name)"
-                throw error
             }
             done.append(migration.version)
         }
         return done
+    }
+
+    /// One try at one migration: its statements outside a transaction, then its SQL with its record.
+    private static func apply(_ migration: PGMigration, on connection: PGConnection, bounded: String) throws {
+        for statement in migration.outsideTransaction {
+            try connection.execute(unsafeSQL: statement.contains("CONCURRENTLY") ? "SET lock_timeout = 0" : bounded)
+            try connection.execute(unsafeSQL: statement)
+        }
+        try connection.execute(unsafeSQL: bounded)
+        try connection.withTransaction { connection in
+            if !migration.sql.isEmpty { try connection.execute(unsafeSQL: migration.sql) }
+            try connection.query(
+                "INSERT INTO schema_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
+        }
     }
 
     /// Takes the migration lock, asking again every `retry` while another migrator holds it.

@@ -415,12 +415,16 @@ import Testing
         let first = try PGConnection(conninfo: url)
         try first.execute(unsafeSQL: "CREATE TABLE rows (v int); INSERT INTO rows VALUES (1), (2)")
         try first.query("SELECT pg_advisory_lock(\(PGMigrator.lockKey))")
-        let second = Task.detached {
-            let connection = try PGConnection(conninfo: url)
-            let index = PGMigration(
-                version: 7, name: "index",
-                outsideTransaction: ["CREATE INDEX CONCURRENTLY IF NOT EXISTS rows_v ON rows (v)"])
-            return try PGMigrator.migrate(connection, migrations: [index])
+        // The waiting migrator on a thread of its own: it blocks, and the pool's few threads
+        // are the other tests' too.
+        let second = Task {
+            try await Blocking.run {
+                let connection = try PGConnection(conninfo: url)
+                let index = PGMigration(
+                    version: 7, name: "index",
+                    outsideTransaction: ["CREATE INDEX CONCURRENTLY IF NOT EXISTS rows_v ON rows (v)"])
+                return try PGMigrator.migrate(connection, migrations: [index])
+            }
         }
         try await Task.sleep(for: .milliseconds(500))
         // The first migrator's own concurrent build, while the second waits for its lock.
@@ -428,6 +432,36 @@ import Testing
         try first.execute(unsafeSQL: "CREATE INDEX CONCURRENTLY rows_w ON rows (v)")
         try first.query("SELECT pg_advisory_unlock(\(PGMigrator.lockKey))")
         #expect(try await second.value == [7])
+    }
+
+    /// A migration whose table is held by a long transaction (a report, a dump) gives up its lock
+    /// wait every `timeout` and tries again, so the writes queued behind its request go on
+    /// meanwhile; it applies once the transaction ends. Waiting without bound, it held the insert
+    /// below until the reader's end.
+    @Test func aMigrationWaitingForATableDoesNotHoldTheWritesUp() async throws {
+        let url = try IntegrationEnvironment.makeDatabaseNow()
+        let reader = try PGConnection(conninfo: url)
+        try reader.execute(unsafeSQL: "CREATE TABLE rows (v int); INSERT INTO rows VALUES (1)")
+        try reader.execute(unsafeSQL: "BEGIN")
+        try reader.query("SELECT count(*) AS n FROM rows")
+        let migrating = Task {
+            try await Blocking.run {
+                let connection = try PGConnection(conninfo: url)
+                let column = PGMigration(version: 3, name: "column", sql: "ALTER TABLE rows ADD COLUMN w int")
+                return try PGMigrator.migrate(
+                    connection, migrations: [column],
+                    lockWaits: PGMigrator.LockWaits(timeout: 0.2, pause: 0.1, attempts: 200))
+            }
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        let writer = try PGConnection(conninfo: url)
+        try writer.execute(unsafeSQL: "SET statement_timeout = '5s'")
+        let started = ContinuousClock.now
+        try writer.execute(unsafeSQL: "INSERT INTO rows VALUES (2)")
+        #expect(ContinuousClock.now - started < .seconds(1), "the insert waited at most one lock wait")
+        try reader.execute(unsafeSQL: "COMMIT")
+        #expect(try await migrating.value == [3])
+        #expect(try writer.query("SELECT count(w) AS n FROM rows").first?.decode("n", as: Int.self) == 0)
     }
 
     @Test func thePoolBoundsConnectionsAndServesConcurrentCallers() async throws {
