@@ -43,11 +43,12 @@ public enum PGMigrator {
         /// table (a report, a backup's dump) costs the logins that long at most, a try at a time.
         /// Statements that build or drop `CONCURRENTLY` hold no login up and wait without bound.
         public var timeout: TimeInterval
-        /// The pause before trying a migration again, and how many tries in all.
+        /// The pause before trying a migration again, and how many tries in all (by default a
+        /// minute of them: 20 of 2 s and a pause of 1 s).
         public var pause: TimeInterval
         public var attempts: Int
 
-        public init(timeout: TimeInterval = 2, pause: TimeInterval = 1, attempts: Int = 60) {
+        public init(timeout: TimeInterval = 2, pause: TimeInterval = 1, attempts: Int = 20) {
             self.timeout = timeout
             self.pause = pause
             self.attempts = attempts
