@@ -574,9 +574,10 @@ public final class PostgresStore: Sendable {
         purge.challenges = results[3].affectedRows
         purge.appleJobs = results[4].affectedRows
         purge.endedSessions = try results[5].first?.decode("sessions", as: Int.self) ?? 0
+        let candidates = try results[5].first?.decode("candidates", as: Int.self) ?? 0
         purge.isPartial =
             [purge.requests, purge.codes, purge.auditRows, purge.challenges, purge.appleJobs].contains { $0 >= limit }
-            || purge.endedSessions >= Self.sessionSlice(limit)
+            || candidates >= Self.sessionSlice(limit) || purge.endedSessions < candidates
         if windows {
             purge.throttles = results[6].affectedRows
             purge.rateLimits = results[7].affectedRows
@@ -588,9 +589,11 @@ public final class PostgresStore: Sendable {
     /// tokens are answered as unknown from its end on; the week keeps them for a look).
     public static let endedSessionRetention: TimeInterval = 7 * 86_400
 
-    /// Sessions a purge round forgets the tokens of: a fifth of the other slices, as each brings
-    /// its tokens (a refresh token for each refresh of its life).
-    static func sessionSlice(_ limit: Int) -> Int { max(limit / 5, 1) }
+    /// The ended sessions a purge round looks at: a twenty-fifth of the other slices, as each
+    /// brings its tokens (a refresh token for each refresh of its life). Of those it takes the
+    /// oldest ended whose tokens come to at most `limit` (at least one session), so a round
+    /// deletes about as many rows as a slice of another table whatever the sessions hold.
+    static func sessionSlice(_ limit: Int) -> Int { max(limit / 25, 1) }
 
     /// `purgeExpired`'s statements, in its order: the five slices by rows, the ended sessions'
     /// tokens, then (with `windows`) the throttles and the rate-limit buckets.
@@ -631,18 +634,29 @@ public final class PostgresStore: Sendable {
                 ORDER BY finished_at LIMIT \(limit) FOR UPDATE SKIP LOCKED))
             """,
             """
-            WITH ended AS (
+            WITH picked AS MATERIALIZED (
+                SELECT ctid AS address, id, least(expires_at, revoked_at) AS ended_at FROM sessions
+                WHERE least(expires_at, revoked_at) < \(date - endedSessionRetention) AND last_used_at IS NULL
+                ORDER BY least(expires_at, revoked_at) LIMIT \(Self.sessionSlice(limit)) FOR UPDATE SKIP LOCKED),
+            candidates AS MATERIALIZED (
+                SELECT address, ended_at,
+                       (SELECT count(*) FROM refresh_tokens r WHERE r.session_id = picked.id) AS tokens
+                FROM picked),
+            chosen AS (
+                SELECT address FROM (
+                    SELECT address, sum(tokens) OVER w AS running, row_number() OVER w AS place FROM candidates
+                    WINDOW w AS (ORDER BY ended_at ROWS UNBOUNDED PRECEDING)) AS c
+                WHERE running <= \(limit) OR place = 1),
+            ended AS (
                 UPDATE sessions
                 SET last_used_at = COALESCE(
                     (SELECT max(r.created_at) FROM refresh_tokens r WHERE r.session_id = sessions.id), created_at)
-                WHERE ctid = ANY(ARRAY(
-                    SELECT ctid FROM sessions
-                    WHERE least(expires_at, revoked_at) < \(date - endedSessionRetention) AND last_used_at IS NULL
-                    ORDER BY least(expires_at, revoked_at) LIMIT \(Self.sessionSlice(limit)) FOR UPDATE SKIP LOCKED))
+                WHERE ctid = ANY(ARRAY(SELECT address FROM chosen))
                 RETURNING id),
             refresh AS (DELETE FROM refresh_tokens WHERE session_id = ANY(ARRAY(SELECT id FROM ended))),
             access AS (DELETE FROM access_tokens WHERE session_id = ANY(ARRAY(SELECT id FROM ended)))
-            SELECT count(*)::integer AS sessions FROM ended
+            SELECT (SELECT count(*) FROM ended)::integer AS sessions,
+                   (SELECT count(*) FROM candidates)::integer AS candidates
             """,
         ]
         if windows {

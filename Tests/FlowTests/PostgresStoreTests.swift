@@ -382,7 +382,7 @@ import Testing
     /// A week after a session ends (expired or revoked) its refresh and access tokens go and the
     /// session stays, with its last use (its newest refresh token's time) kept for the devices
     /// list and the export; sessions ended since, and live ones, keep everything. Sessions go a
-    /// slice at a time (a fifth of `limit`), the oldest end first.
+    /// slice at a time (a twenty-fifth of `limit`), the oldest end first.
     @Test func aWeekAfterASessionEndsItsTokensAreForgottenAndTheSessionKept() async throws {
         let (store, connection) = try await store()
         let day: TimeInterval = 86_400
@@ -430,9 +430,9 @@ import Testing
             ).map { try $0.decode("line", as: String.self) }
         }
 
-        // A limit of 10 is a slice of 2 sessions: the two whose end is oldest first.
+        // A limit of 50 looks at 2 sessions a round (a twenty-fifth), the oldest ended first.
         let first = try await store.purgeExpired(
-            at: now, throttleWindow: 3600, rateLimitWindow: 3600, limit: 10, windows: false)
+            at: now, throttleWindow: 3600, rateLimitWindow: 3600, limit: 50, windows: false)
         #expect(first.endedSessions == 2 && first.isPartial)
         #expect(
             try tokens() == [
@@ -440,7 +440,7 @@ import Testing
                 "ended-recently 3 1", "live 3 1",
             ])
         let second = try await store.purgeExpired(
-            at: now, throttleWindow: 3600, rateLimitWindow: 3600, limit: 10, windows: false)
+            at: now, throttleWindow: 3600, rateLimitWindow: 3600, limit: 50, windows: false)
         #expect(second.endedSessions == 2 && second.isPartial, "a whole slice: there may be more")
         #expect(
             try tokens() == [
@@ -462,6 +462,45 @@ import Testing
     }
 
     static let user = UUID(uuid: (0, 0, 0, 0, 0, 0, 0x70, 0, 0x80, 0, 0, 0, 0, 0, 0xbe, 0xef))
+
+    /// A round deletes about `limit` tokens however many the ended sessions hold: of the sessions
+    /// it looks at, it takes the oldest ended whose tokens come to at most `limit`, and always the
+    /// first, however many it holds.
+    @Test func anEndedSessionsSliceIsBoundedByItsTokens() async throws {
+        let (store, connection) = try await store()
+        try connection.query(
+            "INSERT INTO users (id, handle, is_guest, created_at, updated_at) VALUES (\(Self.user), 'u', true, \(now), \(now))"
+        )
+        // Ended 20, 19, 18 and 17 days ago, with 30, 30, 80 and 5 refresh tokens.
+        for (index, tokens) in [30, 30, 80, 5].enumerated() {
+            let id = UUID(uuid: (0, 0, 0, 0, 0, 0, 0x70, 0, 0x80, 0, 0, 0, 0, 0, 1, UInt8(index)))
+            let ended = now - Double(20 - index) * 86_400
+            try connection.query(
+                """
+                INSERT INTO sessions (id, user_id, provider, abilities, created_at, expires_at)
+                VALUES (\(id), \(Self.user), 'guest', '{}', \(ended - 86_400), \(ended))
+                """)
+            try connection.query(
+                """
+                INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
+                SELECT gen_random_uuid(), \(id), sha256(convert_to(\(index) || '.' || n, 'UTF8')), \(ended - 3600),
+                       \(ended)
+                FROM generate_series(1, \(tokens)) AS n
+                """)
+        }
+        func round() async throws -> (Int, Bool, Int) {
+            // A limit of 75: three sessions looked at, at most 75 tokens taken.
+            let purge = try await store.purgeExpired(
+                at: now, throttleWindow: 3600, rateLimitWindow: 3600, limit: 75, windows: false)
+            return (purge.endedSessions, purge.isPartial, try count(connection, "refresh_tokens"))
+        }
+        let first = try await round()
+        #expect(first.0 == 2 && first.1 && first.2 == 85, "30 + 30 of the three looked at; 30 + 30 + 80 is over")
+        let second = try await round()
+        #expect(second.0 == 1 && second.1 && second.2 == 5, "80 alone, over the limit, as the first")
+        let third = try await round()
+        #expect(third.0 == 1 && !third.1 && third.2 == 0)
+    }
 
     /// A purge passes over rows another purge holds (a replica's slice in flight) and takes the
     /// next ones, rather than waiting for that transaction: with the five oldest expired kept
