@@ -80,10 +80,8 @@ import Testing
     /// session is deleted among thousands of others' rows: every table the deletion cascades
     /// through is read by index, none whole (`pg_stat_xact_user_tables` counts the transaction's
     /// own scans, the foreign keys' checks included).
-    @Test func deletingAUserReadsNoWholeTable() throws {
-        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
-        _ = try PGMigrator.migrate(connection, migrations: Migrations.all)
-        _ = try connection.execute(unsafeSQL: Self.thousandsOfUsers)
+    @Test func deletingAUserReadsNoWholeTable() async throws {
+        let connection = try await Self.thousandsOfUsersDatabase()
         let tables = [
             "access_tokens", "console_sessions", "one_time_codes", "refresh_tokens", "sessions", "users",
             "webauthn_challenges",
@@ -119,10 +117,8 @@ import Testing
 
     /// What the account export (`account_export`) and the devices list (`session_list`) read of
     /// one user among thousands: every row by index, no table whole.
-    @Test func exportingAnAccountReadsNoWholeTable() throws {
-        let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
-        _ = try PGMigrator.migrate(connection, migrations: Migrations.all)
-        _ = try connection.execute(unsafeSQL: Self.thousandsOfUsers)
+    @Test func exportingAnAccountReadsNoWholeTable() async throws {
+        let connection = try await Self.thousandsOfUsersDatabase()
         let id = try #require(
             try connection.query("SELECT id FROM users WHERE handle = 'h1234'").first?.decode("id", as: UUID.self))
         _ = try connection.execute(unsafeSQL: "BEGIN")
@@ -160,6 +156,18 @@ import Testing
     /// code, a passkey challenge, a console session, a password identity, recovery codes, five
     /// kept requests and five audit rows, analyzed: enough that PostgreSQL reads a user's rows by
     /// index wherever an index serves.
+    /// A migrated database holding `thousandsOfUsers`, filled on a thread of its own (seconds of
+    /// statements that would hold one of the few cooperative threads the other tests need).
+    static func thousandsOfUsersDatabase() async throws -> PGConnection {
+        let url = try IntegrationEnvironment.makeDatabaseNow()
+        try await Blocking.run {
+            let connection = try PGConnection(conninfo: url)
+            _ = try PGMigrator.migrate(connection, migrations: Migrations.all)
+            _ = try connection.execute(unsafeSQL: Self.thousandsOfUsers)
+        }
+        return try PGConnection(conninfo: url)
+    }
+
     static let thousandsOfUsers = """
         INSERT INTO users (id, handle, is_guest, created_at, updated_at)
             SELECT md5('u' || g)::uuid, 'h' || g, true, now(), now() FROM generate_series(1, 4000) g;
