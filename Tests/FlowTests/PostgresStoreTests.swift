@@ -502,6 +502,50 @@ import Testing
         #expect(third.0 == 1 && !third.1 && third.2 == 0)
     }
 
+    /// The typical stored hash is the most common kind among a sample of the password accounts,
+    /// the first by e-mail address, read by the primary key: never the whole table (20,000
+    /// accounts, analyzed, in the plan), and here the sample's kind, not the table's.
+    @Test func theTypicalPasswordHashIsReadFromASample() async throws {
+        let url = try await IntegrationEnvironment.makeMigratedDatabase()
+        let store = PostgresStore(pool: PGPool(conninfo: url, size: 1))
+        let connection = try PGConnection(conninfo: url)
+        let old = "$argon2id$v=19$m=4096,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA"
+        let new = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA"
+        // Three accounts first by address with the old kind, five after with the new one.
+        try connection.query(
+            """
+            INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+            SELECT md5('u' || n)::uuid, 'h' || n, false, now(), now() FROM generate_series(1, 8) AS n
+            """)
+        try connection.query(
+            """
+            INSERT INTO identities (provider, subject, user_id, password_hash, created_at, last_login_at)
+            SELECT 'password', (CASE WHEN n <= 3 THEN 'a' ELSE 'b' END) || n || '@example.com', md5('u' || n)::uuid,
+                   CASE WHEN n <= 3 THEN \(old) ELSE \(new) END, now(), now()
+            FROM generate_series(1, 8) AS n
+            """)
+        #expect(try await store.typicalPasswordHash() == new, "the whole table's kind, all eight in the sample")
+        #expect(try await store.typicalPasswordHash(sample: 5) == old, "the first five by address: three old")
+
+        try await Blocking.run {
+            let connection = try PGConnection(conninfo: url)
+            try connection.execute(
+                unsafeSQL: """
+                    INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+                    SELECT md5('v' || n)::uuid, 'v' || n, false, now(), now() FROM generate_series(1, 20000) AS n;
+                    INSERT INTO identities (provider, subject, user_id, password_hash, created_at, last_login_at)
+                    SELECT 'password', 'v' || n || '@example.com', md5('v' || n)::uuid, 'x', now(), now()
+                    FROM generate_series(1, 20000) AS n;
+                    ANALYZE users; ANALYZE identities;
+                    """)
+        }
+        let query = PostgresStore.typicalPasswordHashQuery(sample: 10_000)
+        let plan = try connection.query(
+            PGQuery(unsafeSQL: "EXPLAIN (COSTS OFF) " + query.sql, parameters: query.parameters)
+        ).map { try $0.decode("QUERY PLAN", as: String.self) }.joined(separator: "\n")
+        #expect(plan.contains("identities_pkey") && !plan.contains("Seq Scan"), "\(plan)")
+    }
+
     /// A purge passes over rows another purge holds (a replica's slice in flight) and takes the
     /// next ones, rather than waiting for that transaction: with the five oldest expired kept
     /// answers locked by an open transaction, a purge of ten takes the ten after them at once.
