@@ -362,17 +362,18 @@ import Testing
         #expect(try preparedTexts(bounded) == ["SELECT $1::int AS a", "SELECT $1::int AS b"])
     }
 
+    /// The error migrating throws; an issue is recorded when it throws none.
+    func failure(migrating connection: PGConnection, _ migrations: [PGMigration]) -> PGError? {
+        #expect(throws: PGError.self) { try PGMigrator.migrate(connection, migrations: migrations) }
+    }
+
     @Test func aFailingMigrationNamesItselfAndLeavesNoTrace() throws {
         let connection = try PGConnection(conninfo: try IntegrationEnvironment.makeDatabaseNow())
         let broken = PGMigration(
             version: 99, name: "broken", sql: "CREATE TABLE ok (v int); SELECT nonsense FROM nowhere")
-        do {
-            try PGMigrator.migrate(connection, migrations: [broken])
-            Issue.record("expected failure")
-        } catch let error as PGError {
-            #expect(error.code == .migration)
-            #expect(error.step == "migration 99 broken")
-        }
+        let error = failure(migrating: connection, [broken])
+        #expect(error?.code == .migration)
+        #expect(error?.step == "migration 99 broken")
         #expect(try connection.query("SELECT to_regclass('ok') IS NULL AS absent").first?.decode("absent") == true)
     }
 
@@ -387,13 +388,9 @@ import Testing
             outsideTransaction: [
                 "DROP INDEX CONCURRENTLY IF EXISTS rows_v", "CREATE UNIQUE INDEX CONCURRENTLY rows_v ON rows (v)",
             ])
-        do {
-            try PGMigrator.migrate(connection, migrations: [index])
-            Issue.record("a unique index over duplicates cannot be built")
-        } catch let error as PGError {
-            #expect(error.code == .migration)
-            #expect(error.step == "migration 5 index")
-        }
+        let error = failure(migrating: connection, [index])
+        #expect(error?.code == .migration, "a unique index over duplicates cannot be built")
+        #expect(error?.step == "migration 5 index")
         #expect(try PGMigrator.currentVersion(connection) == nil)
         let invalid: PGQuery =
             "SELECT count(*) AS n FROM pg_index WHERE indexrelid = to_regclass('rows_v') AND NOT indisvalid"
