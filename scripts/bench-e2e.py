@@ -326,18 +326,31 @@ class Worker:
 
     def duration_buckets(self, method="guest"):
         """The worker's own `auth_request_duration_seconds` for `method`, every outcome summed:
-        {upper bound in seconds: cumulative count}, from a scrape of /metrics."""
+        {upper bound in seconds: cumulative count}; and its `auth_request_phase_seconds`, every
+        method's: {phase: {"sum": seconds, "count": n, "buckets": {bound: cumulative count}}}; from
+        a scrape of /metrics."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=10) as response:
             text = response.read().decode()
-        buckets = {}
+        buckets, phases = {}, {}
         for line in text.splitlines():
+            labels, _, value = line.rpartition(" ")
+            if line.startswith("auth_request_phase_seconds_"):
+                phase = labels.split('phase="', 1)[1].split('"', 1)[0]
+                entry = phases.setdefault(phase, {"sum": 0.0, "count": 0.0, "buckets": {}})
+                if line.startswith("auth_request_phase_seconds_bucket{"):
+                    bound = labels.split('le="', 1)[1].split('"', 1)[0]
+                    entry["buckets"][float("inf") if bound == "+Inf" else float(bound)] = float(value)
+                elif line.startswith("auth_request_phase_seconds_sum{"):
+                    entry["sum"] = float(value)
+                elif line.startswith("auth_request_phase_seconds_count{"):
+                    entry["count"] = float(value)
+                continue
             if not line.startswith("auth_request_duration_seconds_bucket{") or f'method="{method}"' not in line:
                 continue
-            labels, _, count = line.rpartition(" ")
             bound = labels.split('le="', 1)[1].split('"', 1)[0]
             key = float("inf") if bound == "+Inf" else float(bound)
-            buckets[key] = buckets.get(key, 0) + float(count)
-        return buckets
+            buckets[key] = buckets.get(key, 0) + float(value)
+        return {"duration": buckets, "phases": phases}
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
@@ -634,24 +647,47 @@ def free_port():
         return probe.getsockname()[1]
 
 
+PHASES = ("to_look_up", "looking_up", "preparing", "ready", "writing", "looking_up_and_writing", "publishing")
+
+
 def inside_worker(before, after):
-    """From two scrapes of the duration histogram: the requests observed between them, the bound
+    """From two scrapes of the worker's histograms: the requests observed between them, the bound
     their p50 and p99 fall under, and the share done within 25 ms, as the worker times them: from the
     message leaving the poll to its offset being released, which is after the broker acknowledged the
-    answer. So it leaves out the fetch wait and includes the produce round trip."""
-    bounds = sorted(after)
-    counts = [after[bound] - before.get(bound, 0) for bound in bounds]
+    answer. So it leaves out the fetch wait and includes the produce round trip. And where that time
+    went, by phase (`auth_request_phase_seconds`): each phase's requests, mean and p99 bound."""
+    bounds = sorted(after["duration"])
+    counts = [after["duration"][bound] - before["duration"].get(bound, 0) for bound in bounds]
     total = counts[-1] if counts else 0
     if total <= 0:
         return None
 
-    def under(fraction):
+    def under(bounds, counts, fraction):
+        total = counts[-1]
         return next(bound for bound, count in zip(bounds, counts) if count >= fraction * total)
 
     within = next((count for bound, count in zip(bounds, counts) if abs(bound - 0.025) < 1e-9), 0)
     as_ms = lambda bound: "over 10 s" if bound == float("inf") else f"{bound * 1000:g}"
-    return {"count": int(total), "p50_at_most_ms": as_ms(under(0.5)), "p99_at_most_ms": as_ms(under(0.99)),
-            "within_25ms": within / total}
+    phases = {}
+    for phase in PHASES:
+        now, then = after["phases"].get(phase), before["phases"].get(phase, {"sum": 0, "count": 0, "buckets": {}})
+        if not now or now["count"] - then["count"] <= 0:
+            continue
+        observed = now["count"] - then["count"]
+        phase_bounds = sorted(now["buckets"])
+        phase_counts = [now["buckets"][bound] - then["buckets"].get(bound, 0) for bound in phase_bounds]
+        phases[phase] = {"count": int(observed), "mean_ms": (now["sum"] - then["sum"]) / observed * 1000,
+                         "p99_at_most_ms": as_ms(under(phase_bounds, phase_counts, 0.99))}
+    return {"count": int(total), "p50_at_most_ms": as_ms(under(bounds, counts, 0.5)),
+            "p99_at_most_ms": as_ms(under(bounds, counts, 0.99)), "within_25ms": within / total,
+            "phases": phases}
+
+
+def phase_summary(inside):
+    """The worker's time by phase, as a line: `to look up 0.9 (≤ 5), looking up 1.2 (≤ 10), …` (mean ms, p99 bound)."""
+    phases = (inside or {}).get("phases") or {}
+    return ", ".join(f"{phase.replace('_', ' ')} {entry['mean_ms']:.1f} (≤ {entry['p99_at_most_ms']})"
+                     for phase, entry in phases.items())
 
 
 def process_cpu_seconds(pid):
@@ -884,7 +920,8 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
             f"{purge['rest_p50_ms']} / {purge['rest_p99_ms']} ms")
     if inside:
         log(f"latency as the worker times it (poll to acknowledged answer): p50 ≤ {inside['p50_at_most_ms']} ms, p99 ≤ {inside['p99_at_most_ms']} ms, "
-            f"{inside['within_25ms']:.0%} within 25 ms")
+            f"{inside['within_25ms']:.0%} within 25 ms"
+            + (f"; by phase, mean ms (p99 bound): {phase_summary(inside)}" if inside.get("phases") else ""))
     return result
 
 
@@ -1247,6 +1284,9 @@ def report(results):
         lines.append(f"| the same, as the worker times it (poll to the answer acknowledged; histogram bounds) | "
                      f"p50 ≤ {inside['p50_at_most_ms']} / p99 ≤ {inside['p99_at_most_ms']} ms, "
                      f"{inside['within_25ms']:.0%} within 25 ms | | |")
+        if inside.get("phases"):
+            lines.append(f"| the same by phase (`auth_request_phase_seconds`), mean ms (p99 bound) | "
+                         f"{phase_summary(inside)} | | |")
     for entry, who in ((latency, "worker"), (floor, "echo")):
         cpu = entry["cpu"]
         broker = cpu.get("broker_cores")

@@ -17,6 +17,11 @@ public final class WorkerMetrics: Sendable {
     /// `auth_request_duration_seconds{method,outcome}`: from the message entering the pipeline to
     /// its offset being released, one observation per message.
     public let requestDuration: MetricFamily<Histogram>
+    /// `auth_request_phase_seconds{phase}`: the same time by phase (`TimedPhase`), one
+    /// observation per phase a message went through.
+    public let requestPhases: MetricFamily<Histogram>
+    /// Its children, resolved once, by `TimedPhase.index`.
+    private let phaseHistograms: [Histogram]
     public let duplicates: Counter
     public let retries: Counter
     /// Write transactions of requests, by where they started (`lookup`: prepared and written in
@@ -44,6 +49,8 @@ public final class WorkerMetrics: Sendable {
     public static let durationBounds: [Double] = [
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
     ]
+    /// The phase buckets: 0.1 ms to 10 s (a phase is often well under a millisecond).
+    public static let phaseBounds: [Double] = [0.0001, 0.00025, 0.0005] + durationBounds
 
     public init(passwordVerifications: Counter = Counter()) {
         self.passwordVerifications = passwordVerifications
@@ -59,6 +66,13 @@ public final class WorkerMetrics: Sendable {
             "auth_request_duration_seconds",
             help: "Time from a message entering the pipeline to its outcome being durable and published.",
             labels: ["method", "outcome"], bounds: Self.durationBounds)
+        let phases = registry.histogram(
+            "auth_request_phase_seconds",
+            help:
+                "The same time by phase: to_look_up, looking_up, preparing, ready (for a writer), writing, looking_up_and_writing (light load: one task and transaction), publishing.",
+            labels: ["phase"], bounds: Self.phaseBounds)
+        requestPhases = phases
+        phaseHistograms = TimedPhase.allCases.map { phases.labels($0.rawValue) }
         duplicates = registry.counter(
             "auth_requests_duplicate_total", help: "Requests seen again and answered with the kept result."
         ).labels()
@@ -102,6 +116,11 @@ public final class WorkerMetrics: Sendable {
             "auth_password_verifications_total", help: "Argon2id and bcrypt verifications performed.",
             type: "counter"
         ) { [([], Double(verifications.count))] }
+    }
+
+    /// Adds the phase times the loop counted (`PhaseTally`), and empties the tally.
+    func add(_ tally: inout PhaseTally) {
+        for phase in TimedPhase.allCases { phaseHistograms[phase.index].add(&tally.tallies[phase.index]) }
     }
 
     /// Adds `auth_key_set_fetch_failures_total{provider}`.

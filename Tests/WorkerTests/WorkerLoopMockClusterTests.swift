@@ -285,4 +285,59 @@ import Testing
         await reader.close()
         try await worker.stop()
     }
+
+    /// `auth_request_phase_seconds`: a lone guest is looked up, prepared and written in one task,
+    /// one timed phase to its commit; a registration (a password to hash) goes through each phase
+    /// of a batch; each request's phases add up to its `auth_request_duration_seconds`.
+    @Test func eachRequestsTimeIsCountedByPhaseAndItsPhasesAddUpToItsDuration() async throws {
+        let setup = try await Setup()
+        let worker = try await RunningWorker(setup.config)
+        let producer = try setup.producer()
+        let reader = try setup.resultsReader()
+        let metrics = worker.application.metrics
+        func counts() -> [TimedPhase: Int] {
+            var counts: [TimedPhase: Int] = [:]
+            for phase in TimedPhase.allCases {
+                counts[phase] = metrics.requestPhases.labels(phase.rawValue).snapshot.count
+            }
+            return counts
+        }
+        /// Observed when the answer's delivery is acknowledged, which the results reader may see first.
+        func finished(_ requests: Int) async throws {
+            for _ in 0..<200 where counts()[.toLookUp] != requests { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(counts()[.toLookUp] == requests)
+        }
+
+        let guest = "phases-guest-\(UUID())"
+        try await producer.send(setup.record(id: guest, key: "device", data: #"{"method":"guest"}"#))
+        try await reader.waitUntil(timeout: .seconds(60)) { $0.contains { $0.keyString == guest } }
+        try await finished(1)
+        #expect(
+            counts() == [
+                .toLookUp: 1, .writingWithLookup: 1, .publishing: 1, .lookingUp: 0, .preparing: 0, .ready: 0,
+                .writing: 0,
+            ])
+
+        let register = "phases-register-\(UUID())"
+        try await producer.send(
+            setup.record(
+                id: register, key: "account",
+                data: #"{"method":"register","email":"phases@example.com","password":"correct horse"}"#))
+        try await reader.waitUntil(timeout: .seconds(60)) { $0.contains { $0.keyString == register } }
+        try await finished(2)
+        #expect(
+            counts() == [
+                .toLookUp: 2, .writingWithLookup: 1, .publishing: 2, .lookingUp: 1, .preparing: 1, .ready: 1,
+                .writing: 1,
+            ])
+        let phases = TimedPhase.allCases.map { metrics.requestPhases.labels($0.rawValue).snapshot.sum }
+        let whole = [("guest", "ok"), ("register", "ok")].map {
+            metrics.requestDuration.labels($0.0, $0.1).snapshot.sum
+        }
+        #expect(abs(phases.reduce(0, +) - whole.reduce(0, +)) < 1e-6, "\(phases) against \(whole)")
+        #expect(metrics.requestPhases.labels("preparing").snapshot.sum > 0, "a password was hashed")
+        await producer.shutdown()
+        await reader.close()
+        try await worker.stop()
+    }
 }

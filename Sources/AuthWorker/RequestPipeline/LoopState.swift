@@ -18,6 +18,11 @@ final class Job {
     /// The assignment of its partition when it was read.
     let epoch: Int
     let admittedAt = ContinuousClock.now
+    /// The same, in `MonotonicNanos`, which its phase times count from.
+    let admittedNanos = MonotonicNanos.now()
+    /// When it reached each timed phase (`auth_request_phase_seconds`); an attempt sent back to
+    /// look its id up again drops its marks.
+    var phaseMarks = PhaseMarks()
     var request: LoginRequest?
     /// The keyed digest of the request's content (or of the raw value).
     var digest: [UInt8] = []
@@ -49,8 +54,22 @@ final class Job {
 
     /// The one place a phase is set; its kind is read off the new phase, not copied back out.
     fileprivate func enter(_ phase: Phase) {
+        let from = kind
         kind = phase.kind
         self.phase = phase
+        if kind != from { mark() }
+    }
+
+    /// Marks when it entered its phase, the first time (`PhaseMarks`); a job sent back to look
+    /// its id up again starts over.
+    private func mark() {
+        switch kind {
+        case .lookup: phaseMarks = PhaseMarks()
+        case .lookingUp: phaseMarks.lookupBegan = phaseMarks.lookupBegan ?? MonotonicNanos.now()
+        case .preparing: phaseMarks.prepareBegan = phaseMarks.prepareBegan ?? MonotonicNanos.now()
+        case .ready: phaseMarks.ready = phaseMarks.ready ?? MonotonicNanos.now()
+        default: break
+        }
     }
 }
 
@@ -247,6 +266,10 @@ struct WrittenBatch: Sendable {
     let outcomes: [PostgresStore.ItemOutcome<WriteOutput>]
     /// The events this batch's transaction marked published.
     let marked: [UUID]
+    /// When its task began on the writer's thread, and when its transaction committed
+    /// (`MonotonicNanos`).
+    let began: UInt64
+    let committed: UInt64
 }
 
 /// Acknowledged events taken to be marked published, and when the oldest was acknowledged.
@@ -286,6 +309,8 @@ struct LoopState {
     /// Jobs to look up and start in the next pass, in read order.
     var toStart: [Int] = []
     var watermark = OffsetWatermark()
+    /// Phase times of the jobs finished in this pass, added to the metrics at its end.
+    var phaseTally = PhaseTally()
     /// Per partition, the assignment its last message was read under.
     var reading: [TopicPartition: Int] = [:]
     /// Request ids held by a job in flight, and the jobs with the same id waiting for it.

@@ -186,6 +186,7 @@ extension RequestPipeline {
     func writeWithLookup(_ requests: [WritableWithLookup], guests: [String], marks: [UUID], writer: Int)
         async throws -> WrittenBatch?
     {
+        let began = MonotonicNanos.now()
         let now = clock.now()
         var items: [WriteItem] = []
         var steps: [(Int, Step?)] = []
@@ -217,7 +218,8 @@ extension RequestPipeline {
         }
         guard case .written(let outcomes) = done else { return nil }
         metrics.writeBatches.labels("lookup").increment()
-        return WrittenBatch(steps: steps, outcomes: outcomes, marked: marks)
+        return WrittenBatch(
+            steps: steps, outcomes: outcomes, marked: marks, began: began, committed: MonotonicNanos.now())
     }
 
     /// The records of a batch written in the lookup's task, published by that task as soon as

@@ -136,24 +136,26 @@ extension RequestPipeline {
     // MARK: - 6. Finish
 
     func finish(_ done: [JobRecords], _ state: inout LoopState) {
-        let now = ContinuousClock.now
+        let now = MonotonicNanos.now()
         var lines: [(message: String, metadata: Logger.Metadata)] = []
         lines.reserveCapacity(done.count)
         for finished in done {
             let job = finished.job
             state.watermark.finish(job.message.topicPartition, offset: job.message.offset, epoch: job.epoch)
             state.remove(job)
-            let took = now - job.admittedAt
+            // On the clock its phases are timed by: together they are exactly this.
+            let took = now > job.admittedNanos ? now - job.admittedNanos : 0
             let method =
                 job.request?.method.rawValue
                 ?? (job.message.topic == configuration.topics.notifications ? "notification" : "unknown")
-            metrics.requestDuration.labels(method, finished.outcome).observe(took)
+            metrics.requestDuration.labels(method, finished.outcome).observe(Double(took) / 1e9)
+            state.phaseTally.observe(job.phaseMarks, admitted: job.admittedNanos, finished: now)
             guard let request = job.request else { continue }
             // One line per request, so an operator can follow any of them by id or trace; the
             // pass's lines are written together.
             var metadata: Logger.Metadata = [
                 LogKey.requestID: request.id, LogKey.method: request.method.rawValue, LogKey.outcome: finished.outcome,
-                LogKey.duration: String(took.wholeMilliseconds), LogKey.partition: String(job.message.partition),
+                LogKey.duration: String(took / 1_000_000), LogKey.partition: String(job.message.partition),
                 LogKey.offset: String(job.message.offset),
             ]
             if let trace = request.traceparent?.split(separator: "-").dropFirst().first {
@@ -161,6 +163,7 @@ extension RequestPipeline {
             }
             lines.append(("Request handled", metadata))
         }
+        metrics.add(&state.phaseTally)
         logger.log(.info, lines: lines)
     }
 

@@ -40,7 +40,10 @@ extension RequestPipeline {
         for job in ready { state.batch(job, on: writer) }
         guard !items.isEmpty else {
             // No transaction to carry the acknowledged events' marks: they wait for the next one.
-            return Stage(wake: wake) { WrittenBatch(steps: steps, outcomes: [], marked: []) }
+            return Stage(wake: wake) {
+                let now = MonotonicNanos.now()
+                return WrittenBatch(steps: steps, outcomes: [], marked: [], began: now, committed: now)
+            }
         }
         let marks = state.takeMarks(gathered: Self.marksGathered, orAfter: Self.marksGather)
         let head = marks.isEmpty ? [] : [PostgresStore.markPublished(marks)]
@@ -52,12 +55,14 @@ extension RequestPipeline {
         let batchIDs = ready.compactMap { $0.request?.id }
         metrics.writeBatches.labels("loop").increment()
         return Stage(on: store.executor(ofWriter: writer), wake: wake) {
+            let began = MonotonicNanos.now()
             let outcomes = try await self.retrying("write the batch", requestIDs: batchIDs) {
                 try await self.store.write(
                     batchItems, head: head, prefetch: batchPrefetch, writer: writer, resultsKey: resultsKey,
                     rememberedUntil: now + idempotencyLifetime, at: now)
             }
-            return WrittenBatch(steps: steps, outcomes: outcomes, marked: marks)
+            return WrittenBatch(
+                steps: steps, outcomes: outcomes, marked: marks, began: began, committed: MonotonicNanos.now())
         }
     }
 
@@ -68,6 +73,10 @@ extension RequestPipeline {
         for (seq, step) in written.steps {
             guard let job = state.jobs[seq] else { continue }
             state.written(job)
+            if !job.phaseMarks.writtenWithLookup {
+                job.phaseMarks.writeBegan = written.began
+                job.phaseMarks.committed = written.committed
+            }
             switch step {
             case .publish(let published, let outcome, let audit):
                 // Its audit row was an item of the transaction: its outcome is passed over.

@@ -229,6 +229,8 @@ public final class RequestPipeline: Service {
                         guard let job = state.jobs[seq], let step else { continue }
                         state.move(job, to: .ready(step))
                         state.batch(job, on: writer)
+                        // Looked up, prepared and written in one task: one timed phase, to its commit.
+                        job.phaseMarks.wroteWithLookup(committed: written.committed)
                     }
                     if let published = found.published {
                         // Published by that task already: finished below when delivered.
