@@ -9,9 +9,9 @@ Phases, each on a database and topics of its own:
   guest       N guest logins preloaded on the topic, then the worker started: logins/s (run
               --repeats times; the median run is reported, with the spread)
   apple       N Sign in with Apple logins (RS256 tokens from a local key server): logins/s (as guest)
-  latency     guest logins paced at half the measured guest rate: p50, p99; then the same pacing
-              answered by an echo client that does no work (the broker's floor), and a curve of
-              both at a few fixed rates
+  latency     guest logins paced at half the measured guest rate: p50, p99, and the worker's own
+              time by phase (auth_request_phase_seconds); then the same pacing answered by an echo
+              client that does no work (the broker's floor), and a curve of both at a few fixed rates
   linger      the curve's rates from 300/s again, each request allowed to wait --linger-ms (20) for
               others to join its transaction (AUTH_BATCH_LINGER_MS): the light-load trade on offer
   batch       guest throughput with AUTH_BATCH_MAX of 1, 10, 100, 500
