@@ -17,6 +17,12 @@ import Testing
         return phases
     }
 
+    /// A phase's tally and histogram are found by its index: the index is its place among the cases.
+    @Test func eachPhasesIndexIsItsPlace() {
+        #expect(TimedPhase.allCases.enumerated().allSatisfy { $0.offset == $0.element.index })
+        #expect(PhaseTally().tallies.count == TimedPhase.allCases.count)
+    }
+
     @Test func aBatchedRequestsTimeRunsThroughEveryPhaseAndAddsUpToTheWhole() {
         var marks = PhaseMarks()
         marks.lookupBegan = at(2)
