@@ -145,11 +145,13 @@ import Testing
             """
         ).map { try $0.decode("relname", as: String.self) }
         #expect(scans == [], "read whole")
-        // The session's last use is its newest refresh token's time: one token read of its five.
+        // The session's last use is its newest refresh token's time: at most one token read of
+        // its five (five by the index on the session alone). None when the read is index-only and
+        // autovacuum has already marked the table's pages all-visible (CI at c46ded8 saw it).
         let tokensRead = try connection.query(
             "SELECT idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relname = 'refresh_tokens'"
         ).first?.decode("idx_tup_fetch", as: Int.self)
-        #expect(tokensRead == 1)
+        #expect((tokensRead ?? 5) <= 1, "\(tokensRead ?? -1) refresh tokens read")
     }
 
     /// Four thousand users with a session each, a family of five refresh tokens, an access token, a
