@@ -17,8 +17,7 @@ final class Job {
     let message: KafkaMessage
     /// The assignment of its partition when it was read.
     let epoch: Int
-    let admittedAt = ContinuousClock.now
-    /// The same, in `MonotonicNanos`, which its phase times count from.
+    /// When it was taken in (`MonotonicNanos`): its duration, its phases and a linger count from it.
     let admittedNanos = MonotonicNanos.now()
     /// When it reached each timed phase (`auth_request_phase_seconds`); an attempt sent back to
     /// look its id up again drops its marks.

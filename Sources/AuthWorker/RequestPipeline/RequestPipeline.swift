@@ -344,8 +344,10 @@ public final class RequestPipeline: Service {
             state.jobs.count < min(Self.lingerFill, processing.batchMax),
             let oldest = state.toStart.lazy.compactMap({ state.jobs[$0] }).first
         else { return nil }
-        let until = oldest.admittedAt + processing.batchLinger
-        return until > .now ? until : nil
+        let now = MonotonicNanos.now()
+        let waited = Duration.nanoseconds(Int64(clamping: now > oldest.admittedNanos ? now - oldest.admittedNanos : 0))
+        let left = processing.batchLinger - waited
+        return left > .zero ? ContinuousClock.now + left : nil
     }
 
     /// Splits `entries` into those `isDone` says are done and the rest, asking once per entry:
