@@ -131,7 +131,41 @@ extension PostgresStore {
     public func searchUsers(_ query: String, offset: Int, limit: Int) async throws -> (
         users: [UserSummary], more: Bool
     ) {
+        let statement = Self.userSearch(query, offset: offset, limit: limit + 1)
+        return try await pool.withConnection { connection in
+            let rows = try connection.query(statement)
+            let users = try rows.prefix(limit).map(UserSummary.init(row:))
+            return (users, rows.count > limit)
+        }
+    }
+
+    /// `searchUsers`' statement, for up to `limit` users from `offset`.
+    ///
+    /// Every way it matches is served by an index, so a search reads the accounts it finds, not
+    /// the tables (it read `users` and `identities` whole: 0.7 s of PostgreSQL a search at a
+    /// million accounts, beside the logins). Handles and addresses by prefix through
+    /// `text_pattern_ops` indexes (migration 21; handles are lower-case ASCII, written so); the id
+    /// by the primary key; a provider's subject through the `(provider, subject)` key, once for
+    /// each provider there is, the providers found by skipping along that key (a recursive query:
+    /// one index descent a provider). The matching ids are gathered, ordered and paged first, then
+    /// their rows read by the primary key (`id = ANY(ARRAY(…))`: a join there was planned as a
+    /// hash join over every user whenever the matches were estimated many). Newest first is the
+    /// ids' order: they are UUIDv7 (`Identifiers.uuid`), which begin with their creation's
+    /// milliseconds, so the primary key holds users by age. A prefix most accounts share
+    /// (`guest_`) still reads every account it matches.
+    static func userSearch(_ query: String, offset: Int, limit: Int) -> PGQuery {
         let text = query.trimmingCharacters(in: .whitespaces)
+        let columns = """
+            u.id, u.handle, u.name, u.email, u.email_verified, u.is_guest, u.disabled_at IS NOT NULL AS disabled,
+            u.created_at
+            """
+        guard !text.isEmpty else {
+            return """
+                SELECT \(unsafeRaw: columns) FROM users u
+                WHERE u.id = ANY(ARRAY(SELECT id FROM users ORDER BY id DESC LIMIT \(limit) OFFSET \(offset)))
+                ORDER BY u.id DESC
+                """
+        }
         // LIKE's own characters in the query are matched as themselves.
         var escaped = ""
         for character in text.lowercased() {
@@ -140,22 +174,24 @@ extension PostgresStore {
         }
         let prefix = escaped + "%"
         let id = UUID(uuidString: text)
-        return try await pool.withConnection { connection in
-            let rows = try connection.query(
-                """
-                SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_guest, u.disabled_at IS NOT NULL AS disabled,
-                       u.created_at
-                FROM users u
-                WHERE \(text) = ''
-                   OR u.id = \(id)
-                   OR lower(u.email) LIKE \(prefix) OR lower(u.handle) LIKE \(prefix)
-                   OR u.id IN (SELECT user_id FROM identities WHERE subject = \(text) OR lower(email) LIKE \(prefix))
-                ORDER BY u.created_at DESC, u.id
-                LIMIT \(limit + 1) OFFSET \(offset)
-                """)
-            let users = try rows.prefix(limit).map(UserSummary.init(row:))
-            return (users, rows.count > limit)
-        }
+        return """
+            SELECT \(unsafeRaw: columns) FROM users u
+            WHERE u.id = ANY(ARRAY(
+                SELECT id FROM users WHERE id = \(id)
+                UNION SELECT id FROM users WHERE handle LIKE \(prefix)
+                UNION SELECT id FROM users WHERE lower(email) LIKE \(prefix) AND email IS NOT NULL
+                UNION SELECT user_id FROM identities WHERE lower(email) LIKE \(prefix) AND email IS NOT NULL
+                UNION SELECT user_id FROM identities
+                      WHERE subject = \(text) AND provider = ANY(ARRAY(
+                          WITH RECURSIVE providers (name) AS (
+                              SELECT min(provider) FROM identities
+                              UNION ALL
+                              SELECT (SELECT min(provider) FROM identities WHERE provider > providers.name)
+                              FROM providers WHERE providers.name IS NOT NULL)
+                          SELECT name FROM providers WHERE name IS NOT NULL))
+                ORDER BY 1 DESC LIMIT \(limit) OFFSET \(offset)))
+            ORDER BY u.id DESC
+            """
     }
 
     /// Everything the console shows of one user: never a secret or a hash.

@@ -8,7 +8,42 @@ public enum Migrations {
         oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens, passkeys,
         accountAdministration, consoleSessions, outboxWithoutPartialIndex, foreignKeysServedByIndexes,
         requestsByUser, finishedAppleJobs, refreshTokensBySessionAndTime, endedSessionsForgetTheirTokens,
+        usersFoundByIndex,
     ]
+
+    /// The console's user search and `auth-worker users show` read `users` and `identities` whole:
+    /// a handle or an address matched by prefix (`LIKE 'abc%'`) or in lower case, which no index
+    /// served, 0.7 s of PostgreSQL a search at a million accounts. A B-tree serves a prefix only
+    /// in bytewise order (`text_pattern_ops`) where the database's collation is not `C`, so:
+    /// handles' unique index is rebuilt in that order (it serves the sign-ups' equality checks as
+    /// before, at no extra entry); users' lower-case addresses likewise, in place of `users_email`;
+    /// and identities' lower-case addresses get one (an entry for each identity with an address:
+    /// provider sign-ups, not guests). Built `CONCURRENTLY`; the unique constraint and the old
+    /// index go in the recorded transaction, so a run stopped between the builds never leaves
+    /// handles without a unique index, and the tables are analyzed there so the planner knows the
+    /// new expressions' values at once (a sample of 30,000 rows: a fraction of a second).
+    static let usersFoundByIndex = PGMigration(
+        version: 21, name: "users found by index",
+        outsideTransaction: [
+            "DROP INDEX CONCURRENTLY IF EXISTS users_handle",
+            "CREATE UNIQUE INDEX CONCURRENTLY users_handle ON users (handle text_pattern_ops)",
+            "DROP INDEX CONCURRENTLY IF EXISTS users_email_prefix",
+            """
+            CREATE INDEX CONCURRENTLY users_email_prefix ON users (lower(email) text_pattern_ops)
+                WHERE email IS NOT NULL
+            """,
+            "DROP INDEX CONCURRENTLY IF EXISTS identities_email",
+            """
+            CREATE INDEX CONCURRENTLY identities_email ON identities (lower(email) text_pattern_ops)
+                WHERE email IS NOT NULL
+            """,
+        ],
+        sql: """
+            ALTER TABLE users DROP CONSTRAINT IF EXISTS users_handle_key;
+            DROP INDEX IF EXISTS users_email;
+            ANALYZE users;
+            ANALYZE identities;
+            """)
 
     /// A session that has ended (expired or revoked) answers every token of its own as if it were
     /// unknown (`invalid_refresh_token`; an access token is inactive), yet its tokens were kept

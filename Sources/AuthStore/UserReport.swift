@@ -42,18 +42,21 @@ public struct UserReport: Codable, Sendable {
     var identities: [Identity]
     var sessions: [Session]
 
+    /// The user `load` reports: by id, or the first to sign up of those whose address, or one of
+    /// whose identities' address, is `idOrEmail` in any case. Both addresses by their lower-case
+    /// indexes (`users_email_prefix`, `identities_email`), the users then by their key.
+    static func lookup(_ idOrEmail: String) -> PGQuery {
+        if let id = UUID(uuidString: idOrEmail) { return "SELECT * FROM users WHERE id = \(id)" }
+        return """
+            SELECT * FROM users WHERE id = ANY(ARRAY(
+                SELECT id FROM users WHERE lower(email) = lower(\(idOrEmail)) AND email IS NOT NULL
+                UNION SELECT user_id FROM identities WHERE lower(email) = lower(\(idOrEmail)) AND email IS NOT NULL))
+            ORDER BY created_at LIMIT 1
+            """
+    }
+
     static func load(_ idOrEmail: String, connection: PGConnection) throws -> UserReport? {
-        let rows: PGRows
-        if let id = UUID(uuidString: idOrEmail) {
-            rows = try connection.query("SELECT * FROM users WHERE id = \(id)")
-        } else {
-            rows = try connection.query(
-                """
-                SELECT * FROM users WHERE lower(email) = lower(\(idOrEmail))
-                   OR id IN (SELECT user_id FROM identities WHERE lower(email) = lower(\(idOrEmail)))
-                ORDER BY created_at LIMIT 1
-                """)
-        }
+        let rows = try connection.query(lookup(idOrEmail))
         guard let row = rows.first else { return nil }
         var user: [String: String] = [:]
         for (column, value) in zip(row.columns, row.values) { user[column] = value }
