@@ -20,8 +20,7 @@ public enum Migrations {
     /// and identities' lower-case addresses get one (an entry for each identity with an address:
     /// provider sign-ups, not guests). Built `CONCURRENTLY`; the unique constraint and the old
     /// index go in the recorded transaction, so a run stopped between the builds never leaves
-    /// handles without a unique index, and the tables are analyzed there so the planner knows the
-    /// new expressions' values at once (a sample of 30,000 rows: a fraction of a second).
+    /// handles without a unique index.
     static let usersFoundByIndex = PGMigration(
         version: 21, name: "users found by index",
         outsideTransaction: [
@@ -41,8 +40,6 @@ public enum Migrations {
         sql: """
             ALTER TABLE users DROP CONSTRAINT IF EXISTS users_handle_key;
             DROP INDEX IF EXISTS users_email;
-            ANALYZE users;
-            ANALYZE identities;
             """)
 
     /// A session that has ended (expired or revoked) answers every token of its own as if it were
