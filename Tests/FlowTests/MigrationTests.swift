@@ -184,6 +184,62 @@ import Testing
         #expect(scans == 0, "users read whole for the sessions' foreign key")
     }
 
+    /// A writer's foreign-key checks after autovacuum analyzed `users` while it was small (its
+    /// first visit comes at 50 changed rows): a connection plans each check once and keeps the
+    /// plan until the table is analyzed again, and planned against a table of one page it is a
+    /// sequential scan, kept as sign-ups fill the table (a fresh deployment's first minute
+    /// under a burst, or a load test right after a deploy). A writer's transaction disfavours
+    /// sequential scans, so the check is planned by the key whatever the statistics say.
+    @Test func aWritersForeignKeyChecksFindUsersByKeyAfterASmallTableWasAnalyzed() async throws {
+        let url = try await IntegrationEnvironment.makeMigratedDatabase()
+        let now = Date(timeIntervalSince1970: 1_795_953_600)
+        let scans = try await Blocking.run {
+            let connection = try PGConnection(conninfo: url)
+            /// Guests `range` with a session each, in one transaction as a writer sends it (the
+            /// writes in the commit's round trip).
+            func signUp(_ range: Range<Int>) throws {
+                let unit = PostgresUnitOfWork(connection: connection)
+                var prefetch = Prefetch()
+                prefetch.handles = range.map { "h\($0)" }
+                try unit.begin(head: [], prefetch: prefetch)
+                for n in range {
+                    unit.beginRequest()
+                    let user = try unit.insertUser(
+                        NewUser(
+                            id: UUID(), name: nil, email: nil, emailVerified: false, isPrivateEmail: false,
+                            isGuest: true, createdAt: now),
+                        handles: ["h\(n)"])
+                    try unit.insertSession(
+                        NewSession(
+                            id: UUID(), provider: "guest", deviceName: nil, devicePlatform: nil, abilities: [],
+                            createdAt: now, expiresAt: now + 86_400, accessTokenID: UUID(), accessTokenHash: nil,
+                            accessTokenExpiresAt: now + 3600, refreshTokenID: UUID(),
+                            refreshTokenHash: Array(String(format: "%032d", n).utf8),
+                            refreshTokenExpiresAt: now + 86_400),
+                        userID: user.id)
+                    unit.endRequest()
+                }
+                // This connection's counts reach the statistics at its commit.
+                try connection.query("SELECT pg_stat_force_next_flush()")
+                try unit.commit()
+            }
+            /// The rows of `users` read by sequential scans so far.
+            func usersReadWhole() throws -> Int {
+                try connection.query("SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'users'").first?
+                    .decode("seq_tup_read") ?? -1
+            }
+            try signUp(0..<60)
+            _ = try PGConnection(conninfo: url).execute(unsafeSQL: "ANALYZE users")
+            // A light load's transactions of one sign-up each: from the sixth on, a check may run
+            // from a plan cached on the connection, made for the table's size then.
+            for n in 60..<70 { try signUp(n..<n + 1) }
+            let before = try usersReadWhole()
+            for start in stride(from: 70, to: 2070, by: 500) { try signUp(start..<start + 500) }
+            return try usersReadWhole() - before
+        }
+        #expect(scans == 0, "rows of users read whole for the sessions' foreign key")
+    }
+
     /// The console's user search and `auth-worker users show` among thousands of users: every
     /// way they match (an address in any case or by its beginning, a handle's beginning, a
     /// provider's subject, an id, a page of the newest) read by index, no table whole (a search
