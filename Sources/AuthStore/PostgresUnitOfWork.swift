@@ -895,22 +895,6 @@ struct Writes {
         audits += other.audits
     }
 
-    /// The statements that write all of it: one multi-row insert per table, parents before
-    /// children, then one update of the rotated refresh tokens, then the other updates in the
-    /// order the requests made them.
-    ///
-    /// Updates can follow the inserts, and the rotations the other updates: a request only
-    /// updates a row it read, and a read of a row an earlier request wrote sends that request's
-    /// writes first (no other statement writes a refresh token's rotation columns).
-    ///
-    /// Rows with a unique key another writer may insert too (a request id, a handle, an
-    /// identity) go in the order of that key: two batches inserting the same keys then wait for
-    /// each other in one order, and never deadlock (`40P01`) the way opposite orders do.
-    ///
-    /// With `cachingInsertPlans` (the transaction's last round trip), the inserts run under
-    /// `plan_cache_mode = auto` and the statements that find rows by key under the session's
-    /// `force_custom_plan`, each set `LOCAL` to the transaction; and sequential scans are priced
-    /// out to its end (`Self.cachingInsertPlans`).
     /// The settings of a transaction's last round trip: inserts from the plan cache, and no
     /// sequential scans. An insert checks each foreign key it writes with a statement the
     /// connection plans once, and under `auto` that plan is cached from the sixth check on, made
@@ -923,6 +907,24 @@ struct Writes {
     static let cachingInsertPlans: PGQuery =
         "SELECT set_config('plan_cache_mode', 'auto', true), set_config('enable_seqscan', 'off', true)"
 
+    /// The statements that write all of it: one multi-row insert per table, parents before
+    /// children, then one update of the rotated refresh tokens, then the other updates in the
+    /// order the requests made them.
+    ///
+    /// Updates can follow the inserts, and the rotations the other updates: a request only
+    /// updates a row it read, and a read of a row an earlier request wrote sends that request's
+    /// writes first (no other statement writes a refresh token's rotation columns).
+    ///
+    /// Rows with a unique key another writer may insert too (a request id, a handle, an
+    /// identity) go in the order of that key: two batches inserting the same keys then wait for
+    /// each other in one order, and never deadlock (`40P01`) the way opposite orders do. (Handles
+    /// are ASCII, and their unique index holds them in byte order since migration 21, the order
+    /// Swift sorts them in, whatever the database's collation.)
+    ///
+    /// With `cachingInsertPlans` (the transaction's last round trip), the inserts run under
+    /// `plan_cache_mode = auto` and the statements that find rows by key under the session's
+    /// `force_custom_plan`, each set `LOCAL` to the transaction; and sequential scans are priced
+    /// out to its end (`Self.cachingInsertPlans`).
     func queries(cachingInsertPlans: Bool = false) -> [PGQuery] {
         var out: [PGQuery] = cachingInsertPlans ? [Self.cachingInsertPlans] : []
         let requests = requests.sorted { $0.requestID < $1.requestID }
