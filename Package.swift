@@ -55,9 +55,13 @@ let package = Package(
         // less CPU a login than glibc's malloc (docs/performance.md, "jemalloc"). Its debug information in
         // DWARF 4, which valgrind 3.19 (`scripts/bench instructions`) reads; clang's default,
         // DWARF 5, stops it.
+        // Not under a sanitizer (`scripts/sanitize` sets AUTH_SANITIZER): its own allocator serves
+        // malloc there, and jemalloc beside it would take the C++ runtime's `operator new` while
+        // the sanitizer took `free` (ThreadSanitizer stops at the first such string freed).
         .target(
             name: "CJemalloc", cSettings: [.unsafeFlags(["-gdwarf-4"])],
-            linkerSettings: [.linkedLibrary("jemalloc", .when(platforms: [.linux]))]),
+            linkerSettings: Context.environment["AUTH_SANITIZER"] == nil
+                ? [.linkedLibrary("jemalloc", .when(platforms: [.linux]))] : []),
 
         // MARK: - Swift modules
         .target(name: "StrictJSON"),

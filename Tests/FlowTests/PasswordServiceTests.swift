@@ -9,7 +9,8 @@ import Testing
     /// The hashing threads allocate from arenas of their own (`ExecutorPool`'s `ownArenas`), so a
     /// hash's 19 MiB is reused by the thread's next hash whatever arena jemalloc would have given
     /// it (docs/performance.md, "Arena 0").
-    @Test func hashingThreadsAllocateFromArenasOfTheirOwn() async throws {
+    @Test(.enabled(if: SanitizerRun.linksJemalloc, "a sanitizer's build links no jemalloc"))
+    func hashingThreadsAllocateFromArenasOfTheirOwn() async throws {
         let automatic: UInt32 = try #require(Allocator.jemallocValue("opt.narenas"))
         let passwords = try PasswordService(parameters: fastArgon2, threads: 2)
         let seen = try await passwords.pool.arenasOfItsThreads()

@@ -8,7 +8,8 @@ import Testing
 /// The tests link the worker's allocator and its settings (`Sources/CJemalloc`), as its binary does.
 /// One test at a time: the pools' tests hand arenas back and take them again, and each count of
 /// page faults is best alone (scripts/test runs the suite in a process of its own).
-@Suite(.serialized) struct AllocatorTests {
+@Suite(.serialized, .enabled(if: SanitizerRun.linksJemalloc, "a sanitizer's build links no jemalloc"))
+struct AllocatorTests {
     /// The minor page faults of the calling thread so far, from `/proc/thread-self/stat`.
     static func minorFaults() -> Int? {
         guard let text = try? String(contentsOfFile: "/proc/thread-self/stat", encoding: .utf8),

@@ -26,3 +26,11 @@ extension ExecutorPool {
         return seen.arenas.withLock { $0 }
     }
 }
+
+/// Whether the tests run under a sanitizer (`scripts/sanitize` sets `AUTH_SANITIZER`), whose build
+/// links no jemalloc (Package.swift): the tests of jemalloc's settings and arenas have nothing to
+/// test there. Any other run links it, and those tests fail if it is missing.
+public enum SanitizerRun {
+    public static var kind: String? { ProcessInfo.processInfo.environment["AUTH_SANITIZER"] }
+    public static var linksJemalloc: Bool { kind == nil }
+}
