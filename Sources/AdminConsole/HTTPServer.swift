@@ -133,6 +133,11 @@ public final class HTTPServer: @unchecked Sendable {
     let handler: Handler
     let limits: Limits
     let logger: Logger
+    /// Where the handlers run: a thread of the server's own, not Swift's cooperative pool, so no
+    /// other work in the process that holds the pool's threads (a blocking call; the tests'
+    /// database calls did) keeps a request waiting. A handler awaits its statements on their
+    /// connections' threads, so requests interleave here.
+    private let handlers = ThreadExecutor(name: "console-http")
     private var daemon: OpaquePointer?
     /// The port listened on (the one the kernel chose when asked for 0).
     public private(set) var port: UInt16 = 0
@@ -149,7 +154,10 @@ public final class HTTPServer: @unchecked Sendable {
             connections_per_ip: limits.connectionsPerAddress, idle_timeout: limits.idleTimeout)
         guard
             let daemon = auth_mhd_start(host, port, cLimits, httpServerAccess, context, httpServerCompleted, nil)
-        else { throw StartError.cannotListen(host: host, port: port) }
+        else {
+            handlers.shutdown()
+            throw StartError.cannotListen(host: host, port: port)
+        }
         self.daemon = daemon
         self.port = auth_mhd_port(daemon)
     }
@@ -159,6 +167,7 @@ public final class HTTPServer: @unchecked Sendable {
         guard let daemon else { return }
         self.daemon = nil
         MHD_stop_daemon(daemon)
+        handlers.shutdown()
     }
 
     deinit { stop() }
@@ -220,12 +229,13 @@ public final class HTTPServer: @unchecked Sendable {
         status: 413, headers: [("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close")],
         body: Array("request body too large\n".utf8))
 
-    /// Runs the handler on the concurrency pool; this connection's thread waits for it.
+    /// Runs the handler on the server's own thread (`handlers`); this connection's thread waits
+    /// for it.
     private func run(_ request: HTTPRequest) -> HTTPAnswer {
         let box = AnswerBox()
         let done = DispatchSemaphore(value: 0)
         let handler = handler
-        Task {
+        Task(executorPreference: handlers) {
             box.answer = await handler(request)
             done.signal()
         }

@@ -73,6 +73,35 @@ import Testing
         }
     }
 
+    /// The handlers run on the server's own thread, not Swift's cooperative pool: a request is
+    /// answered while every thread of that pool is held by blocking code (elsewhere in the process,
+    /// or the tests' own database calls), which before left the console silent until one came free.
+    @Test func aRequestIsAnsweredWhileTheCooperativePoolIsHeld() async throws {
+        let width = ProcessInfo.processInfo.activeProcessorCount
+        let holding = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        for _ in 0..<width {
+            Task.detached {
+                holding.signal()
+                release.wait()
+            }
+        }
+        try await offThePool {
+            // The pool is let go before the server stops: stopping waits for the handlers.
+            var started: HTTPServer?
+            defer {
+                for _ in 0..<width { release.signal() }
+                started?.stop()
+            }
+            for _ in 0..<width { _ = holding.wait(timeout: .now() + 5) }
+            let server = try server()
+            started = server
+            let socket = try RawSocket(port: server.port)
+            try socket.send("GET /held HTTP/1.1\r\nHost: t\r\n\r\n")
+            #expect(try socket.receiveResponse().hasSuffix("GET /held 0 q="))
+        }
+    }
+
     @Test func aSlowClientIsCutOffAndBlocksNobody() async throws {
         try await offThePool {
             let server = try server(idleTimeout: 1)
