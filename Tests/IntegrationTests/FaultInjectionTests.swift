@@ -69,9 +69,7 @@ import Testing
             process.executableURL = binary
             process.arguments = ["run"]
             // Sanitizer settings pass through, so a sanitized run's replicas report as the tests do.
-            let inherited = ProcessInfo.processInfo.environment.filter {
-                ["ASAN_OPTIONS", "TSAN_OPTIONS", "SWIFT_BACKTRACE"].contains($0.key)
-            }
+            let inherited = SanitizerRun.inheritedEnvironment
             process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { $1 }.merging(inherited) { $1 }
             let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
             log.seekToEndOfFile()

@@ -25,7 +25,7 @@ import Testing
         process.arguments = arguments
         // A sanitizer's settings reach a binary built with it (scripts/sanitize: no leak reports
         // about the libraries' process-lifetime allocations, which would fail a command's exit).
-        let sanitizers = ProcessInfo.processInfo.environment.filter { $0.key.hasSuffix("SAN_OPTIONS") }
+        let sanitizers = SanitizerRun.inheritedEnvironment
         process.environment = environment.merging(["PATH": "/usr/bin:/bin"].merging(sanitizers) { $1 }) { $1 }
         let output = Pipe()
         let errors = Pipe()
