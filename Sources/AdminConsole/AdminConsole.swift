@@ -163,7 +163,7 @@ public final class AdminConsole: Sendable {
     }
 
     /// The actor the audit trail records for a console user.
-    static func actor(_ session: PostgresStore.ConsoleSession) -> String { "admin:" + session.email }
+    static func actor(_ session: PostgresStore.ConsoleSession) -> String { AuditEntry.consoleActor(session.userID) }
 
     // MARK: - Sign-in
 
@@ -331,6 +331,9 @@ struct ConsoleRefusal: Error {
     static let ownAccount = ConsoleRefusal(
         409, "own_account", "the console does not act on your own account; use the app or another admin")
     static let noSuchUser = ConsoleRefusal(404, "unknown_user", "there is no such user")
+    static let consoleUser = ConsoleRefusal(
+        403, "console_user",
+        "this account uses the console: console users are managed with the operator CLI (auth-worker users, admins)")
 }
 
 extension AdminConsole {

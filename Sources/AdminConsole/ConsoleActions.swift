@@ -10,6 +10,8 @@ enum ConsoleAction: Sendable, Equatable {
     case disable
     case enable
     case removeFactor
+    /// One passkey (its id), or all of them (nil).
+    case removePasskeys(UUID?)
     case resendVerification
     /// `confirm`: the account's handle, typed.
     case delete(confirm: String)
@@ -18,12 +20,13 @@ enum ConsoleAction: Sendable, Equatable {
     var needsAdmin: Bool {
         switch self {
         case .endSession, .endSessions, .resendVerification: false
-        case .disable, .enable, .removeFactor, .delete: true
+        case .disable, .enable, .removeFactor, .removePasskeys, .delete: true
         }
     }
 
     /// The action a path names (`sessions/<id>/end`, `sessions/end`, `disable`, `enable`,
-    /// `factor/remove`, `verification`, `delete`), with the fields it needs.
+    /// `factor/remove`, `passkeys/remove`, `passkeys/<id>/remove`, `verification`, `delete`),
+    /// with the fields it needs.
     init?(path: [String], fields: [String: String]) {
         switch path {
         case ["sessions", "end"]: self = .endSessions
@@ -33,6 +36,10 @@ enum ConsoleAction: Sendable, Equatable {
         case ["disable"]: self = .disable
         case ["enable"]: self = .enable
         case ["factor", "remove"]: self = .removeFactor
+        case ["passkeys", "remove"]: self = .removePasskeys(nil)
+        case let p where p.count == 3 && p[0] == "passkeys" && p[2] == "remove":
+            guard let passkey = UUID(uuidString: p[1]) else { return nil }
+            self = .removePasskeys(passkey)
         case ["verification"]: self = .resendVerification
         case ["delete"]: self = .delete(confirm: fields["confirm"] ?? "")
         default: return nil
@@ -47,12 +54,14 @@ struct ConsoleActionOutcome: Encodable, Sendable {
     var removed: Bool?
     var sent: Bool?
     var deleted: Bool?
+    var passkeysRemoved: Int?
     /// The page's notice, a key of `Pages.notices` (not in the JSON).
     var notice: String
 
     enum CodingKeys: String, CodingKey {
         case changed, removed, sent, deleted
         case sessionsEnded = "sessions_ended"
+        case passkeysRemoved = "passkeys_removed"
     }
 }
 
@@ -63,6 +72,9 @@ extension AdminConsole {
     {
         if action.needsAdmin && session.role != .admin { throw ConsoleRefusal.adminsOnly }
         guard id != session.userID else { throw ConsoleRefusal.ownAccount }
+        // Console users are not each other's to act on: a support agent could sign an admin out
+        // again and again, an admin disable another. The operator's CLI manages them.
+        guard try await store.consoleRole(of: id) == nil else { throw ConsoleRefusal.consoleUser }
         let actor = Self.actor(session)
         switch action {
         case .endSession(let sessionID):
@@ -95,6 +107,14 @@ extension AdminConsole {
             else { throw ConsoleRefusal.noSuchUser }
             return ConsoleActionOutcome(
                 removed: removed, notice: removed ? "factor_removed" : "no_factor")
+        case .removePasskeys(let only):
+            guard
+                let removed = try await AccountAdministration.removePasskeys(
+                    id, only: only, actor: actor, store: store, configuration: configuration, clock: clock)
+            else { throw ConsoleRefusal.noSuchUser }
+            return ConsoleActionOutcome(
+                removed: removed > 0, passkeysRemoved: removed, notice: removed > 0 ? "passkeys_removed" : "no_passkeys"
+            )
         case .resendVerification:
             let sent: Bool?
             do {
@@ -222,7 +242,7 @@ extension AdminConsole {
     }
 
     struct Me: Encodable {
-        var userID: UUID
+        @LowercaseUUID var userID: UUID
         var email: String
         var role: String
         var csrfToken: String

@@ -104,9 +104,13 @@ public struct HTTPAnswer: Sendable {
 /// A small HTTP/1.1 server on GNU libmicrohttpd: one thread per connection (a slow client holds
 /// only its own), keep-alive, and the limits a public-facing form needs: the request line and
 /// headers within `connectionMemory`, the body within `maximumBody` (413 past it), a connection
-/// silent for `idleTimeout` seconds closed (a slowloris gets nowhere), connections capped in all
-/// and per address. Each request is read whole, then handed to `handler` on Swift's concurrency
-/// pool while its connection's thread waits.
+/// silent for `idleTimeout` seconds closed, a request that has not arrived whole within
+/// `requestTimeout` seconds closed however it trickles in (a slowloris gets nowhere), and
+/// connections capped in all and per address, a new one closing the oldest that waits for its
+/// request (`ConnectionGuard`). A request framed ambiguously (two `Content-Length`s that differ,
+/// or `Content-Length` beside `Transfer-Encoding`) is refused with 400: a proxy in front could
+/// read its body otherwise. Each request is read whole, then handed to `handler` on the server's
+/// own thread while its connection's thread waits.
 public final class HTTPServer: @unchecked Sendable {
     public typealias Handler = @Sendable (HTTPRequest) async -> HTTPAnswer
 
@@ -116,6 +120,8 @@ public final class HTTPServer: @unchecked Sendable {
         public var connections: UInt32 = 64
         public var connectionsPerAddress: UInt32 = 16
         public var idleTimeout: UInt32 = 10
+        /// Seconds a request may take to arrive whole (headers and body).
+        public var requestTimeout: UInt32 = 10
 
         public init() {}
     }
@@ -139,6 +145,7 @@ public final class HTTPServer: @unchecked Sendable {
     /// connections' threads, so requests interleave here.
     private let handlers = ThreadExecutor(name: "console-http")
     private var daemon: OpaquePointer?
+    let connections: ConnectionGuard
     /// The port listened on (the one the kernel chose when asked for 0).
     public private(set) var port: UInt16 = 0
 
@@ -148,14 +155,22 @@ public final class HTTPServer: @unchecked Sendable {
         self.handler = handler
         self.limits = limits
         self.logger = logger
+        connections = ConnectionGuard(
+            limits: .init(
+                connections: Int(limits.connections), connectionsPerAddress: Int(limits.connectionsPerAddress),
+                requestTimeout: .seconds(Int(limits.requestTimeout))))
         let context = Unmanaged.passUnretained(self).toOpaque()
+        // The library's own caps stand beyond the guard's: it admits the connection that makes one
+        // too many, and the guard closes the oldest waiting one.
         let cLimits = auth_mhd_limits(
-            connection_memory: limits.connectionMemory, connections: limits.connections,
-            connections_per_ip: limits.connectionsPerAddress, idle_timeout: limits.idleTimeout)
+            connection_memory: limits.connectionMemory, connections: limits.connections * 2,
+            connections_per_ip: 0, idle_timeout: limits.idleTimeout)
         guard
-            let daemon = auth_mhd_start(host, port, cLimits, httpServerAccess, context, httpServerCompleted, nil)
+            let daemon = auth_mhd_start(
+                host, port, cLimits, httpServerAccess, context, httpServerCompleted, context, httpServerNotify, context)
         else {
             handlers.shutdown()
+            connections.stop()
             throw StartError.cannotListen(host: host, port: port)
         }
         self.daemon = daemon
@@ -168,6 +183,7 @@ public final class HTTPServer: @unchecked Sendable {
         self.daemon = nil
         MHD_stop_daemon(daemon)
         handlers.shutdown()
+        connections.stop()
     }
 
     deinit { stop() }
@@ -186,6 +202,10 @@ public final class HTTPServer: @unchecked Sendable {
             // The first call: headers only. A declared body past the limit is refused before it is read.
             let exchange = Exchange()
             state.pointee = Unmanaged.passRetained(exchange).toOpaque()
+            if !Self.framedOnce(all(connection, MHD_ValueKind.HEADER_KIND)) {
+                exchange.tooLarge = true
+                return queue(Self.ambiguous, on: connection)
+            }
             if let length = value(connection, MHD_ValueKind.HEADER_KIND, "Content-Length").flatMap(Int.init),
                 length > limits.maximumBody
             {
@@ -220,10 +240,30 @@ public final class HTTPServer: @unchecked Sendable {
                 query: values(connection, MHD_ValueKind.GET_ARGUMENT_KIND, lowercased: false),
                 headers: values(connection, MHD_ValueKind.HEADER_KIND, lowercased: true), body: exchange.body,
                 client: String(decoding: client.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            connections.answering(Self.key(connection))
             answer = run(request)
         }
         return queue(answer, on: connection)
     }
+
+    /// A connection's key in the guard's account.
+    static func key(_ connection: OpaquePointer) -> Int { Int(bitPattern: UnsafeRawPointer(connection)) }
+
+    /// Whether the headers say once how long the body is: no two `Content-Length`s that differ,
+    /// and not `Content-Length` beside `Transfer-Encoding` (RFC 9112 §6.3: a request smuggled
+    /// past a proxy that reads the other one).
+    static func framedOnce(_ headers: [(String, String)]) -> Bool {
+        let lengths = Set(
+            headers.filter { $0.0.lowercased() == "content-length" }.map {
+                $0.1.trimmingCharacters(in: .whitespaces)
+            })
+        let encoded = headers.contains { $0.0.lowercased() == "transfer-encoding" }
+        return lengths.count <= 1 && !(encoded && !lengths.isEmpty)
+    }
+
+    static let ambiguous = HTTPAnswer(
+        status: 400, headers: [("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close")],
+        body: Array("the request's length is stated more than one way\n".utf8))
 
     static let tooLarge = HTTPAnswer(
         status: 413, headers: [("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close")],
@@ -263,6 +303,31 @@ public final class HTTPServer: @unchecked Sendable {
 
     private func value(_ connection: OpaquePointer, _ kind: MHD_ValueKind, _ name: String) -> String? {
         MHD_lookup_connection_value(connection, kind, name).map { String(cString: $0) }
+    }
+
+    private final class Listed {
+        var pairs: [(String, String)] = []
+    }
+
+    /// Every value of `kind`, in order, repeated names included.
+    private func all(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> [(String, String)] {
+        let listed = Listed()
+        withExtendedLifetime(listed) {
+            _ = MHD_get_connection_values_n(
+                connection, kind,
+                { context, _, key, keySize, value, valueSize in
+                    guard let context, let key else { return MHD_Result.YES }
+                    let listed = Unmanaged<Listed>.fromOpaque(context).takeUnretainedValue()
+                    func text(_ pointer: UnsafePointer<CChar>, _ count: Int) -> String {
+                        pointer.withMemoryRebound(to: UInt8.self, capacity: count) {
+                            String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self)
+                        }
+                    }
+                    listed.pairs.append((text(key, keySize), value.map { text($0, valueSize) } ?? ""))
+                    return MHD_Result.YES
+                }, Unmanaged.passUnretained(listed).toOpaque())
+        }
+        return listed.pairs
     }
 
     private final class Collected {
@@ -309,9 +374,28 @@ private let httpServerAccess: MHD_AccessHandlerCallback = {
         uploadSize: uploadSize, state: state)
 }
 
-/// The library's completion callback: frees the request's state.
-private let httpServerCompleted: MHD_RequestCompletedCallback = { _, _, state, _ in
+/// The library's completion callback: frees the request's state, and starts the connection's
+/// clock for its next request.
+private let httpServerCompleted: MHD_RequestCompletedCallback = { context, connection, state, _ in
+    if let context, let connection {
+        Unmanaged<HTTPServer>.fromOpaque(context).takeUnretainedValue().connections.answered(HTTPServer.key(connection))
+    }
     guard let state, let raw = state.pointee else { return }
     Unmanaged<HTTPServer.Exchange>.fromOpaque(raw).release()
     state.pointee = nil
+}
+
+/// The library's connection callback: the guard's account of open connections.
+private let httpServerNotify: MHD_NotifyConnectionCallback = { context, connection, _, code in
+    guard let context, let connection else { return }
+    let connections = Unmanaged<HTTPServer>.fromOpaque(context).takeUnretainedValue().connections
+    if auth_mhd_notify_is_start(code) != 0 {
+        var client = [CChar](repeating: 0, count: 64)
+        auth_mhd_client_address(connection, &client, client.count)
+        connections.opened(
+            HTTPServer.key(connection), fd: auth_mhd_connection_fd(connection),
+            address: String(decoding: client.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+    } else {
+        connections.closed(HTTPServer.key(connection))
+    }
 }

@@ -160,6 +160,8 @@ enum Pages {
         "already_enabled": "The account already was enabled.",
         "factor_removed": "The second factor was removed.",
         "no_factor": "There was no second factor.",
+        "passkeys_removed": "The passkey was removed: it signs nobody in from now on.",
+        "no_passkeys": "There was no such passkey.",
         "code_sent": "A verification code is on its way to the account's address.",
         "already_verified": "The address is verified already.",
     ]
@@ -180,9 +182,16 @@ enum Pages {
         let user = details.user
         let id = user.id.lowercasedString
         let own = user.id == session.userID
-        let admin = session.role == .admin && !own
+        // A console user's account is the operator CLI's to act on, not another console user's.
+        let consoleUser = details.consoleRole != nil && !own
+        let admin = session.role == .admin && !own && !consoleUser
         var actions = ""
-        if !own {
+        if consoleUser {
+            actions += """
+                <p class="note" id="console-user">This account uses the console: console users are managed \
+                with the operator CLI (<code>auth-worker users</code>, <code>auth-worker admins</code>).</p>
+                """
+        } else if !own {
             actions += button("sessions/end", user: id, csrf: csrf, label: "End all sessions", id: "end-all")
             if user.email != nil && !user.emailVerified && !user.isGuest {
                 actions += button(
@@ -197,6 +206,11 @@ enum Pages {
             if details.factor != nil {
                 actions += button(
                     "factor/remove", user: id, csrf: csrf, label: "Remove second factor", id: "remove-factor",
+                    danger: true)
+            }
+            if !details.passkeys.isEmpty {
+                actions += button(
+                    "passkeys/remove", user: id, csrf: csrf, label: "Remove every passkey", id: "remove-passkeys",
                     danger: true)
             }
         }
@@ -214,7 +228,7 @@ enum Pages {
             let device = [item.deviceName, item.devicePlatform].compactMap { $0 }.map(escape).joined(separator: " · ")
             let state =
                 item.live
-                ? (own
+                ? (own || consoleUser
                     ? "live"
                     : button(
                         "sessions/\(item.id.lowercasedString)/end", user: id, csrf: csrf, label: "End",
@@ -228,9 +242,14 @@ enum Pages {
         }
         var passkeys = ""
         for key in details.passkeys {
+            let remove =
+                admin
+                ? button(
+                    "passkeys/\(key.id.lowercasedString)/remove", user: id, csrf: csrf, label: "Remove",
+                    id: "remove-passkey-\(key.id.lowercasedString)", danger: true) : ""
             passkeys += """
                 <tr><td>\(escape(key.name))</td><td>\(key.backedUp ? "synced" : "device-bound")</td>
-                <td>\(date(key.createdAt))</td><td>\(date(key.lastUsedAt))</td></tr>
+                <td>\(date(key.createdAt))</td><td>\(date(key.lastUsedAt))</td><td>\(remove)</td></tr>
 
                 """
         }
@@ -281,7 +300,7 @@ enum Pages {
             <table id="sessions"><thead><tr><th>Device</th><th>Signed in with</th><th>Started</th><th>Expires</th><th></th></tr></thead>
             <tbody>\(sessions.isEmpty ? "<tr><td colspan=\"5\">No sessions.</td></tr>" : sessions)</tbody></table>
             <h2>Passkeys</h2>
-            <table id="passkeys"><thead><tr><th>Name</th><th>Kind</th><th>Added</th><th>Last used</th></tr></thead>
+            <table id="passkeys"><thead><tr><th>Name</th><th>Kind</th><th>Added</th><th>Last used</th><th></th></tr></thead>
             <tbody>\(passkeys.isEmpty ? "<tr><td colspan=\"4\">No passkeys.</td></tr>" : passkeys)</tbody></table>
             <h2>Audit trail</h2>
             <table id="audit"><thead><tr><th>When</th><th>What</th><th>Outcome</th><th>Who</th><th>Device</th><th>IP</th></tr></thead>

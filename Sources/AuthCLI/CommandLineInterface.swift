@@ -100,6 +100,10 @@ public struct CommandLineInterface: Sendable {
             words: ["users", "remove-factor"], arguments: "ID_OR_EMAIL",
             summary: "remove a user's second factor (a lost phone); emits auth.mfa.disabled", positionals: 1...1),
         Command(
+            words: ["users", "remove-passkeys"], arguments: "ID_OR_EMAIL [PASSKEY_ID]",
+            summary: "remove one of a user's passkeys, or all; emits auth.passkey.removed (reason admin)",
+            positionals: 1...2),
+        Command(
             words: ["admins", "grant"], arguments: "EMAIL --role support|admin",
             summary: "let a password account use the admin console (support: read, end sessions; admin: all)",
             options: ["--role"], positionals: 1...1),
@@ -249,6 +253,8 @@ public struct CommandLineInterface: Sendable {
                 return try await endSessions(parsed.positionals, usage: command.usage)
             case ["users", "remove-factor"]:
                 return try await removeFactor(parsed.positionals[0])
+            case ["users", "remove-passkeys"]:
+                return try await removePasskeys(parsed.positionals, usage: command.usage)
             case ["admins", "grant"]:
                 return try await grantAdmin(parsed, usage: command.usage)
             case ["admins", "revoke"]:
@@ -735,6 +741,26 @@ public struct CommandLineInterface: Sendable {
         return 0
     }
 
+    private func removePasskeys(_ positionals: [String], usage: String) async throws -> Int32 {
+        var only: UUID?
+        if positionals.count > 1 {
+            guard let passkey = UUID(uuidString: positionals[1]) else { throw UsageError(message: usage) }
+            only = passkey
+        }
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        guard let id = try await store.userReport(positionals[0])?.userID,
+            let removed = try await AccountAdministration.removePasskeys(
+                id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+        else {
+            errorOutput("auth-worker: no user \(positionals[0])")
+            return 1
+        }
+        await publishNow(store: store, configuration: configuration)
+        output("removed \(removed) passkey(s) of user \(id.lowercasedString)")
+        return 0
+    }
+
     private func grantAdmin(_ arguments: Arguments, usage: String) async throws -> Int32 {
         guard let role = arguments.values["--role"].flatMap(AccountAdministration.Role.init(rawValue:)) else {
             throw UsageError(message: usage)
@@ -748,6 +774,11 @@ public struct CommandLineInterface: Sendable {
         case .noPasswordAccount:
             errorOutput(
                 "auth-worker: no account signs in with a password at \(email): the console's sign-in is the password and a second factor"
+            )
+            return 1
+        case .addressNotVerified:
+            errorOutput(
+                "auth-worker: \(email) was never verified: its owner proves the mailbox first (verify_email, or a code sign-in), then grant again"
             )
             return 1
         }
@@ -766,10 +797,10 @@ public struct CommandLineInterface: Sendable {
     private func listAdmins() async throws -> Int32 {
         let store = operatorStore(try configuration(needs: [.database]))
         for grant in try await store.adminGrants() {
-            let line = [
-                "email": grant.email, "role": grant.role, "user_id": grant.userID.lowercasedString,
-                "granted_at": Timestamp.format(grant.grantedAt), "granted_by": grant.grantedBy,
-            ]
+            let line = AdminLine(
+                email: grant.email, role: grant.role, userID: grant.userID.lowercasedString,
+                grantedAt: Timestamp.format(grant.grantedAt), grantedBy: grant.grantedBy,
+                emailVerified: grant.emailVerified)
             output(String(decoding: try MessageCoding.encodeDocument(line), as: UTF8.self))
         }
         return 0
@@ -879,5 +910,24 @@ public struct CommandLineInterface: Sendable {
         }
         output(String(decoding: try MessageCoding.encodeDocument(report), as: UTF8.self))
         return 0
+    }
+}
+
+/// A line of `auth-worker admins list`.
+private struct AdminLine: Encodable {
+    var email: String
+    var role: String
+    var userID: String
+    var grantedAt: String
+    var grantedBy: String
+    /// A role on an unproven address opens no console session.
+    var emailVerified: Bool
+
+    enum CodingKeys: String, CodingKey {
+        case email, role
+        case userID = "user_id"
+        case grantedAt = "granted_at"
+        case grantedBy = "granted_by"
+        case emailVerified = "email_verified"
     }
 }

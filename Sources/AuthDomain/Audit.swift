@@ -18,7 +18,8 @@ public struct AuditEntry: Sendable, Equatable {
     public var devicePlatform: String?
     public var ip: String?
     public var userAgent: String?
-    /// Who acted: `user` (a request), `operator` (the CLI), `apple` (a notification).
+    /// Who acted: `user` (a request), `operator` (the CLI), `console:<user id>` (a console user),
+    /// `console` (the console itself, at sign-out), `apple` (a notification), `account_claimed`.
     public var actor: String
 
     public init(
@@ -46,6 +47,19 @@ public struct AuditEntry: Sendable, Equatable {
             clientID: (request.data.clientID ?? request.partitionKey).map { String($0.prefix(256)) },
             deviceName: request.data.device?.name, devicePlatform: request.data.device?.platform,
             ip: request.data.context?.ip, userAgent: request.data.context?.userAgent, actor: "user")
+    }
+
+    /// The actor recorded for a console user: their account's id, never their sign-in address
+    /// (half of their console credential).
+    public static func consoleActor(_ userID: UUID) -> String { "console:" + userID.lowercasedString }
+
+    /// Who acted, as the account's own user reads it (the export): support staff and operators
+    /// are `support`, never named; `user`, `apple` and the rest as recorded.
+    public static func actorShownToUser(_ actor: String) -> String {
+        if actor == "operator" || actor == "console" || actor.hasPrefix("console:") || actor.hasPrefix("admin:") {
+            return "support"
+        }
+        return actor
     }
 
     /// A refused request's entry, when its method is audited.

@@ -131,11 +131,22 @@ public protocol UnitOfWork: AnyObject {
     func recordPasskeyUse(id: UUID, signCount: UInt32, backedUp: Bool, at date: Date) throws
     func renamePasskey(id: UUID, name: String) throws
     func deletePasskey(id: UUID) throws
+    /// Forgets the user's WebAuthn handle: a credential an authenticator still keeps under it
+    /// names no account, and the next registration makes a new one.
+    func deletePasskeyHandle(userID: UUID) throws
+    /// Drops the user's unanswered ceremony challenges.
+    func deletePasskeyChallenges(userID: UUID) throws
 
     // MARK: Administration
 
     /// Disables the user (`at` a date) or enables it again (nil).
     func setUserDisabled(_ id: UUID, at date: Date?) throws
+    /// The user's admin console role, if an operator granted one.
+    func consoleRole(userID: UUID) throws -> String?
+    /// Takes the user's console role away.
+    func deleteConsoleRole(userID: UUID) throws
+    /// Ends the user's console sessions.
+    func deleteConsoleSessions(userID: UUID) throws
 }
 
 /// A passkey ceremony's challenge, stored by its SHA-256 until answered or expired.

@@ -4,7 +4,7 @@ import PGStore
 
 /// Who may use the admin console, and as what (`auth-worker admins grant|revoke|list`). A role
 /// goes to an account that signs in with a password (the console's sign-in is the password flow
-/// plus a second factor): it is found by that password identity's address.
+/// plus a second factor) whose address is proven: it is found by that password identity's address.
 extension PostgresStore {
     /// One console user.
     public struct AdminGrant: Sendable, Equatable {
@@ -13,29 +13,49 @@ extension PostgresStore {
         public var role: String
         public var grantedAt: Date
         public var grantedBy: String
+        /// Whether the address is proven; a role on an unproven one opens no console session.
+        public var emailVerified: Bool
     }
 
     public enum AdminGrantOutcome: Sendable, Equatable {
         case granted(UUID)
         /// No account signs in with a password at that address.
         case noPasswordAccount
+        /// The account's address was never proven (a code, a link, or a provider that vouches for
+        /// it): whoever registered it first may not be its owner.
+        case addressNotVerified
     }
 
-    /// Grants (or changes) an account's console role; recorded in its audit trail.
+    /// Whether the password identity `i` of user `u` has a proven address: the identity's own
+    /// proof, or the user's verified address being the same. The rule a mailbox claim uses
+    /// (`MailboxProof.reach`).
+    static let provenPasswordAddress = "(i.email_verified OR (u.email_verified AND lower(u.email) = i.subject))"
+
+    /// Whether user `u` signs in with a password at a proven address (the console's sign-in).
+    static let holdsProvenPasswordAddress = """
+        EXISTS (SELECT 1 FROM identities i WHERE i.user_id = u.id AND i.provider = 'password'
+                AND \(provenPasswordAddress))
+        """
+
+    /// Grants (or changes) an account's console role, only to a proven address; recorded in its
+    /// audit trail.
     public func grantAdminRole(
         email: String, role: AccountAdministration.Role, by actor: String, at date: Date
     ) async throws -> AdminGrantOutcome {
         try await pool.withConnection { connection in
-            _ = try connection.execute(unsafeSQL: "BEGIN")
-            do {
+            try connection.withTransaction { connection in
                 guard
-                    let userID = try connection.query(
-                        "SELECT user_id FROM identities WHERE provider = 'password' AND subject = lower(\(email))"
-                    ).first?.decode("user_id", as: UUID.self)
-                else {
-                    _ = try connection.execute(unsafeSQL: "ROLLBACK")
-                    return .noPasswordAccount
-                }
+                    let account = try connection.query(
+                        """
+                        SELECT i.user_id, \(unsafeRaw: Self.provenPasswordAddress) AS verified
+                        FROM identities i JOIN users u ON u.id = i.user_id
+                        WHERE i.provider = 'password' AND i.subject = lower(\(email))
+                        FOR UPDATE OF u
+                        """
+                    ).first
+                else { return .noPasswordAccount }
+                let userID: UUID = try account.decode("user_id")
+                guard try account.decode("verified", as: Bool.self) else { return .addressNotVerified }
                 _ = try connection.query(
                     """
                     INSERT INTO admin_roles (user_id, role, granted_at, granted_by)
@@ -48,11 +68,7 @@ extension PostgresStore {
                     INSERT INTO audit_log (at, user_id, action, outcome, actor)
                     VALUES (\(date), \(userID), 'operator.admin_grant', \(role.rawValue), \(actor))
                     """)
-                _ = try connection.execute(unsafeSQL: "COMMIT")
                 return .granted(userID)
-            } catch {
-                _ = try? connection.execute(unsafeSQL: "ROLLBACK")
-                throw error
             }
         }
     }
@@ -81,14 +97,17 @@ extension PostgresStore {
         try await pool.withConnection { connection in
             try connection.query(
                 """
-                SELECT r.user_id, i.subject AS email, r.role, r.granted_at, r.granted_by
+                SELECT r.user_id, i.subject AS email, r.role, r.granted_at, r.granted_by,
+                       \(unsafeRaw: Self.provenPasswordAddress) AS verified
                 FROM admin_roles r JOIN identities i ON i.user_id = r.user_id AND i.provider = 'password'
+                     JOIN users u ON u.id = r.user_id
                 ORDER BY i.subject
                 """
             ).map { row in
                 AdminGrant(
                     userID: try row.decode("user_id"), email: try row.decode("email"), role: try row.decode("role"),
-                    grantedAt: try row.decode("granted_at"), grantedBy: try row.decode("granted_by"))
+                    grantedAt: try row.decode("granted_at"), grantedBy: try row.decode("granted_by"),
+                    emailVerified: try row.decode("verified"))
             }
         }
     }

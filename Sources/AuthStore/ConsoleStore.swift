@@ -17,7 +17,8 @@ extension PostgresStore {
 
     /// Opens a console session for a user who just signed in with both factors, if they hold a
     /// role; expired console sessions are purged on the way.
-    /// - Returns: the role; nil (nothing stored) when the account holds none or is disabled.
+    /// - Returns: the role; nil (nothing stored) when the account holds none, is disabled, or
+    ///   its password address was never proven.
     public func openConsoleSession(
         idHash: [UInt8], userID: UUID, sessionID: UUID, client: String, at now: Date, absoluteLifetime: TimeInterval,
         idleLifetime: TimeInterval
@@ -33,7 +34,7 @@ extension PostgresStore {
                 INSERT INTO console_sessions (id_hash, user_id, session_id, client, created_at, last_seen_at)
                 SELECT \(PGBytes(idHash)), r.user_id, \(sessionID), \(client), \(now), \(now)
                 FROM admin_roles r JOIN users u ON u.id = r.user_id
-                WHERE r.user_id = \(userID) AND u.disabled_at IS NULL
+                WHERE r.user_id = \(userID) AND u.disabled_at IS NULL AND \(unsafeRaw: Self.holdsProvenPasswordAddress)
                 RETURNING (SELECT role FROM admin_roles WHERE user_id = \(userID)) AS role
                 """
             ).first?.decode("role")
@@ -53,6 +54,7 @@ extension PostgresStore {
                     UPDATE console_sessions c SET last_seen_at = \(now)
                     FROM admin_roles r, users u, sessions s
                     WHERE c.id_hash = \(PGBytes(idHash)) AND r.user_id = c.user_id AND u.id = c.user_id
+                      AND \(unsafeRaw: Self.holdsProvenPasswordAddress)
                       AND u.disabled_at IS NULL AND s.id = c.session_id AND s.revoked_at IS NULL
                       AND s.expires_at > \(now) AND c.created_at > \(now - absoluteLifetime)
                       AND c.last_seen_at > \(now - idleLifetime)
@@ -96,7 +98,7 @@ extension PostgresStore {
 
     /// One line of the user search.
     public struct UserSummary: Codable, Sendable, Equatable {
-        public var id: UUID
+        @LowercaseUUID public var id: UUID
         public var handle: String
         public var name: String?
         public var email: String?
@@ -215,7 +217,7 @@ extension PostgresStore {
         }
 
         public struct Session: Codable, Sendable, Equatable {
-            public var id: UUID
+            @LowercaseUUID public var id: UUID
             public var provider: String
             public var deviceName: String?
             public var devicePlatform: String?
@@ -238,7 +240,7 @@ extension PostgresStore {
         }
 
         public struct Passkey: Codable, Sendable, Equatable {
-            public var id: UUID
+            @LowercaseUUID public var id: UUID
             public var name: String
             public var backedUp: Bool
             public var createdAt: Date
@@ -290,6 +292,13 @@ extension PostgresStore {
         enum CodingKeys: String, CodingKey {
             case user, identities, sessions, passkeys, factor, audit
             case consoleRole = "console_role"
+        }
+    }
+
+    /// The account's console role, if it holds one.
+    public func consoleRole(of id: UUID) async throws -> String? {
+        try await pool.withConnection { connection in
+            try connection.query("SELECT role FROM admin_roles WHERE user_id = \(id)").first?.decode("role")
         }
     }
 
@@ -377,5 +386,27 @@ extension PostgresStore {
                 user: user, consoleRole: try row.decode("role", as: String?.self), identities: identities,
                 sessions: sessions, passkeys: passkeys, factor: factor, audit: audit)
         }
+    }
+}
+
+/// A UUID written in lower case (RFC 9562), as the Kafka contract writes user and session ids;
+/// `Codable` alone writes `UUID` in upper case.
+@propertyWrapper
+public struct LowercaseUUID: Codable, Sendable, Equatable {
+    public var wrappedValue: UUID
+
+    public init(wrappedValue: UUID) { self.wrappedValue = wrappedValue }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let value = UUID(uuidString: text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a UUID"))
+        }
+        wrappedValue = value
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(wrappedValue.uuidString.lowercased())
     }
 }

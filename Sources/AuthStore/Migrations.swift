@@ -8,8 +8,22 @@ public enum Migrations {
         oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens, passkeys,
         accountAdministration, consoleSessions, outboxWithoutPartialIndex, foreignKeysServedByIndexes,
         requestsByUser, finishedAppleJobs, refreshTokensBySessionAndTime, endedSessionsForgetTheirTokens,
-        usersFoundByIndex,
+        usersFoundByIndex, staffNamedByID,
     ]
+
+    /// The audit trail named the console user who acted by their sign-in address
+    /// (`admin:<email>`), which the account's export showed its user: half of the agent's
+    /// console credential. Console users are now recorded by their account's id
+    /// (`console:<user id>`); the rows written before are rewritten so, or to `console` where
+    /// the address no longer has an account.
+    static let staffNamedByID = PGMigration(
+        version: 22, name: "staff named by id",
+        sql: """
+            UPDATE audit_log a SET actor = 'console:' || i.user_id
+            FROM identities i
+            WHERE a.actor LIKE 'admin:%' AND i.provider = 'password' AND i.subject = lower(substr(a.actor, 7));
+            UPDATE audit_log SET actor = 'console' WHERE actor LIKE 'admin:%';
+            """)
 
     /// The console's user search and `auth-worker users show` read `users` and `identities` whole:
     /// a handle or an address matched by prefix (`LIKE 'abc%'`) or in lower case, which no index

@@ -80,6 +80,18 @@ extension AccountAdministration {
         return try await store.transaction { unit in try removeFactor(id, actor: actor, unit: unit, events: events) }
     }
 
+    /// Removes one of a user's passkeys, or all (the console; `auth-worker users remove-passkeys`).
+    /// - Returns: how many were removed; nil when there is no such user.
+    public static func removePasskeys(
+        _ id: UUID, only: UUID?, actor: String, store: PostgresStore, configuration: WorkerConfiguration,
+        clock: any WorkerClock
+    ) async throws -> Int? {
+        let events = EventFactory.operator(configuration, clock)
+        return try await store.transaction { unit in
+            try removePasskeys(id, only: only, actor: actor, unit: unit, events: events)
+        }
+    }
+
     /// Resends a user's verification code. - Returns: whether one was sent; nil when there is no such user.
     /// - Throws: `LoginError` (no address, codes not enabled, the account's limit reached).
     public static func resendVerification(

@@ -728,27 +728,58 @@ public final class PostgresStore: Sendable {
     }
 
     /// Keeps the refresh token an exchange brought, and finishes the exchange, in one
-    /// transaction; when the Apple identity is gone meanwhile (the account was deleted before the
-    /// exchange ran), queues its revocation instead.
+    /// transaction. The token is kept only for the account whose sign-in brought the code: when
+    /// the Apple identity is gone meanwhile, or is a newer one (the account was deleted and the
+    /// same Apple user signed up again before the exchange ran), its revocation is queued instead.
+    /// A token it replaces that a deleted account left behind for the same subject is revoked
+    /// too, never dropped while Apple still honours it.
+    /// - Parameters:
+    ///   - revocationID: the id of the job that revokes the exchanged token, if it is not kept.
+    ///   - replacedRevocationID: the id of the job that revokes the token it replaces, if any.
     /// - Returns: true when kept, false when its revocation was queued.
     public func keepAppleToken(
-        from exchange: AppleJob, refreshTokenSealed: [UInt8], revocationID: UUID, at date: Date
+        from exchange: AppleJob, refreshTokenSealed: [UInt8], revocationID: UUID, replacedRevocationID: UUID,
+        at date: Date
     ) async throws -> Bool {
         try await pool.withConnection { connection in
-            try connection.execute(unsafeSQL: "BEGIN")
-            do {
-                let exists = try !connection.query(
-                    "SELECT 1 AS found FROM identities WHERE provider = 'apple' AND subject = \(exchange.subject) FOR UPDATE"
+            try connection.withTransaction { connection in
+                let kept = try !connection.query(
+                    """
+                    SELECT 1 AS found FROM identities
+                    WHERE provider = 'apple' AND subject = \(exchange.subject)
+                      AND created_at <= (SELECT created_at FROM apple_jobs WHERE id = \(exchange.id))
+                    FOR UPDATE
+                    """
                 ).isEmpty
                 var statements: [PGQuery] = [
                     """
                     UPDATE apple_jobs
-                    SET finished_at = \(date), outcome = \(exists ? "exchanged" : "exchanged_after_deletion"),
+                    SET finished_at = \(date), outcome = \(kept ? "exchanged" : "exchanged_after_deletion"),
                         secret_sealed = ''::bytea
                     WHERE id = \(exchange.id)
                     """
                 ]
-                if exists {
+                if kept {
+                    // A token kept before this account's identity was made is a deleted account's:
+                    // revoked. The same account's earlier token is replaced without a revocation:
+                    // Apple's revocation ends the user's authorization of the app, the new token's too.
+                    let replaced = try connection.query(
+                        """
+                        SELECT t.client_id, t.refresh_token_sealed
+                        FROM apple_tokens t JOIN identities i ON i.provider = 'apple' AND i.subject = t.subject
+                        WHERE t.subject = \(exchange.subject) AND t.updated_at < i.created_at
+                        FOR UPDATE OF t
+                        """
+                    ).first
+                    if let replaced {
+                        statements.append(
+                            """
+                            INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, next_attempt_at, created_at)
+                            VALUES (\(replacedRevocationID), 'revoke', \(exchange.subject),
+                                    \(try replaced.decode("client_id", as: String.self)),
+                                    \(try replaced.decode("refresh_token_sealed", as: PGBytes.self)), \(date), \(date))
+                            """)
+                    }
                     statements.append(
                         """
                         INSERT INTO apple_tokens (subject, client_id, refresh_token_sealed, updated_at)
@@ -764,12 +795,8 @@ public final class PostgresStore: Sendable {
                                 \(PGBytes(refreshTokenSealed)), \(date), \(date))
                         """)
                 }
-                statements.append("COMMIT")
                 try connection.pipeline(statements)
-                return exists
-            } catch {
-                _ = try? connection.execute(unsafeSQL: "ROLLBACK")
-                throw error
+                return kept
             }
         }
     }

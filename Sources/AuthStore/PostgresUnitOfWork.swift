@@ -744,9 +744,29 @@ final class PostgresUnitOfWork: UnitOfWork {
         current.statements.append("DELETE FROM passkeys WHERE id = \(id)")
     }
 
+    func deletePasskeyHandle(userID: UUID) throws {
+        current.statements.append("DELETE FROM passkey_users WHERE user_id = \(userID)")
+    }
+
+    func deletePasskeyChallenges(userID: UUID) throws {
+        current.statements.append("DELETE FROM webauthn_challenges WHERE user_id = \(userID)")
+    }
+
     func setUserDisabled(_ id: UUID, at date: Date?) throws {
         current.statements.append("UPDATE users SET disabled_at = \(date) WHERE id = \(id)")
         cache.users[id] = nil
+    }
+
+    func consoleRole(userID: UUID) throws -> String? {
+        try query("SELECT role FROM admin_roles WHERE user_id = \(userID)").first?.decode("role")
+    }
+
+    func deleteConsoleRole(userID: UUID) throws {
+        current.statements.append("DELETE FROM admin_roles WHERE user_id = \(userID)")
+    }
+
+    func deleteConsoleSessions(userID: UUID) throws {
+        current.statements.append("DELETE FROM console_sessions WHERE user_id = \(userID)")
     }
 }
 

@@ -140,7 +140,7 @@ public final class AppleTokenService: Service {
             }
             let kept = try await store.keepAppleToken(
                 from: job, refreshTokenSealed: try keys.seal(refresh, .refreshToken, subject: job.subject),
-                revocationID: try identifiers.uuid(), at: clock.now())
+                revocationID: try identifiers.uuid(), replacedRevocationID: try identifiers.uuid(), at: clock.now())
             outcomes.labels(job.kind.rawValue, kept ? "exchanged" : "exchanged_after_deletion").increment()
             logger.info(
                 "Apple authorization code exchanged",

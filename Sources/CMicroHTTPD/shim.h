@@ -24,9 +24,12 @@ struct auth_mhd_limits {
 /// on an IPv4 address (`host`, e.g. "127.0.0.1" or "0.0.0.0") and `port` (0: any free port).
 /// Returns NULL when the address is not IPv4 or the port cannot be bound (no SO_REUSEPORT: a second
 /// console on a taken port fails to start rather than sharing its connections).
+/// `notify` hears of every connection as it opens and closes (the server keeps its own account of
+/// them: whole-request deadlines, eviction when full).
 static inline struct MHD_Daemon *auth_mhd_start(const char *host, uint16_t port, struct auth_mhd_limits limits,
                                                 MHD_AccessHandlerCallback handler, void *handler_context,
-                                                MHD_RequestCompletedCallback completed, void *completed_context) {
+                                                MHD_RequestCompletedCallback completed, void *completed_context,
+                                                MHD_NotifyConnectionCallback notify, void *notify_context) {
     struct sockaddr_in address;
     memset(&address, 0, sizeof(address));
     address.sin_family = AF_INET;
@@ -37,7 +40,7 @@ static inline struct MHD_Daemon *auth_mhd_start(const char *host, uint16_t port,
         handler_context, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&address, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         limits.connection_memory, MHD_OPTION_CONNECTION_LIMIT, limits.connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         limits.connections_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, limits.idle_timeout, MHD_OPTION_NOTIFY_COMPLETED,
-        completed, completed_context, MHD_OPTION_END);
+        completed, completed_context, MHD_OPTION_NOTIFY_CONNECTION, notify, notify_context, MHD_OPTION_END);
 }
 
 /// The port a daemon listens on (the one the kernel chose when started with 0).
@@ -56,6 +59,17 @@ static inline void auth_mhd_client_address(struct MHD_Connection *connection, ch
     } else if (info->client_addr->sa_family == AF_INET6) {
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)info->client_addr)->sin6_addr, buffer, (socklen_t)size);
     }
+}
+
+/// Whether a connection notification is its opening (the enum's constants do not import).
+static inline int auth_mhd_notify_is_start(enum MHD_ConnectionNotificationCode code) {
+    return code == MHD_CONNECTION_NOTIFY_STARTED;
+}
+
+/// The connection's socket, or -1.
+static inline int auth_mhd_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : info->connect_fd;
 }
 
 /// A response with its own copy of `size` bytes at `data`.

@@ -178,16 +178,20 @@ public enum CBOR {
                 }
                 var entries: [CBORMapEntry] = []
                 entries.reserveCapacity(Int(count))
+                // Keys seen, by kind: a hash each, so a map of thousands of entries is checked in
+                // linear time (an unauthenticated sign-in can carry one).
+                var integerKeys = Set<Int64>()
+                var textKeys = Set<String>()
                 for _ in 0..<count {
                     let keyStart = position
                     let key = try item(depth: depth + 1)
+                    let isNew: Bool
                     switch key {
-                    case .integer, .text: break
+                    case .integer(let value): isNew = integerKeys.insert(value).inserted
+                    case .text(let value): isNew = textKeys.insert(value).inserted
                     default: throw fail("map keys must be integers or text", at: keyStart)
                     }
-                    guard !entries.contains(where: { $0.key == key }) else {
-                        throw fail("duplicate map key", at: keyStart)
-                    }
+                    guard isNew else { throw fail("duplicate map key", at: keyStart) }
                     entries.append(CBORMapEntry(key: key, value: try item(depth: depth + 1)))
                 }
                 return .map(entries)

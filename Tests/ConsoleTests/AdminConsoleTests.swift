@@ -55,7 +55,8 @@ import Testing
             data["session_id"] as? String == phone.sessionID.lowercasedString && data["reason"] as? String == "admin")
         let audit = try await bed.harness.query(
             "SELECT actor FROM audit_log WHERE user_id = \(user.id) AND action = 'operator.session_end'")
-        #expect(try audit.map { try $0.decode("actor", as: String.self) } == ["admin:agent@example.com"])
+        // The agent by their account's id: their sign-in address is half of their console credential.
+        #expect(try audit.map { try $0.decode("actor", as: String.self) } == ["console:\(agent.id.lowercasedString)"])
     }
 
     @Test func anAdminDisablesEnablesRemovesTheFactorAndDeletes() async throws {
@@ -96,7 +97,7 @@ import Testing
         #expect(deletions.count == 1 && (deletions.first?["data"] as? [String: Any])?["reason"] as? String == "admin")
         let trail = try await bed.harness.query(
             "SELECT actor FROM audit_log WHERE user_id = \(user.id) AND action = 'user_deleted'")
-        #expect(try trail.map { try $0.decode("actor", as: String.self) } == ["admin:admin@example.com"])
+        #expect(try trail.map { try $0.decode("actor", as: String.self) } == ["console:\(admin.id.lowercasedString)"])
         #expect(await browser.send("GET", path).status == 404)
     }
 
@@ -120,6 +121,61 @@ import Testing
             #expect(answer.status == 403 && answer.json?["error"] as? String == "forbidden", "\(action)")
         }
         #expect(try await bed.passwordError(user) == nil, "nothing changed")
+    }
+
+    /// Console users are not each other's to act on: a support agent cannot sign an admin out of
+    /// the console (again and again), nor an admin disable, strip or delete another admin. The
+    /// operator's CLI manages console users; the page says so and offers no action.
+    @Test(arguments: [AccountAdministration.Role.support, .admin])
+    func noConsoleUserActsOnAnother(role: AccountAdministration.Role) async throws {
+        let bed = try await ConsoleTestBed()
+        let actor = try await bed.staff("actor@example.com", role: role)
+        let target = try await bed.staff("target@example.com", role: .admin)
+        let targetBrowser = bed.browser()
+        try await targetBrowser.signIn(target)
+        #expect(await targetBrowser.send("GET", "/admin/api/me").status == 200)
+
+        let browser = bed.browser()
+        try await browser.signIn(actor)
+        let path = "/admin/users/\(target.id.lowercasedString)"
+        let page = await browser.send("GET", path)
+        #expect(page.status == 200 && page.text.contains("id=\"console-user\""))
+        #expect(!page.text.contains("id=\"end-all\"") && !page.text.contains("id=\"disable\""))
+        let csrf = try #require(page.csrf)
+        let token = try await browser.apiToken()
+        for action in [
+            "sessions/end", "disable", "enable", "factor/remove", "passkeys/remove", "verification", "delete",
+        ] {
+            let form = await browser.send("POST", "\(path)/\(action)", form: ["csrf": csrf, "confirm": "x"])
+            #expect(form.status == 403, "\(action) by \(role)")
+            let answer = await browser.send(
+                "POST", "/admin/api/users/\(target.id.lowercasedString)/\(action)", body: "{}",
+                headers: ["X-CSRF-Token": token])
+            #expect(answer.status == 403, "\(action) by \(role)")
+            if role == .admin || ["sessions/end", "verification"].contains(action) {
+                #expect(answer.json?["error"] as? String == "console_user", "\(action) by \(role)")
+            }
+        }
+        #expect(await targetBrowser.send("GET", "/admin/api/me").status == 200, "still signed in")
+        #expect(try await bed.harness.count("users", where: "disabled_at IS NOT NULL") == 0)
+    }
+
+    /// The JSON API writes ids as the Kafka contract does: lower case (RFC 9562).
+    @Test func theAPIWritesIDsInLowerCase() async throws {
+        let bed = try await ConsoleTestBed()
+        let agent = try await bed.staff("agent@example.com", role: .support)
+        let user = try await bed.register("case@example.com")
+        _ = try await bed.signIn(user, device: "Phone")
+        let browser = bed.browser()
+        try await browser.signIn(agent)
+        let me = await browser.send("GET", "/admin/api/me")
+        #expect(me.json?["user_id"] as? String == agent.id.lowercasedString)
+        let details = await browser.send("GET", "/admin/api/users/\(user.id.lowercasedString)")
+        #expect(details.status == 200)
+        #expect(!details.text.contains(user.id.uuidString), "no upper-case id: \(details.text)")
+        #expect(details.text.contains(user.id.lowercasedString))
+        let sessions = (details.json?["sessions"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
+        #expect(!sessions.isEmpty && sessions.allSatisfy { $0 == $0.lowercased() }, "\(sessions)")
     }
 
     @Test func everyRouteWithoutASessionIsRefused() async throws {

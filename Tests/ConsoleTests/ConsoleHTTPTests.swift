@@ -13,9 +13,11 @@ import Testing
 /// header limits, a slow client cut off, and one client's slow request blocking nobody else.
 @Suite struct ConsoleHTTPTests {
     /// A server whose handler echoes the body's size, and sleeps when asked (`/slow`).
-    func server(idleTimeout: UInt32 = 10) throws -> HTTPServer {
+    func server(idleTimeout: UInt32 = 10, configure: (inout HTTPServer.Limits) -> Void = { _ in }) throws -> HTTPServer
+    {
         var limits = HTTPServer.Limits()
         limits.idleTimeout = idleTimeout
+        configure(&limits)
         return try HTTPServer(
             host: "127.0.0.1", port: 0, limits: limits, logger: Logger(label: "test", handler: InMemoryLogHandler())
         ) { request in
@@ -122,6 +124,82 @@ import Testing
     }
 }
 
+extension ConsoleHTTPTests {
+    /// A slowloris that sends a header line every half second never meets the inactivity
+    /// timeout; the whole request's deadline closes it all the same.
+    @Test func aRequestTricklingInPastItsDeadlineIsClosed() async throws {
+        try await offThePool {
+            let server = try server { $0.requestTimeout = 2 }
+            defer { server.stop() }
+            let slow = try RawSocket(port: server.port)
+            try slow.send("GET / HTTP/1.1\r\nHost: t\r\n")
+            let started = Date()
+            var closed = false
+            for line in 0..<20 {
+                Thread.sleep(forTimeInterval: 0.5)
+                if !slow.sendOnce("X-Drip-\(line): x\r\n") {
+                    closed = true
+                    break
+                }
+            }
+            // Either the send failed, or the server's end shows as the socket's end.
+            closed = try closed || slow.receiveAll(timeout: 3).isEmpty
+            #expect(closed, "the trickle was cut off")
+            #expect(Date().timeIntervalSince(started) < 6, "by the 2 s deadline, not after 10 s of drips")
+            let fresh = try RawSocket(port: server.port)
+            try fresh.send("GET /after HTTP/1.1\r\nHost: t\r\n\r\n")
+            #expect(try fresh.receiveResponse().hasSuffix("GET /after 0 q="))
+        }
+    }
+
+    /// Every connection taken by slow clients, in all or from one address (everyone behind a
+    /// proxy): a new client is still answered, in place of the oldest waiting connection.
+    @Test(arguments: [(16, 64), (4, 64)])
+    func aFullServerMakesRoomForANewClient(perAddress: Int, total: Int) async throws {
+        try await offThePool {
+            let server = try server {
+                $0.connections = UInt32(total)
+                $0.connectionsPerAddress = UInt32(perAddress)
+            }
+            defer { server.stop() }
+            var slow: [RawSocket] = []
+            for _ in 0..<max(perAddress, 16) {
+                let socket = try RawSocket(port: server.port)
+                try socket.send("GET / HTTP/1.1\r\nHost: t\r\n")
+                slow.append(socket)
+            }
+            Thread.sleep(forTimeInterval: 0.2)
+            let fresh = try RawSocket(port: server.port)
+            try fresh.send("GET /fresh HTTP/1.1\r\nHost: t\r\n\r\n")
+            #expect(try fresh.receiveResponse().hasSuffix("GET /fresh 0 q="), "answered, though every slot was taken")
+            // The oldest slow one made the room: its end is there to read.
+            #expect(try slow[0].receiveAll(timeout: 3).isEmpty)
+        }
+    }
+
+    /// A body's length said two ways is refused, so no proxy in front reads another request out
+    /// of it (libmicrohttpd itself takes either).
+    @Test(arguments: [
+        "Content-Length: 5\r\nContent-Length: 6\r\n",
+        "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+    ])
+    func aBodyFramedTwoWaysIsRefused(headers: String) async throws {
+        try await offThePool {
+            let server = try server()
+            defer { server.stop() }
+            let socket = try RawSocket(port: server.port)
+            try socket.send("POST /x HTTP/1.1\r\nHost: t\r\n\(headers)\r\nhello")
+            let answer = try socket.receiveResponse()
+            #expect(answer.hasPrefix("HTTP/1.1 400"), "\(answer.prefix(60))")
+            // The same length twice says one thing.
+            let twice = try RawSocket(port: server.port)
+            try twice.send("POST /y HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello")
+            #expect(try twice.receiveResponse().hasSuffix("POST /y 5 q="))
+        }
+    }
+}
+
 /// Runs blocking socket work on a thread of its own: on the concurrency pool it would hold a
 /// thread the server's handler needs (two such tests at once on two cores: a deadlock).
 func offThePool(_ body: @escaping @Sendable () throws -> Void) async throws {
@@ -153,6 +231,13 @@ final class RawSocket {
     func setTimeout(_ seconds: Int) {
         var timeout = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    /// Sends `text` once; false when the connection is gone.
+    func sendOnce(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        let count = bytes.withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        return count == bytes.count
     }
 
     func send(_ text: String) throws {

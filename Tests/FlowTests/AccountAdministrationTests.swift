@@ -100,6 +100,14 @@ import Testing
         #expect(
             try await harness.store.grantAdminRole(email: "nobody@example.com", role: .admin, by: "operator", at: now)
                 == .noPasswordAccount)
+        #expect(
+            try await harness.store.grantAdminRole(
+                email: "support@example.com", role: .support, by: "operator", at: now)
+                == .addressNotVerified, "whoever registered an address first is not its owner until it is proven")
+        #expect(try await harness.store.adminGrants().isEmpty)
+        _ = try await harness.query(
+            "UPDATE identities SET email_verified = true WHERE provider = 'password' AND subject = 'support@example.com'"
+        )
         guard
             case .granted(let id) = try await harness.store.grantAdminRole(
                 email: "support@example.com", role: .support, by: "operator", at: now)
@@ -110,7 +118,7 @@ import Testing
         _ = try await harness.store.grantAdminRole(email: "SUPPORT@example.com", role: .admin, by: "operator", at: now)
         let grants = try await harness.store.adminGrants()
         #expect(grants.map(\.role) == ["admin"] && grants.map(\.userID) == [id])
-        #expect(grants.first?.email == "support@example.com")
+        #expect(grants.first?.email == "support@example.com" && grants.first?.emailVerified == true)
         #expect(try await harness.store.revokeAdminRole(email: "support@example.com", by: "operator", at: now))
         #expect(try await harness.store.revokeAdminRole(email: "support@example.com", by: "operator", at: now) == false)
         #expect(try await harness.store.adminGrants().isEmpty)

@@ -248,6 +248,30 @@ import Testing
         }
     }
 
+    /// Apple is slow; meanwhile the account is deleted and the same Apple user signs up again.
+    /// The first exchange's token was the deleted account's: revoked, never kept for the new one,
+    /// which keeps its own.
+    @Test func aCodeExchangedAfterItsAccountWasDeletedAndMadeAgainIsNotKeptForTheNewOne() async throws {
+        try await withStandIn { standIn, keyPath in
+            let (harness, runner) = try await service(standIn, keyPath: keyPath)
+            let first = try await signIn(harness, "001.eve", code: "good-eve-1")
+            try await delete(harness, first.session)
+            clock.advance(by: 1)
+            let again = try await signIn(harness, "001.eve", code: "good-eve-2")
+            #expect(again.user?.id != first.user?.id, "a new account")
+            #expect(try await runner.runOnce() == 2, "both exchanges")
+            #expect(try await runner.runOnce() == 1, "the deleted account's token revoked")
+            let state = try await standIn.state()
+            #expect(Set(state.exchanged) == ["good-eve-1", "good-eve-2"])
+            #expect(state.revoked == ["rt-good-eve-1"], "\(state.revoked)")
+            #expect(try await harness.count("apple_jobs", where: "outcome = 'exchanged_after_deletion'") == 1)
+            // What is kept is the new account's own token: deleting it revokes that one.
+            try await delete(harness, again.session)
+            #expect(try await runner.runOnce() == 1)
+            #expect(try await standIn.state().revoked == ["rt-good-eve-1", "rt-good-eve-2"])
+        }
+    }
+
     @Test func aDeletionWithoutAppleQueuesNothing() async throws {
         try await withStandIn { standIn, keyPath in
             let (harness, runner) = try await service(standIn, keyPath: keyPath)

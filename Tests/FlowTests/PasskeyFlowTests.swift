@@ -175,7 +175,8 @@ import Testing
         let ada = try await member(harness, "ada@example.com")
         let (_, _, credential) = try await registered(harness, token: ada.token)
         let anonymous = try await loginOptions(harness, email: "ada@example.com")
-        #expect((anonymous["allowCredentials"] as? [Any])?.isEmpty ?? true, "an unverified address names nobody")
+        let listed = (anonymous["allowCredentials"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
+        #expect(!listed.contains { $0 == credential["credential_id"] as? String }, "an unverified address names nobody")
         let login = try await signIn(harness, credential: credential, bends: ["sign_count": 1])
         #expect(login.result.status == "ok")
         #expect(Set(login.result.user?.providers ?? []) == ["password", "passkey"])
@@ -515,6 +516,74 @@ import Testing
         #expect(limited.error?.code == .tooManyAttempts && limited.error?.retryAfterSeconds != nil)
         #expect(try await send(harness, .passkeyLoginOptions, ["client_id": "install-2"]).result.status == "ok")
         #expect(try await harness.count("webauthn_challenges") == 31, "a refused request writes no challenge")
+    }
+
+    /// The ids of `passkey_login_options`' `allowCredentials` for `email`, and their transports.
+    func allowed(_ harness: FlowHarness, _ email: String, client: String = "install-1") async throws -> [String:
+        [String]]
+    {
+        let (result, _) = try await send(harness, .passkeyLoginOptions, ["email": email, "client_id": client])
+        let options = try SoftAuthenticator.json(
+            try #require(result.passkeyOptions, "\(String(describing: result.error))"))
+        var ids: [String: [String]] = [:]
+        for descriptor in options["allowCredentials"] as? [[String: Any]] ?? [] {
+            ids[try #require(descriptor["id"] as? String)] = descriptor["transports"] as? [String] ?? []
+        }
+        return ids
+    }
+
+    /// WebAuthn L3 §14.6.2: an address with no account, or an account without passkeys, gets
+    /// stand-in credentials as an account with passkeys gets its own: stable, of the lengths
+    /// authenticators use, unguessable without the service's key. The options say nothing of who
+    /// has an account; nor do they hand out a real account's credential ids for a wrong address.
+    @Test func anAddressWithoutPasskeysIsAnsweredAsOneWithThem() async throws {
+        let harness = try await service()
+        let ada = try await member(harness, "ada@example.com")
+        let (_, _, credential) = try await registered(harness, token: ada.token)
+        let user = try #require(UUID(uuidString: ada.userID))
+        _ = try await harness.query("UPDATE users SET email_verified = true WHERE id = \(user)")
+        let own = try await allowed(harness, "ada@example.com")
+        #expect(own.keys.sorted() == [try #require(credential["credential_id"] as? String)], "ada's own passkey")
+        _ = try await member(harness, "noah@example.com")  // an account without passkeys
+
+        for address in ["nobody@example.com", "noah@example.com", "Nobody@Example.com "] {
+            let first = try await allowed(harness, address)
+            let again = try await allowed(harness, address, client: "install-2")
+            #expect(!first.isEmpty && first.count <= 2, "\(address): \(first)")
+            #expect(first == again, "\(address): the same stand-ins every time, as an account's own would be")
+            for (id, transports) in first {
+                let bytes = try #require(Base64URL.decode(id))
+                #expect([16, 20, 32, 64].contains(bytes.count), "\(address): \(bytes.count) bytes")
+                #expect(!transports.isEmpty)
+                #expect(own[id] == nil)
+            }
+        }
+        #expect(try await allowed(harness, "nobody@example.com") == allowed(harness, "NOBODY@example.com"))
+        #expect(try await allowed(harness, "nobody@example.com") != allowed(harness, "noah@example.com"))
+
+        // Another deployment (another results key) has stand-ins of its own: they come from its secret.
+        let other = try await service()
+        #expect(try await allowed(other, "nobody@example.com") != allowed(harness, "nobody@example.com"))
+    }
+
+    /// Rotating `client_id` gets past the per-client limit, not the ceiling shared by every client.
+    @Test func signInOptionsHaveACeilingAcrossClients() async throws {
+        let resultsKey = try SecureRandom.bytes(32)
+        let harness = try await FlowHarness(clock: clock, passwords: passwords) { config in
+            config.resultsKey = resultsKey
+            config.passkeys.rpID = "example.com"
+            config.passkeys.origins = [Self.origin]
+            config.passkeys.optionsGlobalRateLimit = .init(count: 5, window: 60)
+        }
+        for client in 0..<5 {
+            #expect(
+                try await send(harness, .passkeyLoginOptions, ["client_id": "install-\(client)"]).result.status == "ok")
+        }
+        let (limited, _) = try await send(harness, .passkeyLoginOptions, ["client_id": "install-99"])
+        #expect(limited.error?.code == .tooManyAttempts && limited.error?.retryAfterSeconds != nil)
+        #expect(try await harness.count("webauthn_challenges") == 5, "a refused request writes no challenge")
+        clock.advance(by: 61)
+        #expect(try await send(harness, .passkeyLoginOptions, ["client_id": "install-99"]).result.status == "ok")
     }
 
     @Test func withoutAnRPIDThePasskeyMethodsAreUnsupported() async throws {

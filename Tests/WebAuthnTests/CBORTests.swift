@@ -116,4 +116,31 @@ import Testing
         #expect(Signature.derToRaw([0x30, 0x07, 0x02, 0x02, 0x00, 0x01, 0x02, 0x01, 0x01], size: 32) == nil)
         #expect(Signature.derToRaw([0x30, 0x06, 0x02, 0x01, 0x01, 0x02, 0x01, 0x01, 0x00], size: 32) == nil)
     }
+
+    /// A map as large as the item limit allows, its keys all different but an integer and a text
+    /// key of the same look: read; the same with one duplicate, last: refused. (Keys are checked
+    /// by hash: an unauthenticated sign-in's extension map costs linear time.)
+    @Test func aLargeMapIsCheckedForDuplicatesWholeAndAllowsEqualLookingKeysOfTwoKinds() throws {
+        func map(_ keys: [[UInt8]]) -> [UInt8] {
+            var out: [UInt8] = [0xb9, UInt8(keys.count >> 8), UInt8(keys.count & 0xff)]
+            for key in keys { out += key + [0x00] }
+            return out
+        }
+        func integer(_ value: Int) -> [UInt8] { [0x19, UInt8(value >> 8), UInt8(value & 0xff)] }
+        func text(_ value: Int) -> [UInt8] {
+            let digits = Array(String(value).utf8)
+            return [0x60 | UInt8(digits.count)] + digits
+        }
+        var keys = (1000..<2000).map(integer) + (0..<1000).map(text)
+        #expect(keys.count == 2000)
+        guard case .map(let entries) = try CBOR.decode(map(keys)) else {
+            Issue.record("not a map")
+            return
+        }
+        #expect(entries.count == 2000)
+        keys[1999] = text(0)
+        #expect(throws: CBOR.Failure.self) { try CBOR.decode(map(keys)) }
+        keys[1999] = integer(1000)
+        #expect(throws: CBOR.Failure.self) { try CBOR.decode(map(keys)) }
+    }
 }

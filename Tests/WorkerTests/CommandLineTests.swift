@@ -81,11 +81,17 @@ import Testing
         let (missing, _, missingErr) = await run(["users", "disable", "nobody@example.com"], environment: environment)
         #expect(missing == 1 && missingErr.contains("no user"))
 
+        let (unproven, _, unprovenErr) = await run(
+            ["admins", "grant", "ada@example.com", "--role", "support"], environment: environment)
+        #expect(unproven == 1 && unprovenErr.contains("was never verified"), "\(unprovenErr)")
+        _ = try await harness.query(
+            "UPDATE identities SET email_verified = true WHERE provider = 'password' AND subject = 'ada@example.com'")
         let (granted, grantOut, _) = await run(
             ["admins", "grant", "ada@example.com", "--role", "support"], environment: environment)
         #expect(granted == 0 && grantOut.contains("as support"))
         let (listed, list, _) = await run(["admins", "list"], environment: environment)
         #expect(listed == 0 && list.contains("\"role\":\"support\"") && list.contains(userID))
+        #expect(list.contains("\"email_verified\":true"), "\(list)")
         let (revoked, _, _) = await run(["admins", "revoke", "ada@example.com"], environment: environment)
         #expect(revoked == 0)
         let (none, _, noneErr) = await run(["admins", "revoke", "ada@example.com"], environment: environment)

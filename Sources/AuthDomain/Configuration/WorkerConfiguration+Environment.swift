@@ -267,6 +267,13 @@ extension WorkerConfiguration {
             }
             config.passkeys.optionsRateLimit = limit
         }
+        if let limit = try reader.rateLimit("AUTH_WEBAUTHN_OPTIONS_GLOBAL_RATE_LIMIT") {
+            guard limit.window <= 3600 else {
+                throw ConfigurationError(
+                    variable: "AUTH_WEBAUTHN_OPTIONS_GLOBAL_RATE_LIMIT", reason: "the window must be an hour or less")
+            }
+            config.passkeys.optionsGlobalRateLimit = limit
+        }
         if let value = reader.string("AUTH_WEBAUTHN_ATTESTATION") {
             guard value == "none" || value == "direct" else {
                 throw ConfigurationError(variable: "AUTH_WEBAUTHN_ATTESTATION", reason: "must be none or direct")

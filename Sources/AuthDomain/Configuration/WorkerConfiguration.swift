@@ -237,6 +237,11 @@ public struct WorkerConfiguration: Sendable {
         /// turns it off. Env: `AUTH_WEBAUTHN_OPTIONS_RATE_LIMIT` as `COUNT/SECONDS` (at most an
         /// hour). Default: 30 per minute.
         public var optionsRateLimit = RateLimit(count: 30, window: 60)
+        /// `passkey_login_options` per window from all clients together, shared by every replica:
+        /// the ceiling for what per-client limits cannot see (no client id, rotating client ids).
+        /// A count of 0 turns it off. Env: `AUTH_WEBAUTHN_OPTIONS_GLOBAL_RATE_LIMIT` as
+        /// `COUNT/SECONDS` (at most an hour). Default: 3000 per minute.
+        public var optionsGlobalRateLimit = RateLimit(count: 3000, window: 60)
 
         public init() {}
 

@@ -149,13 +149,9 @@ struct AccountDelete: PreparedWrite {
                 try FactorCheck.spend((step, recovery), userID: user.id, in: unit, at: now)
             }
         }
-        for id in try unit.liveSessions(userID: user.id, at: now) {
-            try unit.appendEvent(try events.sessionRevoked(user: user.id, session: id, reason: "user_deleted"))
-        }
-        // Apple's tokens are revoked after the answer, by a durable job (Apple being down never
-        // holds a deletion up).
-        try unit.queueAppleRevocations(userID: user.id, identifiers: events.identifiers, at: now)
-        // Identities, sessions, tokens, factors and codes go with the user (ON DELETE CASCADE).
+        _ = try AccountDeletion.endWaysIn(
+            of: user.id, revokingSessions: true, sessionReason: "user_deleted", revokingAppleTokens: true, unit: unit,
+            events: events)
         try unit.deleteUsers([user.id])
         try unit.appendEvent(try events.userDeleted(user: user.id, reason: "user_request"))
         return FlowAnswer(
@@ -175,62 +171,81 @@ struct AccountExport: PreparedWrite {
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
         let (session, user) = try signedIn(token, in: unit, at: now)
         let records = try unit.accountRecords(userID: user.id)
-        let sessions = try unit.sessionDetails(userID: user.id, live: false, at: now)
         var export = AccountExportPayload(
-            exportedAt: Timestamp.format(now), user: user.payload,
-            identities: records.identities.map { identity in
-                .init(
-                    provider: identity.record.provider, subject: identity.record.subject, email: identity.record.email,
-                    emailVerified: identity.record.emailVerified, hasPassword: identity.record.passwordHash != nil,
-                    createdAt: Timestamp.format(identity.createdAt),
-                    lastLoginAt: identity.lastLoginAt.map(Timestamp.format))
-            },
-            sessions: sessions.map { details in
-                .init(
-                    id: details.id.lowercasedString,
-                    device: details.deviceName == nil && details.devicePlatform == nil
-                        ? nil : .init(name: details.deviceName, platform: details.devicePlatform),
-                    method: details.provider, createdAt: Timestamp.format(details.createdAt),
-                    expiresAt: Timestamp.format(details.expiresAt), revokedAt: details.revokedAt.map(Timestamp.format),
-                    revokedReason: details.revokedReason)
-            },
-            secondFactor: records.factor.map { factor in
-                .init(
-                    kind: "totp", active: factor.enabledAt != nil, createdAt: Timestamp.format(factor.createdAt),
-                    enabledAt: factor.enabledAt.map(Timestamp.format), recoveryCodesLeft: records.unusedRecoveryCodes)
-            },
-            oneTimeCodes: records.codes.map { code in
-                .init(
-                    purpose: code.purpose, email: code.email, createdAt: Timestamp.format(code.createdAt),
-                    expiresAt: Timestamp.format(code.expiresAt), usedAt: code.usedAt.map(Timestamp.format))
-            },
+            exportedAt: Timestamp.format(now), user: user.payload, identities: [], sessions: [], secondFactor: nil,
+            oneTimeCodes: [],
             requests: records.requests.map {
                 .init(method: $0.method, status: $0.status, processedAt: Timestamp.format($0.processedAt))
             },
-            audit: records.audit.map { entry in
-                .init(
-                    at: Timestamp.format(entry.at), action: entry.action, outcome: entry.outcome,
-                    requestId: entry.requestID, clientId: entry.clientID,
-                    device: entry.deviceName == nil && entry.devicePlatform == nil
-                        ? nil : .init(name: entry.deviceName, platform: entry.devicePlatform),
-                    ip: entry.ip, userAgent: entry.userAgent, actor: entry.actor)
-            })
-        export.passkeys = try unit.passkeys(userID: user.id).map(\.payload)
-        export.passkeyHandle = try unit.passkeyHandle(userID: user.id).map(Base64URL.encode)
-        export.consoleRole = records.consoleRole
+            audit: records.audit.map(Self.auditRecord))
         export.disabledAt = records.disabledAt.map(Timestamp.format)
-        export.consoleSessions = records.consoleSessions.map {
-            AccountExportPayload.ConsoleSession(
-                client: $0.client, createdAt: Timestamp.format($0.createdAt),
-                lastSeenAt: Timestamp.format($0.lastSeenAt))
-        }
-        export.passkeyChallenges = records.passkeyChallenges.map {
-            AccountExportPayload.PasskeyChallenge(
-                purpose: $0.purpose, createdAt: Timestamp.format($0.createdAt),
-                expiresAt: Timestamp.format($0.expiresAt))
+        // Every way into the account, from the one list of them.
+        for access in AccountAccess.allCases {
+            switch access {
+            case .sessions:
+                export.sessions = try unit.sessionDetails(userID: user.id, live: false, at: now).map(Self.session)
+            case .identities:
+                export.identities = records.identities.map(Self.identity)
+            case .passkeys:
+                export.passkeys = try unit.passkeys(userID: user.id).map(\.payload)
+                export.passkeyHandle = try unit.passkeyHandle(userID: user.id).map(Base64URL.encode)
+            case .secondFactor:
+                export.secondFactor = records.factor.map { factor in
+                    .init(
+                        kind: "totp", active: factor.enabledAt != nil, createdAt: Timestamp.format(factor.createdAt),
+                        enabledAt: factor.enabledAt.map(Timestamp.format),
+                        recoveryCodesLeft: records.unusedRecoveryCodes)
+                }
+            case .pendingCodes:
+                export.oneTimeCodes = records.codes.map { code in
+                    .init(
+                        purpose: code.purpose, email: code.email, createdAt: Timestamp.format(code.createdAt),
+                        expiresAt: Timestamp.format(code.expiresAt), usedAt: code.usedAt.map(Timestamp.format))
+                }
+            case .passkeyChallenges:
+                export.passkeyChallenges = records.passkeyChallenges.map {
+                    AccountExportPayload.PasskeyChallenge(
+                        purpose: $0.purpose, createdAt: Timestamp.format($0.createdAt),
+                        expiresAt: Timestamp.format($0.expiresAt))
+                }
+            case .consoleRole:
+                export.consoleRole = records.consoleRole
+            case .consoleSessions:
+                export.consoleSessions = records.consoleSessions.map {
+                    AccountExportPayload.ConsoleSession(
+                        client: $0.client, createdAt: Timestamp.format($0.createdAt),
+                        lastSeenAt: Timestamp.format($0.lastSeenAt))
+                }
+            }
         }
         var result = LoginResultData.accepted(requestID: requestID, user: user.payload)
         result.sealedExport = try JWE.sealECDHES(MessageCoding.encode(export), to: replyKey)
         return FlowAnswer(result: result, userID: user.id, sessionID: session.id)
+    }
+    static func identity(_ identity: AccountRecords.Identity) -> AccountExportPayload.Identity {
+        .init(
+            provider: identity.record.provider, subject: identity.record.subject, email: identity.record.email,
+            emailVerified: identity.record.emailVerified, hasPassword: identity.record.passwordHash != nil,
+            createdAt: Timestamp.format(identity.createdAt), lastLoginAt: identity.lastLoginAt.map(Timestamp.format))
+    }
+
+    static func session(_ details: SessionDetails) -> AccountExportPayload.Session {
+        .init(
+            id: details.id.lowercasedString,
+            device: details.deviceName == nil && details.devicePlatform == nil
+                ? nil : .init(name: details.deviceName, platform: details.devicePlatform),
+            method: details.provider, createdAt: Timestamp.format(details.createdAt),
+            expiresAt: Timestamp.format(details.expiresAt), revokedAt: details.revokedAt.map(Timestamp.format),
+            revokedReason: details.revokedReason)
+    }
+
+    /// An audit row as the user reads it: staff who acted are `support`, never named.
+    static func auditRecord(_ entry: AuditEntry) -> AccountExportPayload.AuditRecord {
+        .init(
+            at: Timestamp.format(entry.at), action: entry.action, outcome: entry.outcome, requestId: entry.requestID,
+            clientId: entry.clientID,
+            device: entry.deviceName == nil && entry.devicePlatform == nil
+                ? nil : .init(name: entry.deviceName, platform: entry.devicePlatform),
+            ip: entry.ip, userAgent: entry.userAgent, actor: AuditEntry.actorShownToUser(entry.actor))
     }
 }

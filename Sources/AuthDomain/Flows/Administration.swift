@@ -25,7 +25,7 @@ public enum AccountAdministration {
     }
 
     /// Disables (`disabled` true) or enables a user, in the caller's transaction.
-    /// - Parameter actor: who acted, for the audit trail (`operator`, or `admin:<email>`).
+    /// - Parameter actor: who acted, for the audit trail (`operator`, or `console:<user id>`).
     /// - Returns: nil when there is no such user.
     package static func setDisabled(
         _ id: UUID, disabled: Bool, actor: String, unit: any UnitOfWork, events: EventFactory
@@ -88,6 +88,30 @@ extension AccountAdministration {
         try unit.recordAudit(
             AuditEntry(at: events.now, userID: id, action: "operator.mfa_remove", outcome: "ok", actor: actor))
         return true
+    }
+}
+
+extension AccountAdministration {
+    /// Removes a user's passkeys, one or all (a lost or stolen authenticator, or one the user does
+    /// not recognise): each announced as `auth.passkey.removed` (reason `admin`). With all gone,
+    /// the account's WebAuthn handle goes too.
+    /// - Returns: how many were removed; nil when there is no such user.
+    package static func removePasskeys(
+        _ id: UUID, only: UUID?, actor: String, unit: any UnitOfWork, events: EventFactory
+    ) throws -> Int? {
+        guard try unit.user(id: id) != nil else { return nil }
+        let all = try unit.passkeys(userID: id)
+        let removing = only.map { only in all.filter { $0.id == only } } ?? all
+        for passkey in removing {
+            try unit.deletePasskey(id: passkey.id)
+            try unit.appendEvent(try events.passkeyRemoved(user: id, passkey: passkey, reason: "admin"))
+        }
+        if removing.count == all.count { try unit.deletePasskeyHandle(userID: id) }
+        try unit.recordAudit(
+            AuditEntry(
+                at: events.now, userID: id, action: "operator.passkeys_remove",
+                outcome: removing.isEmpty ? "none" : "ok", actor: actor))
+        return removing.count
     }
 }
 

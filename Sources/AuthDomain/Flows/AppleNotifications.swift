@@ -144,17 +144,11 @@ public enum AccountDeletion {
     ) throws -> Summary {
         var summary = Summary()
         for id in ids {
-            if revokeSessions {
-                for session in try unit.liveSessions(userID: id, at: events.now) {
-                    try unit.appendEvent(try events.sessionRevoked(user: id, session: session, reason: "user_deleted"))
-                    summary.sessionsRevoked += 1
-                    summary.events += 1
-                }
-            }
-            // Apple deleted the account itself: nothing of Apple's to revoke.
-            if reason != "apple_account_deleted" {
-                try unit.queueAppleRevocations(userID: id, identifiers: events.identifiers, at: events.now)
-            }
+            let ended = try endWaysIn(
+                of: id, revokingSessions: revokeSessions, sessionReason: "user_deleted",
+                revokingAppleTokens: reason != "apple_account_deleted", unit: unit, events: events)
+            summary.sessionsRevoked += ended
+            summary.events += ended
             try unit.appendEvent(try events.userDeleted(user: id, reason: reason))
             summary.events += 1
             // The trail outlives the account: who deleted it, and why.
@@ -166,5 +160,40 @@ public enum AccountDeletion {
         try unit.deleteUsers(ids)
         summary.users = ids.count
         return summary
+    }
+
+    /// What a deletion does about each way into the account (`AccountAccess`) before the user's
+    /// row is deleted; the rows of every table in the list go with it (`ON DELETE CASCADE`,
+    /// which `AccountAccessTests` checks of the schema).
+    /// - Parameters:
+    ///   - revokingSessions: announce each live session's end (`auth.session.revoked`).
+    ///   - revokingAppleTokens: queue the revocation of Apple's tokens (not when Apple itself
+    ///     deleted the account).
+    /// - Returns: the sessions announced as ended.
+    package static func endWaysIn(
+        of id: UUID, revokingSessions: Bool, sessionReason: String, revokingAppleTokens: Bool, unit: any UnitOfWork,
+        events: EventFactory
+    ) throws -> Int {
+        var ended = 0
+        for access in AccountAccess.allCases {
+            switch access {
+            case .sessions:
+                guard revokingSessions else { continue }
+                for session in try unit.liveSessions(userID: id, at: events.now) {
+                    try unit.appendEvent(try events.sessionRevoked(user: id, session: session, reason: sessionReason))
+                    ended += 1
+                }
+            case .identities:
+                // Apple's tokens are revoked after the answer, by a durable job (Apple being down
+                // never holds a deletion up).
+                if revokingAppleTokens {
+                    try unit.queueAppleRevocations(userID: id, identifiers: events.identifiers, at: events.now)
+                }
+            case .passkeys, .secondFactor, .pendingCodes, .passkeyChallenges, .consoleRole, .consoleSessions:
+                // Nothing to announce: the rows go with the user's.
+                break
+            }
+        }
+        return ended
     }
 }

@@ -128,12 +128,14 @@ package struct EventFactory: Sendable {
             user: user)
     }
 
-    func passkeyRemoved(user: UUID, passkey: PasskeyRecord) throws -> OutboxEvent {
+    /// - Parameter reason: `user` (`passkey_remove`), `account_claimed` (the mailbox's owner
+    ///   took the account over) or `admin` (support staff or an operator).
+    func passkeyRemoved(user: UUID, passkey: PasskeyRecord, reason: String = "user") throws -> OutboxEvent {
         try make(
             UserEventType.passkeyRemoved,
             PasskeyEventData(
                 userId: user.lowercasedString, passkeyId: passkey.id.lowercasedString, name: passkey.name,
-                reason: "user"),
+                reason: reason),
             user: user)
     }
 

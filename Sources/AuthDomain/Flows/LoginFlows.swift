@@ -100,6 +100,9 @@ public struct LoginFlows: Sendable {
     let appleTokenKeys: AppleTokenKeys?
     /// The passkeys' relying party; nil unless `AUTH_WEBAUTHN_RP_ID` is set.
     let relyingParty: RelyingParty?
+    /// Makes the stand-in credentials `passkey_login_options` lists for an address without
+    /// passkeys; nil without a results key to derive it from.
+    let passkeyStandIns: PasskeyStandIns?
 
     public init(
         configuration: WorkerConfiguration, accessTokens: any AccessTokenIssuer,
@@ -117,6 +120,7 @@ public struct LoginFlows: Sendable {
         emailCodeKeys = CodeKeys(configuration: configuration)
         secondFactorKeys = FactorKeys(configuration: configuration)
         appleTokenKeys = configuration.appleTokens.isEnabled ? AppleTokenKeys(configuration: configuration) : nil
+        passkeyStandIns = configuration.resultsKey.map(PasskeyStandIns.init(resultsKey:))
         let passkeys = configuration.passkeys
         relyingParty = passkeys.rpID.map { id in
             RelyingParty(

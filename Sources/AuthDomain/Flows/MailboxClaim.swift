@@ -58,11 +58,13 @@ enum MailboxProof {
         user.email.flatMap(EmailAddress.normalize) == email
     }
 
-    /// The owner of `email`'s mailbox takes over `user`, whose address was never verified:
-    /// every session made before ends (`auth.session.revoked`, reason `account_claimed`), the
-    /// password set before verification is dropped (or replaced by `newPasswordHash`), a second
-    /// factor is removed, and every other way in that does not itself prove this address is
-    /// taken off (`auth.identity.unlinked`). The address is then verified.
+    /// The owner of `email`'s mailbox takes over `user`, whose address was never verified: every
+    /// way into the account (`AccountAccess`, walked whole) that does not itself prove this
+    /// address ends in this transaction. Sessions end (`auth.session.revoked`, reason
+    /// `account_claimed`), the password set before verification is dropped (or replaced by
+    /// `newPasswordHash`), other identities are taken off (`auth.identity.unlinked`), passkeys are
+    /// removed (`auth.passkey.removed`), the second factor too, pending codes and ceremony
+    /// challenges are voided, and a console role and its sessions end. The address is then verified.
     /// - Parameters:
     ///   - keepingSession: a session of the prover's own (`verify_email` with the registrant's
     ///     access token): it stays.
@@ -72,13 +74,64 @@ enum MailboxProof {
         in unit: any UnitOfWork, events: EventFactory, at now: Date
     ) throws -> StoredUser {
         var claimed = user
-        let ending = try unit.liveSessions(userID: user.id, at: now).filter { $0 != keepingSession }
-        try unit.revokeSessions(ending, reason: "account_claimed", at: now)
-        for id in ending {
-            try unit.appendEvent(try events.sessionRevoked(user: user.id, session: id, reason: "account_claimed"))
+        for access in AccountAccess.allCases {
+            switch access {
+            case .identities:
+                claimed.providers = try claimIdentities(
+                    of: user.id, email: email, newPasswordHash: newPasswordHash, in: unit, events: events, at: now)
+            case .passkeys:
+                for passkey in try unit.passkeys(userID: user.id) {
+                    try unit.deletePasskey(id: passkey.id)
+                    try unit.appendEvent(
+                        try events.passkeyRemoved(user: user.id, passkey: passkey, reason: "account_claimed"))
+                }
+                try unit.deletePasskeyHandle(userID: user.id)
+            case .secondFactor:
+                if try unit.mfaFactor(userID: user.id) != nil {
+                    try unit.deleteFactor(userID: user.id)
+                    try unit.appendEvent(try events.mfaChanged(user: user.id, enabled: false))
+                }
+            case .sessions:
+                let ending = try unit.liveSessions(userID: user.id, at: now).filter { $0 != keepingSession }
+                try unit.revokeSessions(ending, reason: "account_claimed", at: now)
+                for id in ending {
+                    try unit.appendEvent(
+                        try events.sessionRevoked(user: user.id, session: id, reason: "account_claimed"))
+                }
+            case .pendingCodes:
+                try unit.voidCodes(userID: user.id, purposes: CodePurpose.allCases.map(\.rawValue), at: now)
+            case .passkeyChallenges:
+                try unit.deletePasskeyChallenges(userID: user.id)
+            case .consoleRole:
+                // Granted to whoever held the account before its address was proven.
+                if let role = try unit.consoleRole(userID: user.id) {
+                    try unit.deleteConsoleRole(userID: user.id)
+                    try unit.recordAudit(
+                        AuditEntry(
+                            at: now, userID: user.id, action: "account.console_role_removed", outcome: role,
+                            actor: "account_claimed"))
+                }
+            case .consoleSessions:
+                try unit.deleteConsoleSessions(userID: user.id)
+            }
         }
+        claimed.email = email
+        claimed.emailVerified = true
+        claimed.isPrivateEmail = false
+        try unit.updateUser(claimed, upgradedAt: nil, at: now)
+        try unit.appendEvent(try events.emailVerified(user: user.id, email: email))
+        return claimed
+    }
+
+    /// The claim's identities: the password identity of `email` is proven (its password dropped
+    /// or replaced), identities that prove the same address stay, every other is taken off.
+    /// - Returns: the providers the account signs in with now.
+    private static func claimIdentities(
+        of userID: UUID, email: String, newPasswordHash: String?, in unit: any UnitOfWork, events: EventFactory,
+        at now: Date
+    ) throws -> [String] {
         var providers: [String] = []
-        for identity in try unit.identities(userID: user.id) {
+        for identity in try unit.identities(userID: userID) {
             if identity.provider == "password", identity.subject == email {
                 var proven = identity
                 proven.passwordHash = newPasswordHash
@@ -93,7 +146,7 @@ enum MailboxProof {
                 try unit.deleteIdentity(provider: identity.provider, subject: identity.subject)
                 try unit.appendEvent(
                     try events.identityUnlinked(
-                        user: user.id, provider: identity.provider, subject: identity.subject,
+                        user: userID, provider: identity.provider, subject: identity.subject,
                         reason: "account_claimed"))
                 continue
             }
@@ -101,17 +154,6 @@ enum MailboxProof {
             let usable = identity.provider != "password" || identity.subject != email || newPasswordHash != nil
             if usable, !providers.contains(identity.provider) { providers.append(identity.provider) }
         }
-        claimed.providers = providers
-        if try unit.mfaFactor(userID: user.id) != nil {
-            try unit.deleteFactor(userID: user.id)
-            try unit.appendEvent(try events.mfaChanged(user: user.id, enabled: false))
-        }
-        try unit.voidCodes(userID: user.id, purposes: CodePurpose.allCases.map(\.rawValue), at: now)
-        claimed.email = email
-        claimed.emailVerified = true
-        claimed.isPrivateEmail = false
-        try unit.updateUser(claimed, upgradedAt: nil, at: now)
-        try unit.appendEvent(try events.emailVerified(user: user.id, email: email))
-        return claimed
+        return providers
     }
 }

@@ -1,6 +1,7 @@
 import AuthCrypto
 import Foundation
 import Messages
+import Passwords
 import WebAuthn
 
 /// Passkeys (WebAuthn L3), relayed by the gateway: the worker issues each ceremony's options
@@ -65,15 +66,24 @@ extension LoginFlows {
 
     /// `passkey_login_options`: request options; with an `email`, its account's passkeys are
     /// listed in `allowCredentials`, without one the sign-in is discoverable.
+    /// Without a results key there is no secret to make stand-ins with, so the address is not
+    /// looked up at all: every sign-in is discoverable, and the answer says nothing of anyone.
     func preparePasskeyLoginOptions(_ request: LoginRequest) throws -> any PreparedWrite {
         let rp = try passkeyPolicy()
-        let limit = configuration.passkeys.optionsRateLimit
+        let settings = configuration.passkeys
         let client = request.data.clientID ?? request.partitionKey
+        var limits: [(bucket: String, limit: WorkerConfiguration.RateLimit)] = []
+        if settings.optionsRateLimit.count > 0, let client = client.flatMap(\.nilIfEmpty) {
+            limits.append(("passkey-options:" + client, settings.optionsRateLimit))
+        }
+        if settings.optionsGlobalRateLimit.count > 0 {
+            limits.append((PasskeyLoginOptions.globalBucket, settings.optionsGlobalRateLimit))
+        }
+        let email = request.data.email?.trimmedOfWhitespace.nilIfEmpty
         return PasskeyLoginOptions(
-            requestID: request.id, email: request.data.email?.trimmedOfWhitespace.nilIfEmpty, rp: rp,
-            settings: configuration.passkeys, challenge: try SecureRandom.bytes(32),
-            limitBucket: limit.count > 0 ? client.flatMap(\.nilIfEmpty).map { "passkey-options:" + $0 } : nil,
-            now: clock.now())
+            requestID: request.id, email: passkeyStandIns == nil ? nil : email.map { EmailAddress.normalize($0) ?? $0 },
+            rp: rp, settings: settings, challenge: try SecureRandom.bytes(32), limits: limits,
+            standIns: passkeyStandIns, now: clock.now())
     }
 
     /// `passkey_login`: an assertion, checked (§7.2) up to the stored credential, which the write
@@ -245,41 +255,55 @@ struct PasskeyRegisterOptions: PreparedWrite {
     }
 }
 
-/// `passkey_login_options`, ready to write: the challenge, and the named account's passkeys.
+/// `passkey_login_options`, ready to write: the challenge, and the named account's passkeys, or
+/// stand-ins where it has none (WebAuthn L3 §14.6.2): an address with an account and passkeys
+/// and one without are answered alike, so the options tell nobody which addresses have accounts.
 struct PasskeyLoginOptions: PreparedWrite {
+    /// The ceiling's bucket, shared by every client.
+    static let globalBucket = "passkey-options-all"
+
     let requestID: String
+    /// The address named, normalized; nil for a discoverable sign-in (or without stand-ins).
     let email: String?
     let rp: RelyingParty
     let settings: WorkerConfiguration.Passkeys
     let challenge: [UInt8]
-    /// The client's rate-limit bucket, when it is limited.
-    let limitBucket: String?
+    /// The client's rate-limit bucket (when it is limited) and the global ceiling's.
+    let limits: [(bucket: String, limit: WorkerConfiguration.RateLimit)]
+    let standIns: PasskeyStandIns?
     let now: Date
 
     var prefetch: Prefetch {
         var prefetch = Prefetch()
-        prefetch.rateLimitBuckets = limitBucket.map { [$0] } ?? []
+        prefetch.rateLimitBuckets = limits.map(\.bucket)
         return prefetch
     }
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
-        if let limitBucket {
-            let limit = settings.optionsRateLimit
-            guard try unit.rateLimitUsage(bucket: limitBucket, at: now, window: limit.window) < limit.count else {
+        for (bucket, limit) in limits {
+            guard try unit.rateLimitUsage(bucket: bucket, at: now, window: limit.window) < limit.count else {
                 throw LoginError.tooManyAttempts(
-                    until: now + limit.window, now: now, message: "too many passkey sign-ins asked for from this client"
-                )
+                    until: now + limit.window, now: now,
+                    message: bucket == Self.globalBucket
+                        ? "too many passkey sign-ins asked for right now; try again later"
+                        : "too many passkey sign-ins asked for from this client")
             }
-            try unit.recordRateLimitedUse(bucket: limitBucket, at: now, window: limit.window)
         }
-        var passkeys: [PasskeyRecord] = []
+        for (bucket, limit) in limits {
+            try unit.recordRateLimitedUse(bucket: bucket, at: now, window: limit.window)
+        }
+        var descriptors: [PasskeyOptionsPayload.CredentialDescriptor] = []
         var account: UUID?
         if let email {
             let matches = try unit.usersWithVerifiedEmail(email)
             if matches.count == 1, let match = matches.first {
-                passkeys = try unit.passkeys(userID: match)
-                if !passkeys.isEmpty { account = match }
+                let passkeys = try unit.passkeys(userID: match)
+                if !passkeys.isEmpty {
+                    account = match
+                    descriptors = passkeys.map(\.descriptor)
+                }
             }
+            if account == nil, let standIns { descriptors = standIns.descriptors(for: email) }
         }
         try unit.insertPasskeyChallenge(
             PasskeyChallengeRecord(
@@ -289,11 +313,43 @@ struct PasskeyLoginOptions: PreparedWrite {
         var options = PasskeyOptionsPayload(
             challenge: Base64URL.encode(challenge), timeout: Int64(settings.challengeLifetime * 1000))
         options.rpId = rp.id
-        options.allowCredentials = passkeys.map(\.descriptor)
+        options.allowCredentials = descriptors
         options.userVerification = rp.userVerification.rawValue
         var result = LoginResultData.accepted(requestID: requestID, user: nil)
         result.passkeyOptions = options
         return FlowAnswer(result: result, userID: nil, sessionID: nil)
+    }
+}
+
+/// Stand-in credentials for an address that has no account with passkeys: stable (the same
+/// address gets the same ones, as an account's own would stay), unguessable without the key (an
+/// HMAC of the address under a key derived from the results key), and shaped as real ones are
+/// (one or two, of the lengths authenticators use, with their transports).
+struct PasskeyStandIns: Sendable {
+    private let key: [UInt8]
+
+    init(resultsKey: [UInt8]) {
+        key = HMACSHA256.mac(key: resultsKey, message: Array("auth-worker passkey stand-ins".utf8))
+    }
+
+    /// Lengths platform and roaming authenticators give their credential ids.
+    private static let idLengths = [16, 20, 32, 64]
+    private static let transports: [[String]] = [["internal", "hybrid"], ["internal"], ["hybrid"], ["usb", "nfc"]]
+
+    func descriptors(for email: String) -> [PasskeyOptionsPayload.CredentialDescriptor] {
+        let shape = HMACSHA256.mac(key: key, message: Array("shape\u{0}\(email)".utf8))
+        let count = 1 + Int(shape[0] % 2)
+        return (0..<count).map { index in
+            let length = Self.idLengths[Int(shape[1 + index] % UInt8(Self.idLengths.count))]
+            var id: [UInt8] = []
+            var block = 0
+            while id.count < length {
+                id += HMACSHA256.mac(key: key, message: Array("id\u{0}\(index)\u{0}\(block)\u{0}\(email)".utf8))
+                block += 1
+            }
+            let transports = Self.transports[Int(shape[3 + index] % UInt8(Self.transports.count))]
+            return .init(id: Base64URL.encode(Array(id.prefix(length))), transports: transports)
+        }
     }
 }
 

@@ -155,7 +155,11 @@ extension LoginFlows {
         let now = clock.now()
         let token = try? presentedToken(
             request.data.accessToken ?? "", field: "data.access_token", allowExpired: false, at: now)
-        return Introspection(requestID: request.id, token: token, now: now)
+        let sessions = configuration.sessions
+        return Introspection(
+            requestID: request.id, token: token,
+            guestAbilities: sessions.guestAbilities == sessions.memberAbilities ? nil : sessions.guestAbilities,
+            now: now)
     }
 }
 
@@ -164,6 +168,8 @@ struct Introspection: PreparedWrite {
     let requestID: String
     /// Nil when the token is already known to be inactive (a JWT that does not verify).
     let token: PresentedAccessToken?
+    /// A guest session's abilities, when they tell one apart from a member's.
+    let guestAbilities: [String]?
     let now: Date
 
     var prefetch: Prefetch { token?.prefetch ?? Prefetch() }
@@ -183,14 +189,23 @@ struct Introspection: PreparedWrite {
         case .opaque(let hash):
             expiresAt = min(try unit.accessToken(hash: hash)?.expiresAt ?? session.expiresAt, session.expiresAt)
         }
+        // What the token grants, said one way: a guest's token keeps a guest's grant after its
+        // user becomes a member (the member's sign-in has tokens of its own), and says so.
         let abilities: [String]
-        if case .jwt(let claims) = token { abilities = claims.abilities } else { abilities = session.abilities }
+        let guest: Bool
+        if case .jwt(let claims) = token {
+            abilities = claims.abilities
+            guest = claims.isGuest
+        } else {
+            abilities = session.abilities
+            guest = session.userIsGuest || guestAbilities == session.abilities
+        }
         return FlowAnswer(
             result: .introspected(
                 requestID: requestID,
                 IntrospectionPayload(
                     active: true, sub: session.userID.lowercasedString, sid: session.id.lowercasedString,
-                    abilities: abilities, exp: Int64(expiresAt.timeIntervalSince1970), guest: session.userIsGuest)),
+                    abilities: abilities, exp: Int64(expiresAt.timeIntervalSince1970), guest: guest)),
             userID: session.userID, sessionID: session.id)
     }
 
