@@ -19,7 +19,7 @@ import ServiceKit
 /// The `auth-worker` command: parses arguments, runs one command, returns the exit status.
 ///
 /// Every command prints a usage line for `--help` and a one-line reason on error, with a non-zero
-/// exit status. Configuration comes from the environment (see the README), never from arguments.
+/// exit status. Configuration comes from the environment (docs/operations.md), never from arguments.
 public struct CommandLineInterface: Sendable {
     /// One command: its words, what it takes, and what it does.
     struct Command: Sendable {
@@ -54,6 +54,9 @@ public struct CommandLineInterface: Sendable {
             words: ["config", "check"], arguments: "",
             summary:
                 "check the whole AUTH_* environment (keys, providers file, limits) without connecting to anything"),
+        Command(
+            words: ["config", "reference"], arguments: "",
+            summary: "print every AUTH_* variable with its meaning and default, as Markdown (docs/operations.md)"),
         Command(
             words: ["version"], arguments: "", summary: "print the version, the commit and the C libraries' versions"),
         Command(
@@ -134,7 +137,8 @@ public struct CommandLineInterface: Sendable {
             }
         }
         lines += [
-            "", "Every command takes --help. Configuration is read from AUTH_* environment variables; see the README.",
+            "",
+            "Every command takes --help. Configuration is read from AUTH_* environment variables: auth-worker config reference lists them.",
         ]
         return lines.joined(separator: "\n")
     }
@@ -223,6 +227,8 @@ public struct CommandLineInterface: Sendable {
                 try await migrate(apply: parsed.flag == nil)
             case ["config", "check"]:
                 try checkConfiguration()
+            case ["config", "reference"]:
+                output(Self.configurationReference)
             case ["probe"]:
                 let path = parsed.positionals.first ?? "livez"
                 guard ["livez", "readyz"].contains(path) else { throw UsageError(message: command.usage) }
@@ -282,7 +288,7 @@ public struct CommandLineInterface: Sendable {
     /// Asks this machine's health endpoint (`AUTH_HEALTH_PORT`), as a container HEALTHCHECK does:
     /// exit 0 when it answers 200 within two seconds, 1 otherwise.
     private func probe(_ path: String) -> Int32 {
-        let port = environment["AUTH_HEALTH_PORT"].flatMap { UInt16($0) } ?? 8080
+        let port = environment[Setting.healthPort.name].flatMap { UInt16($0) } ?? 8080
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { return 1 }
         defer { close(fd) }
@@ -358,13 +364,13 @@ public struct CommandLineInterface: Sendable {
         let console = configuration.console
         guard configuration.resultsKey != nil else {
             throw ConfigurationError(
-                variable: "AUTH_RESULTS_KEY_FILE",
+                variable: Setting.resultsKeyFile.name,
                 reason:
                     "the console's sign-in asks for the second factor, whose secrets are sealed with the results key")
         }
         if !console.isLoopback && !console.behindTLS {
             throw ConfigurationError(
-                variable: "AUTH_CONSOLE_BEHIND_TLS",
+                variable: Setting.consoleBehindTls.name,
                 reason:
                     "the console's cookies are Secure: set it to true when TLS ends in front of the console "
                     + "(an ingress, a proxy), or listen on 127.0.0.1 for development")
@@ -426,7 +432,7 @@ public struct CommandLineInterface: Sendable {
             try configuration.producerConfiguration.check()
             try configuration.consumerConfiguration.check()
         } catch let error as KafkaError {
-            throw ConfigurationError(variable: "AUTH_KAFKA_PROPERTIES_FILE", reason: "librdkafka refuses \(error)")
+            throw ConfigurationError(variable: Setting.kafkaPropertiesFile.name, reason: "librdkafka refuses \(error)")
         }
         var signing: [String] = []
         if !configuration.signingKeyPaths.isEmpty {
@@ -929,5 +935,22 @@ private struct AdminLine: Encodable {
         case grantedAt = "granted_at"
         case grantedBy = "granted_by"
         case emailVerified = "email_verified"
+    }
+}
+
+extension CommandLineInterface {
+    /// Every setting, a table a section, from their declarations (`Setting.all`).
+    static var configurationReference: String {
+        var lines: [String] = []
+        for section in Setting.Section.allCases {
+            let settings = Setting.all.filter { $0.section == section }
+            guard !settings.isEmpty else { continue }
+            if !lines.isEmpty { lines.append("") }
+            lines += ["### \(section.rawValue)", "", "| variable | meaning | default |", "|---|---|---|"]
+            for setting in settings {
+                lines.append("| `\(setting.name)` | \(setting.meaning) | \(setting.defaultValue) |")
+            }
+        }
+        return lines.joined(separator: "\n")
     }
 }

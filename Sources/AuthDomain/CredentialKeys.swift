@@ -44,13 +44,13 @@ public struct CredentialKeys: CredentialOpener {
     public init(paths: [String]) throws {
         keys = try paths.map { path in
             guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
-                throw ConfigurationError(variable: "AUTH_CREDENTIAL_KEYS", reason: "cannot read \(path)")
+                throw ConfigurationError(variable: Setting.credentialKeys.name, reason: "cannot read \(path)")
             }
             do {
                 return try Key(privateKey: try X25519.privateKey(pem: pem))
             } catch {
                 throw ConfigurationError(
-                    variable: "AUTH_CREDENTIAL_KEYS", reason: "\(path) is not an X25519 private key")
+                    variable: Setting.credentialKeys.name, reason: "\(path) is not an X25519 private key")
             }
         }
     }

@@ -28,7 +28,7 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
     /// - Throws: `ConfigurationError` for a missing, unreadable or unsupported key: never a silent fallback.
     public init(configuration: WorkerConfiguration) throws {
         guard !configuration.signingKeyPaths.isEmpty else {
-            throw ConfigurationError(variable: "AUTH_SIGNING_KEYS", reason: "is required for jwt access tokens")
+            throw ConfigurationError(variable: Setting.signingKeys.name, reason: "is required for jwt access tokens")
         }
         func load(_ paths: [String], variable: String) throws -> [SigningKey] {
             try paths.map { path in
@@ -42,12 +42,12 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
                 }
             }
         }
-        keys = try load(configuration.signingKeyPaths, variable: "AUTH_SIGNING_KEYS")
-        nextKeys = try load(configuration.nextSigningKeyPaths, variable: "AUTH_SIGNING_KEYS_NEXT")
+        keys = try load(configuration.signingKeyPaths, variable: Setting.signingKeys.name)
+        nextKeys = try load(configuration.nextSigningKeyPaths, variable: Setting.signingKeysNext.name)
         let current = Set(keys.map(\.keyID))
         if let twice = nextKeys.first(where: { current.contains($0.keyID) }) {
             throw ConfigurationError(
-                variable: "AUTH_SIGNING_KEYS_NEXT", reason: "key \(twice.keyID) is also in AUTH_SIGNING_KEYS")
+                variable: Setting.signingKeysNext.name, reason: "key \(twice.keyID) is also in AUTH_SIGNING_KEYS")
         }
         issuer = configuration.tokenIssuer
         audience = configuration.tokenAudience

@@ -43,16 +43,17 @@ public final class AppleTokenService: Service {
         guard apple.isEnabled, let path = apple.privateKeyPath, let keys = AppleTokenKeys(configuration: configuration)
         else { return nil }
         guard let pem = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw ConfigurationError(variable: "AUTH_APPLE_PRIVATE_KEY_FILE", reason: "cannot read \(path)")
+            throw ConfigurationError(variable: Setting.applePrivateKeyFile.name, reason: "cannot read \(path)")
         }
         let key: SigningKey
         do {
             key = try SigningKey(pem: pem)
         } catch {
-            throw ConfigurationError(variable: "AUTH_APPLE_PRIVATE_KEY_FILE", reason: "is not a private key: \(error)")
+            throw ConfigurationError(
+                variable: Setting.applePrivateKeyFile.name, reason: "is not a private key: \(error)")
         }
         guard key.algorithm == .es256 else {
-            throw ConfigurationError(variable: "AUTH_APPLE_PRIVATE_KEY_FILE", reason: "must be a P-256 (ES256) key")
+            throw ConfigurationError(variable: Setting.applePrivateKeyFile.name, reason: "must be a P-256 (ES256) key")
         }
         self.configuration = apple
         self.keys = keys
@@ -198,7 +199,7 @@ public final class AppleTokenService: Service {
 
     private func post(_ address: String, form: [(String, String)]) async throws -> (status: Int, body: Data) {
         guard let url = URL(string: address) else {
-            throw ConfigurationError(variable: "AUTH_APPLE_TOKEN_URL", reason: "is not a URL")
+            throw ConfigurationError(variable: Setting.appleTokenURL.name, reason: "is not a URL")
         }
         var request = URLRequest(url: url)
         request.httpMethod = "POST"

@@ -8,7 +8,7 @@ import ServiceKit
 /// What the worker counts and measures, served as Prometheus text on `/metrics`.
 ///
 /// Every family has its `# HELP` and `# TYPE`; `promtool check metrics` passes on a live scrape
-/// (tested). Names and labels are documented in the README's operator guide.
+/// (tested). Names and labels are documented in deploy/README.md, "Metrics".
 public final class WorkerMetrics: Sendable {
     public let registry = MetricsRegistry()
 
@@ -171,7 +171,7 @@ public enum BuildInfo {
     /// The commit the binary was built from: `AUTH_BUILD_COMMIT`, set by the image build
     /// (`--build-arg COMMIT=$(git rev-parse HEAD)`), else `unknown`.
     public static var commit: String {
-        let value = ProcessInfo.processInfo.environment["AUTH_BUILD_COMMIT"] ?? ""
+        let value = ProcessInfo.processInfo.environment[Setting.buildCommit.name] ?? ""
         return value.isEmpty ? "unknown" : String(value.prefix(64))
     }
 }

@@ -332,7 +332,7 @@ do {
         }
     }
     if wants("passwords") {
-        guard let databaseURL = ProcessInfo.processInfo.environment["AUTH_BENCH_DATABASE_URL"] else {
+        guard let databaseURL = ProcessInfo.processInfo.environment[Setting.benchDatabaseURL.name] else {
             throw BenchmarkFailure(reason: "AUTH_BENCH_DATABASE_URL is not set")
         }
         let parameters = Argon2Parameters()

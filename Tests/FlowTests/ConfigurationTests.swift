@@ -1,4 +1,3 @@
-import AuthCLI
 import AuthDomain
 import AuthStore
 import AuthWorker
@@ -6,6 +5,7 @@ import Foundation
 import Kafka
 import Testing
 
+@testable import AuthCLI
 @testable import TestSupport
 
 @Suite struct ConfigurationTests {
@@ -350,5 +350,29 @@ import Testing
             #expect(error.description.contains(path) && error.description.contains(expected), "\(error)")
             #expect(!error.description.contains("DecodingError"))
         }
+    }
+
+    /// Each variable is declared once, and the reference lists every declaration under its
+    /// section: what `scripts/check-docs.py` compares with docs/operations.md.
+    @Test func everySettingIsDeclaredOnceAndListedInTheReference() throws {
+        let names = Setting.all.map(\.name)
+        #expect(
+            Set(names).count == names.count,
+            "declared twice: \(names.filter { name in names.filter { $0 == name }.count > 1 })")
+        #expect(names.allSatisfy { $0.hasPrefix("AUTH_") && $0 == $0.uppercased() })
+        #expect(Setting.all.allSatisfy { !$0.meaning.isEmpty && !$0.defaultValue.isEmpty })
+        let reference = CommandLineInterface.configurationReference
+        for setting in Setting.all {
+            #expect(reference.components(separatedBy: "| `\(setting.name)` |").count == 2, "\(setting.name)")
+        }
+        for section in Setting.Section.allCases {
+            #expect(reference.contains("### \(section.rawValue)\n"), "\(section.rawValue)")
+        }
+        // Read by its declaration: a value set under the declared name arrives.
+        let configuration = try WorkerConfiguration.fromEnvironment([
+            Setting.kafkaGroup.name: "group-from-the-declaration", Setting.batchMax.name: "42",
+        ])
+        #expect(configuration.kafkaGroup == "group-from-the-declaration")
+        #expect(configuration.processing.batchMax == 42)
     }
 }

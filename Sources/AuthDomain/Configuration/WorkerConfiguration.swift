@@ -428,72 +428,75 @@ public struct WorkerConfiguration: Sendable {
     public func validate() throws {
         try validateBrokers()
         guard !kafkaGroup.isEmpty else {
-            throw ConfigurationError(variable: "AUTH_KAFKA_GROUP", reason: "must not be empty")
+            throw ConfigurationError(variable: Setting.kafkaGroup.name, reason: "must not be empty")
         }
         try validateDatabase()
         if requireSealedCredentials, credentialKeyPaths.isEmpty {
             throw ConfigurationError(
-                variable: "AUTH_REQUIRE_SEALED_CREDENTIALS", reason: "needs AUTH_CREDENTIAL_KEYS to open what is sealed"
+                variable: Setting.requireSealedCredentials.name,
+                reason: "needs AUTH_CREDENTIAL_KEYS to open what is sealed"
             )
         }
         if accessTokenFormat == .jwt, signingKeyPaths.isEmpty {
             throw ConfigurationError(
-                variable: "AUTH_SIGNING_KEYS",
+                variable: Setting.signingKeys.name,
                 reason:
                     "is required when AUTH_ACCESS_TOKEN_FORMAT is jwt (make one with `auth-worker keys generate FILE`)")
         }
         guard processing.batchMax > 0 else {
-            throw ConfigurationError(variable: "AUTH_BATCH_MAX", reason: "must be positive")
+            throw ConfigurationError(variable: Setting.batchMax.name, reason: "must be positive")
         }
         guard processing.batchLinger >= .zero, processing.batchLinger <= .seconds(1) else {
-            throw ConfigurationError(variable: "AUTH_BATCH_LINGER_MS", reason: "must be between 0 and 1000")
+            throw ConfigurationError(variable: Setting.batchLingerMS.name, reason: "must be between 0 and 1000")
         }
         guard processing.maxInFlight >= processing.batchMax else {
-            throw ConfigurationError(variable: "AUTH_MAX_IN_FLIGHT", reason: "must be at least AUTH_BATCH_MAX")
+            throw ConfigurationError(variable: Setting.maxInFlight.name, reason: "must be at least AUTH_BATCH_MAX")
         }
         guard (1...900_000).contains(processing.deadLetterMaxBytes) else {
             throw ConfigurationError(
-                variable: "AUTH_DLQ_MAX_BYTES", reason: "must be between 1 and 900000 (the producer's limit is 1000000)"
+                variable: Setting.dlqMaxBytes.name,
+                reason: "must be between 1 and 900000 (the producer's limit is 1000000)"
             )
         }
         guard processing.kafkaMaxPollInterval >= processing.kafkaSessionTimeout else {
             throw ConfigurationError(
-                variable: "AUTH_KAFKA_MAX_POLL_INTERVAL_MS", reason: "must be at least AUTH_KAFKA_SESSION_TIMEOUT_MS")
+                variable: Setting.kafkaMaxPollIntervalMS.name, reason: "must be at least AUTH_KAFKA_SESSION_TIMEOUT_MS")
         }
         // Acknowledged events leave the outbox with a later transaction, or on their own after a
         // second with none; a relay that took them sooner would publish them a second time.
         guard outboxRelayGrace >= 2 else {
             throw ConfigurationError(
-                variable: "AUTH_OUTBOX_RELAY_GRACE_SECONDS",
+                variable: Setting.outboxRelayGraceSeconds.name,
                 reason:
                     "must be at least 2: published events wait up to a second to leave the outbox, and the relay would publish them again"
             )
         }
         guard (10...86_400).contains(purgeInterval) else {
             throw ConfigurationError(
-                variable: "AUTH_PURGE_INTERVAL_SECONDS", reason: "must be from 10 seconds to a day (86400)")
+                variable: Setting.purgeIntervalSeconds.name, reason: "must be from 10 seconds to a day (86400)")
         }
         guard processing.writers >= 1 else {
-            throw ConfigurationError(variable: "AUTH_DB_WRITERS", reason: "must be at least 1")
+            throw ConfigurationError(variable: Setting.dbWriters.name, reason: "must be at least 1")
         }
         guard processing.databasePoolSize >= processing.writers + 2 else {
             throw ConfigurationError(
-                variable: "AUTH_DB_POOL_SIZE",
+                variable: Setting.dbPoolSize.name,
                 reason: "must be at least AUTH_DB_WRITERS + 2 (the writers, one for password attempts, one for lookups)"
             )
         }
         guard sessions.accessTokenLifetime > 0, sessions.refreshTokenLifetime > 0, sessions.sessionLifetime > 0 else {
-            throw ConfigurationError(variable: "AUTH_ACCESS_TOKEN_TTL_SECONDS", reason: "lifetimes must be positive")
+            throw ConfigurationError(variable: Setting.accessTokenTTLSeconds.name, reason: "lifetimes must be positive")
         }
         let apple = [appleTokens.teamID, appleTokens.keyID, appleTokens.privateKeyPath]
         if apple.contains(where: { $0 != nil }), !appleTokens.isEnabled {
             throw ConfigurationError(
-                variable: "AUTH_APPLE_TEAM_ID",
+                variable: Setting.appleTeamID.name,
                 reason: "AUTH_APPLE_TEAM_ID, AUTH_APPLE_KEY_ID and AUTH_APPLE_PRIVATE_KEY_FILE go together")
         }
         if appleTokens.isEnabled, resultsKey == nil {
             throw ConfigurationError(
-                variable: "AUTH_APPLE_TEAM_ID", reason: "needs AUTH_RESULTS_KEY_FILE: Apple's tokens are sealed at rest"
+                variable: Setting.appleTeamID.name,
+                reason: "needs AUTH_RESULTS_KEY_FILE: Apple's tokens are sealed at rest"
             )
         }
     }
@@ -502,11 +505,11 @@ public struct WorkerConfiguration: Sendable {
     public func validateBrokers() throws {
         guard !kafkaBrokers.isEmpty else {
             throw ConfigurationError(
-                variable: "AUTH_KAFKA_BROKERS",
+                variable: Setting.kafkaBrokers.name,
                 reason: "is not set: list the brokers as host:port,host:port (scripts/run sets the local setup's)")
         }
         guard kafkaBrokers.allSatisfy({ $0.contains(":") }) else {
-            throw ConfigurationError(variable: "AUTH_KAFKA_BROKERS", reason: "must list host:port pairs")
+            throw ConfigurationError(variable: Setting.kafkaBrokers.name, reason: "must list host:port pairs")
         }
     }
 
@@ -514,11 +517,11 @@ public struct WorkerConfiguration: Sendable {
     public func validateDatabase() throws {
         guard !databaseURL.isEmpty else {
             throw ConfigurationError(
-                variable: "AUTH_DATABASE_URL",
+                variable: Setting.databaseURL.name,
                 reason: "is not set: give a postgres:// URL (scripts/run sets the local setup's)")
         }
         guard databaseURL.hasPrefix("postgres://") || databaseURL.hasPrefix("postgresql://") else {
-            throw ConfigurationError(variable: "AUTH_DATABASE_URL", reason: "must be a postgres:// URL")
+            throw ConfigurationError(variable: Setting.databaseURL.name, reason: "must be a postgres:// URL")
         }
     }
 }

@@ -132,7 +132,7 @@ public struct IdentityProviders: Sendable {
                         .discovery(discovery, issuers: provider.issuers)
                     } else {
                         throw ConfigurationError(
-                            variable: "AUTH_OIDC_PROVIDERS", reason: "\(provider.name) has no keys")
+                            variable: Setting.oidcProviders.name, reason: "\(provider.name) has no keys")
                     }
                 let cache = KeySetCache(
                     source: source, fetcher: fetcher, clock: clock, settings: configuration.keySets,

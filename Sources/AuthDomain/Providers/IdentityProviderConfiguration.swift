@@ -115,7 +115,7 @@ struct OIDCProviderEntry: Decodable {
     }
 
     func configuration() throws -> IdentityProviderConfiguration {
-        let variable = "AUTH_OIDC_PROVIDERS"
+        let variable = Setting.oidcProviders.name
         var keysURL: URL?
         if let jwksURI {
             guard let url = URL(string: jwksURI), ["https", "http"].contains(url.scheme?.lowercased() ?? ""),
@@ -169,13 +169,13 @@ extension WorkerConfiguration {
         var providers: [IdentityProviderConfiguration] = []
         if !appleAudiences.isEmpty {
             guard let url = URL(string: appleKeysURL) else {
-                throw ConfigurationError(variable: "AUTH_APPLE_KEYS_URL", reason: "is not a URL")
+                throw ConfigurationError(variable: Setting.appleKeysURL.name, reason: "is not a URL")
             }
             providers.append(.apple(audiences: appleAudiences, keysURL: url))
         }
         if !googleAudiences.isEmpty {
             guard let url = URL(string: googleKeysURL) else {
-                throw ConfigurationError(variable: "AUTH_GOOGLE_KEYS_URL", reason: "is not a URL")
+                throw ConfigurationError(variable: Setting.googleKeysURL.name, reason: "is not a URL")
             }
             var google = IdentityProviderConfiguration.google(audiences: googleAudiences, keysURL: url)
             if !googleHostedDomains.isEmpty { google.hostedDomains = googleHostedDomains }
@@ -183,14 +183,14 @@ extension WorkerConfiguration {
         }
         if let path = oidcProvidersPath {
             guard let data = FileManager.default.contents(atPath: path) else {
-                throw ConfigurationError(variable: "AUTH_OIDC_PROVIDERS", reason: "cannot read \(path)")
+                throw ConfigurationError(variable: Setting.oidcProviders.name, reason: "cannot read \(path)")
             }
             let entries = try OIDCProviderEntry.decodeFile(data, path: path)
             for entry in entries {
                 let configuration = try entry.configuration()
                 guard !providers.contains(where: { $0.name == configuration.name }) else {
                     throw ConfigurationError(
-                        variable: "AUTH_OIDC_PROVIDERS", reason: "provider \(configuration.name) is defined twice")
+                        variable: Setting.oidcProviders.name, reason: "provider \(configuration.name) is defined twice")
                 }
                 providers.append(configuration)
             }
@@ -205,7 +205,7 @@ extension OIDCProviderEntry {
     /// path (`[1].audiences`).
     static func decodeFile(_ data: Data, path: String) throws -> [OIDCProviderEntry] {
         func refuse(_ reason: String) -> ConfigurationError {
-            ConfigurationError(variable: "AUTH_OIDC_PROVIDERS", reason: "\(path): \(reason)")
+            ConfigurationError(variable: Setting.oidcProviders.name, reason: "\(path): \(reason)")
         }
         guard let array = try? JSONSerialization.jsonObject(with: data) as? [Any] else {
             throw refuse("is not a JSON array of provider objects")
