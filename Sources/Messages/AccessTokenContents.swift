@@ -1,6 +1,6 @@
 import StrictJSON
 
-/// The claims of the worker's JWT access tokens (`typ` `at+jwt`; README, "Access tokens"), read
+/// The claims of the worker's JWT access tokens (`typ` `at+jwt`; docs/gateway-guide.md, "Sessions and tokens"), read
 /// from a payload whose signature has been checked: one reading for the worker and for gateways.
 public struct AccessTokenContents: Sendable, Equatable {
     public var issuer: String
