@@ -53,7 +53,7 @@ import Testing
             worker.waitUntilExit()
         }
         let logs = LogCollector(output)
-        let assigned = await logs.value(of: "msg", inLineWith: "Partitions assigned")
+        let assigned = await logs.value(of: "msg", inLineWith: "Partitions assigned", timeout: .seconds(150))
         try #require(assigned != nil, "the worker scripts/run started joined its group")
 
         // The two blocks pasted into one shell, as a newcomer does: the second uses what the
