@@ -1,0 +1,290 @@
+import AdminConsole
+import AuthClient
+import AuthCrypto
+import AuthDomain
+import AuthStore
+import AuthWorker
+import Foundation
+import JOSE
+import Kafka
+import Messages
+import PGStore
+import Passwords
+import ServiceKit
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The operator's account chores: `users`, `admins`, `guests`.
+extension CommandLineInterface {
+    // MARK: - users delete, guests purge
+
+    func deleteUser(_ argument: String) async throws -> Int32 {
+        guard let id = UUID(uuidString: argument) else {
+            throw UsageError(message: "usage: auth-worker users delete ID (a user id)")
+        }
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        guard
+            let deletion = try await AccountDeletion.deleteUser(
+                id, reason: "operator", store: store, configuration: configuration, clock: SystemClock())
+        else {
+            errorOutput("auth-worker: no user \(argument)")
+            return 1
+        }
+        await publishNow(store: store, configuration: configuration)
+        output("deleted user \(id.lowercasedString); revoked \(deletion.sessionsRevoked) session(s)")
+        return 0
+    }
+
+    // MARK: - users disable|enable, admins
+
+    func setDisabled(_ argument: String, disabled: Bool) async throws -> Int32 {
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        guard let id = try await store.userReport(argument)?.userID,
+            let change = try await AccountAdministration.setDisabled(
+                id, disabled: disabled, actor: "operator", store: store, configuration: configuration,
+                clock: SystemClock())
+        else {
+            errorOutput("auth-worker: no user \(argument)")
+            return 1
+        }
+        await publishNow(store: store, configuration: configuration)
+        let state = disabled ? "disabled" : "enabled"
+        output(
+            change.changed
+                ? "\(state) user \(id.lowercasedString); ended \(change.sessionsEnded) session(s)"
+                : "user \(id.lowercasedString) was \(state) already")
+        return 0
+    }
+
+    func endSessions(_ positionals: [String], usage: String) async throws -> Int32 {
+        var only: UUID?
+        if positionals.count > 1 {
+            guard let session = UUID(uuidString: positionals[1]) else { throw UsageError(message: usage) }
+            only = session
+        }
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        guard let id = try await store.userReport(positionals[0])?.userID,
+            let ended = try await AccountAdministration.endSessions(
+                id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+        else {
+            errorOutput("auth-worker: no user \(positionals[0])")
+            return 1
+        }
+        await publishNow(store: store, configuration: configuration)
+        output("ended \(ended) session(s) of user \(id.lowercasedString)")
+        return 0
+    }
+
+    func removeFactor(_ argument: String) async throws -> Int32 {
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        guard let id = try await store.userReport(argument)?.userID,
+            let removed = try await AccountAdministration.removeFactor(
+                id, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+        else {
+            errorOutput("auth-worker: no user \(argument)")
+            return 1
+        }
+        await publishNow(store: store, configuration: configuration)
+        output(
+            removed
+                ? "removed the second factor of user \(id.lowercasedString)"
+                : "user \(id.lowercasedString) has no second factor")
+        return 0
+    }
+
+    func removePasskeys(_ positionals: [String], usage: String) async throws -> Int32 {
+        var only: UUID?
+        if positionals.count > 1 {
+            guard let passkey = UUID(uuidString: positionals[1]) else { throw UsageError(message: usage) }
+            only = passkey
+        }
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        guard let id = try await store.userReport(positionals[0])?.userID,
+            let removed = try await AccountAdministration.removePasskeys(
+                id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+        else {
+            errorOutput("auth-worker: no user \(positionals[0])")
+            return 1
+        }
+        await publishNow(store: store, configuration: configuration)
+        output("removed \(removed) passkey(s) of user \(id.lowercasedString)")
+        return 0
+    }
+
+    func grantAdmin(_ arguments: Arguments, usage: String) async throws -> Int32 {
+        guard let role = arguments.values["--role"].flatMap(AccountAdministration.Role.init(rawValue:)) else {
+            throw UsageError(message: usage)
+        }
+        let store = operatorStore(try configuration(needs: [.database]))
+        let email = arguments.positionals[0]
+        switch try await store.grantAdminRole(email: email, role: role, by: "operator", at: Date()) {
+        case .granted(let id):
+            output("\(email) (user \(id.lowercasedString)) may use the admin console as \(role.rawValue)")
+            return 0
+        case .noPasswordAccount:
+            errorOutput(
+                "auth-worker: no account signs in with a password at \(email): the console's sign-in is the password and a second factor"
+            )
+            return 1
+        case .addressNotVerified:
+            errorOutput(
+                "auth-worker: \(email) was never verified: its owner proves the mailbox first (verify_email, or a code sign-in), then grant again"
+            )
+            return 1
+        }
+    }
+
+    func revokeAdmin(_ email: String) async throws -> Int32 {
+        let store = operatorStore(try configuration(needs: [.database]))
+        guard try await store.revokeAdminRole(email: email, by: "operator", at: Date()) else {
+            errorOutput("auth-worker: \(email) has no console role")
+            return 1
+        }
+        output("\(email) may no longer use the admin console")
+        return 0
+    }
+
+    func listAdmins() async throws -> Int32 {
+        let store = operatorStore(try configuration(needs: [.database]))
+        for grant in try await store.adminGrants() {
+            let line = AdminLine(
+                email: grant.email, role: grant.role, userID: grant.userID.lowercasedString,
+                grantedAt: Timestamp.format(grant.grantedAt), grantedBy: grant.grantedBy,
+                emailVerified: grant.emailVerified)
+            output(String(decoding: try MessageCoding.encodeDocument(line), as: UTF8.self))
+        }
+        return 0
+    }
+
+    func purgeGuests(_ arguments: Arguments, usage: String) async throws -> Int32 {
+        guard let text = arguments.values["--older-than"], let age = Self.duration(text) else {
+            throw UsageError(message: usage + " (DURATION: 30d, 12h, 90m)")
+        }
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        let cutoff = Date() - age
+        let deletion = try await AccountDeletion.purgeGuests(
+            createdBefore: cutoff, store: store, configuration: configuration, clock: SystemClock())
+        await publishNow(store: store, configuration: configuration)
+        output("purged \(deletion.users) guest(s) created before \(Timestamp.format(cutoff))")
+        return 0
+    }
+
+    /// Publishes the events the command wrote to the outbox; if the broker is unreachable, the
+    /// running worker's outbox relay publishes them later.
+    func publishNow(store: PostgresStore, configuration: WorkerConfiguration) async {
+        let logger = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
+        do {
+            var producerConfiguration = configuration.producerConfiguration
+            producerConfiguration.deliveryTimeout = .seconds(10)
+            let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+            let relay = OutboxRelay(store: store, producer: producer, clock: SystemClock(), logger: logger, grace: -60)
+            do {
+                while try await relay.publishPending() > 0 {}
+            } catch {
+                await producer.shutdown(timeout: .seconds(5))
+                throw error
+            }
+            await producer.shutdown(timeout: .seconds(5))
+        } catch {
+            errorOutput("auth-worker: events stay in the outbox for the worker to publish (\(error))")
+        }
+    }
+
+    /// Parses `30d`, `12h`, `90m`, `3600s` (or plain seconds).
+    static func duration(_ text: String) -> TimeInterval? {
+        let units: [Character: TimeInterval] = ["s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604_800]
+        guard let last = text.last else { return nil }
+        if let unit = units[last], let value = Double(text.dropLast()), value > 0 { return value * unit }
+        if let value = Double(text), value > 0 { return value }
+        return nil
+    }
+
+    // MARK: - users show
+
+    func showAudit(_ arguments: Arguments, usage: String) async throws -> Int32 {
+        var since: Date?
+        if let text = arguments.values["--since"] {
+            guard let age = Self.duration(text) else { throw UsageError(message: usage + " (DURATION: 30d, 12h, 90m)") }
+            since = Date() - age
+        }
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        let argument = arguments.positionals[0]
+        // An id is looked up as it is: the trail outlives a deleted account.
+        var id = UUID(uuidString: argument)
+        if id == nil { id = try await store.userReport(argument)?.userID }
+        guard let id else {
+            errorOutput("auth-worker: no user \(argument)")
+            return 1
+        }
+        for entry in try await store.auditTrail(userID: id, since: since) {
+            let line = AuditLine(
+                at: Timestamp.format(entry.at), action: entry.action, outcome: entry.outcome, actor: entry.actor,
+                requestId: entry.requestID, clientId: entry.clientID, deviceName: entry.deviceName,
+                devicePlatform: entry.devicePlatform, ip: entry.ip, userAgent: entry.userAgent)
+            output(String(decoding: try MessageCoding.encodeDocument(line), as: UTF8.self))
+        }
+        return 0
+    }
+
+    /// One line of `users audit`.
+    struct AuditLine: Codable {
+        var at: String
+        var action: String
+        var outcome: String
+        var actor: String
+        var requestId: String?
+        var clientId: String?
+        var deviceName: String?
+        var devicePlatform: String?
+        var ip: String?
+        var userAgent: String?
+
+        enum CodingKeys: String, CodingKey {
+            case at, action, outcome, actor, ip
+            case requestId = "request_id"
+            case clientId = "client_id"
+            case deviceName = "device_name"
+            case devicePlatform = "device_platform"
+            case userAgent = "user_agent"
+        }
+    }
+
+    func showUser(_ argument: String) async throws -> Int32 {
+        let configuration = try configuration(needs: [.database])
+        let store = operatorStore(configuration)
+        guard let report = try await store.userReport(argument) else {
+            errorOutput("auth-worker: no user \(argument)")
+            return 1
+        }
+        output(String(decoding: try MessageCoding.encodeDocument(report), as: UTF8.self))
+        return 0
+    }
+}
+
+/// A line of `auth-worker admins list`.
+private struct AdminLine: Encodable {
+    var email: String
+    var role: String
+    var userID: String
+    var grantedAt: String
+    var grantedBy: String
+    /// A role on an unproven address opens no console session.
+    var emailVerified: Bool
+
+    enum CodingKeys: String, CodingKey {
+        case email, role
+        case userID = "user_id"
+        case grantedAt = "granted_at"
+        case grantedBy = "granted_by"
+        case emailVerified = "email_verified"
+    }
+}
