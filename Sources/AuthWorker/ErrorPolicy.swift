@@ -21,6 +21,7 @@ enum ErrorPolicy {
         switch error {
         case is LoginError: .refusal
         case let error as PGError: error.isRetriable ? .transient : .unexpected
+        case let error as PGTransactionError: error.isRetriable ? .transient : .unexpected
         case let error as KafkaError: error.isRetriable ? .transient : .unexpected
         case let error as JOSEError: error.code == .keySetUnavailable ? .transient : .unexpected
         default: .unexpected
@@ -32,6 +33,9 @@ enum ErrorPolicy {
     /// SQLSTATE of a `PGError` are logged.
     static func loggable(_ error: any Error) -> String {
         if let error = error as? PGError { return error.description }
+        if let error = error as? PGTransactionError {
+            return "\(loggable(error.closureError)); the rollback failed too: \(loggable(error.rollbackError))"
+        }
         return String(describing: error)
     }
 }

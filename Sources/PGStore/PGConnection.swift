@@ -153,7 +153,9 @@ public final class PGConnection {
     }
 
     /// Runs `body` inside BEGIN … COMMIT, rolling back if it throws.
-    /// - Throws: the body's error, or `PGError` `.transaction` naming the step that failed.
+    /// - Throws: `PGError` `.transaction` naming BEGIN or COMMIT when one of those failed; the
+    ///   body's own error when it threw and the rollback went through; `PGTransactionError` with
+    ///   both when the rollback failed too (neither is lost).
     @discardableResult
     public func withTransaction<T>(_ body: (PGConnection) throws -> T) throws -> T {
         try step("BEGIN")
@@ -161,11 +163,24 @@ public final class PGConnection {
         do {
             value = try body(self)
         } catch {
-            try? step("ROLLBACK")
-            throw error
+            throw rollBack(after: error)
         }
         try step("COMMIT")
         return value
+    }
+
+    /// Ends the transaction under way after `error` stopped it.
+    /// - Returns: the error to throw: `error` itself when the rollback went through, else a
+    ///   `PGTransactionError` that keeps both (a rollback that fails is never swallowed: it means
+    ///   the connection is gone, and the caller's retry policy must see that).
+    public func rollBack(after error: any Error) -> any Error {
+        let stopped = error
+        do {
+            try step("ROLLBACK")
+            return stopped
+        } catch {
+            return PGTransactionError(closureError: stopped, rollbackError: error)
+        }
     }
 
     private func step(_ sql: String) throws {

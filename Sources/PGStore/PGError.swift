@@ -83,3 +83,28 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
 
     public static func == (lhs: PGError, rhs: PGError) -> Bool { lhs.code == rhs.code && lhs.sqlState == rhs.sqlState }
 }
+
+/// A transaction whose body failed and whose rollback failed too: both kept (postgres-nio's
+/// `PostgresTransactionError`). Retriable when either is: a rollback fails when the connection is
+/// gone, and nothing was committed.
+public struct PGTransactionError: Error, CustomStringConvertible, CustomDebugStringConvertible {
+    /// What stopped the transaction (the body's error, or a statement of the batch).
+    public var closureError: any Error
+    /// Why the `ROLLBACK` after it failed.
+    public var rollbackError: any Error
+
+    public init(closureError: any Error, rollbackError: any Error) {
+        self.closureError = closureError
+        self.rollbackError = rollbackError
+    }
+
+    public var isRetriable: Bool {
+        (closureError as? PGError)?.isRetriable ?? false || (rollbackError as? PGError)?.isRetriable ?? true
+    }
+
+    public var description: String { "transaction failed, and its rollback too" }
+
+    public var debugDescription: String {
+        "transaction failed (\(String(reflecting: closureError))), and its rollback too (\(String(reflecting: rollbackError)))"
+    }
+}
