@@ -352,143 +352,8 @@ public struct RequestDecoder: Sendable {
     }
 
     private func validateFields(_ data: LoginRequestData, method: LoginMethod) throws {
-        func require(_ value: String?, _ field: String, max: Int) throws {
-            guard let value, !value.isEmpty else {
-                throw RequestValidationError(
-                    field: "data.\(field)", reason: "is required for method \(method.rawValue)")
-            }
-            try limit(value, field, max: max)
-        }
-        func limit(_ value: String?, _ field: String, max: Int) throws {
-            if let value, value.utf8.count > max {
-                throw RequestValidationError(field: "data.\(field)", reason: "longer than \(max) bytes")
-            }
-        }
-        /// A code with its address, or a link token alone.
-        func requireCodeOrLink(_ data: LoginRequestData) throws {
-            if let link = data.linkToken {
-                try require(link, "link_token", max: maxFieldBytes)
-                if data.code != nil {
-                    throw RequestValidationError(field: "data.code", reason: "give either code or link_token, not both")
-                }
-                return
-            }
-            try require(data.email, "email", max: maxFieldBytes)
-            try require(data.code, "code", max: maxFieldBytes)
-            guard let code = data.code, code.utf8.count == 6, code.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
-                throw RequestValidationError(field: "data.code", reason: "must be the six digits from the e-mail")
-            }
-        }
-        /// A six-digit code from an authenticator app, or a recovery code.
-        func requireFactorCode(_ data: LoginRequestData, allowRecovery: Bool = true) throws {
-            if allowRecovery, let recovery = data.recoveryCode {
-                try require(recovery, "recovery_code", max: maxFieldBytes)
-                if data.code != nil {
-                    throw RequestValidationError(
-                        field: "data.code", reason: "give either code or recovery_code, not both")
-                }
-                return
-            }
-            try require(data.code, "code", max: maxFieldBytes)
-            guard let code = data.code, code.utf8.count == 6, code.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
-                throw RequestValidationError(
-                    field: "data.code", reason: "must be the six digits the authenticator app shows")
-            }
-        }
-        switch method {
-        case .apple, .google:
-            try require(data.identityToken, "identity_token", max: maxTokenBytes)
-        case .oidc:
-            try require(data.provider, "provider", max: maxFieldBytes)
-            try require(data.identityToken, "identity_token", max: maxTokenBytes)
-        case .password:
-            try require(data.email, "email", max: maxFieldBytes)
-            try require(data.password, "password", max: maxFieldBytes)
-        case .register:
-            try require(data.email, "email", max: maxFieldBytes)
-            try require(data.password, "password", max: maxFieldBytes)
-        case .refresh:
-            try require(data.refreshToken, "refresh_token", max: maxFieldBytes)
-        case .introspect:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-        case .logout:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-            if let scope = data.scope, scope != "device", scope != "all" {
-                throw RequestValidationError(field: "data.scope", reason: "must be \"device\" or \"all\"")
-            }
-        case .guest:
-            break
-        case .sendVerification:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-        case .verifyEmail:
-            try requireCodeOrLink(data)
-        case .passwordResetRequest:
-            try require(data.email, "email", max: maxFieldBytes)
-        case .passwordReset:
-            try requireCodeOrLink(data)
-            try require(data.newPassword, "new_password", max: maxFieldBytes)
-        case .changePassword:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-            try require(data.password, "password", max: maxFieldBytes)
-            try require(data.newPassword, "new_password", max: maxFieldBytes)
-        case .emailCodeRequest:
-            try require(data.email, "email", max: maxFieldBytes)
-        case .emailCode:
-            try requireCodeOrLink(data)
-        case .mfaEnroll:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-        case .mfaVerify:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-            try requireFactorCode(data, allowRecovery: false)
-        case .mfaChallenge:
-            try require(data.mfaToken, "mfa_token", max: maxFieldBytes)
-            try requireFactorCode(data)
-        case .mfaRemove:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-            try requireFactorCode(data)
-        case .sessionsList, .accountExport:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-        case .sessionRevoke:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-            try require(data.sessionID, "session_id", max: maxFieldBytes)
-            guard let id = data.sessionID, UUID(uuidString: id) != nil else {
-                throw RequestValidationError(field: "data.session_id", reason: "must be a session id (a UUID)")
-            }
-        case .passkeyRegisterOptions, .passkeyList:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-        case .passkeyRegister:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-            guard let credential = data.credential else {
-                throw RequestValidationError(
-                    field: "data.credential", reason: "is required for method \(method.rawValue)")
-            }
-            try require(
-                credential.response.attestationObject, "credential.response.attestationObject", max: maxTokenBytes)
-        case .passkeyLoginOptions:
-            try limit(data.email, "email", max: maxFieldBytes)
-        case .passkeyLogin:
-            guard let credential = data.credential else {
-                throw RequestValidationError(
-                    field: "data.credential", reason: "is required for method \(method.rawValue)")
-            }
-            try require(
-                credential.response.authenticatorData, "credential.response.authenticatorData", max: maxTokenBytes)
-            try require(credential.response.signature, "credential.response.signature", max: maxTokenBytes)
-        case .passkeyRename, .passkeyRemove:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-            try require(data.passkeyID, "passkey_id", max: maxFieldBytes)
-            guard let id = data.passkeyID, UUID(uuidString: id) != nil else {
-                throw RequestValidationError(field: "data.passkey_id", reason: "must be a passkey id (a UUID)")
-            }
-            if method == .passkeyRename {
-                try require(data.name, "name", max: 64)
-            }
-        case .accountDelete:
-            try require(data.accessToken, "access_token", max: maxTokenBytes)
-            if let code = data.code, code.utf8.count != 6 || !code.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
-                throw RequestValidationError(
-                    field: "data.code", reason: "must be the six digits the authenticator app shows")
-            }
+        for rule in method.fieldRules {
+            try check(rule, data, method: method)
         }
         try limit(data.nonce, "nonce", max: maxFieldBytes)
         try limit(data.name, "name", max: maxFieldBytes)
@@ -509,6 +374,114 @@ public struct RequestDecoder: Sendable {
                 })
         {
             throw RequestValidationError(field: "data.context.ip", reason: "must be an IPv4 or IPv6 address")
+        }
+    }
+
+    // MARK: - Field rules
+
+    private func bytes(_ size: FieldRule.Size) -> Int {
+        switch size {
+        case .field: maxFieldBytes
+        case .token: maxTokenBytes
+        case .bytes(let count): count
+        }
+    }
+
+    private func require(_ value: String?, _ field: String, max: Int, method: LoginMethod) throws {
+        guard let value, !value.isEmpty else {
+            throw RequestValidationError(field: "data.\(field)", reason: "is required for method \(method.rawValue)")
+        }
+        try limit(value, field, max: max)
+    }
+
+    private func limit(_ value: String?, _ field: String, max: Int) throws {
+        if let value, value.utf8.count > max {
+            throw RequestValidationError(field: "data.\(field)", reason: "longer than \(max) bytes")
+        }
+    }
+
+    private static func isSixDigits(_ code: String) -> Bool {
+        code.utf8.count == 6 && code.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
+    }
+
+    /// Checks one of a method's rules (`LoginMethod.fieldRules`).
+    private func check(_ rule: FieldRule, _ data: LoginRequestData, method: LoginMethod) throws {
+        switch rule {
+        case .required(let field, let size):
+            try require(field.value(in: data), field.path, max: bytes(size), method: method)
+        case .limited(let field, let size):
+            try limit(field.value(in: data), field.path, max: bytes(size))
+        case .codeOrLink:
+            try checkCodeOrLink(data, method: method)
+        case .factorCode(let allowRecovery):
+            try checkFactorCode(data, allowRecovery: allowRecovery, method: method)
+        case .optionalFactorCode:
+            if let code = data.code, !Self.isSixDigits(code) {
+                throw RequestValidationError(
+                    field: "data.code", reason: "must be the six digits the authenticator app shows")
+            }
+        case .uuid(let field, let what):
+            try require(field.value(in: data), field.path, max: maxFieldBytes, method: method)
+            guard let id = field.value(in: data), UUID(uuidString: id) != nil else {
+                throw RequestValidationError(field: "data.\(field.path)", reason: "must be \(what)")
+            }
+        case .scope:
+            if let scope = data.scope, scope != "device", scope != "all" {
+                throw RequestValidationError(field: "data.scope", reason: "must be \"device\" or \"all\"")
+            }
+        case .registrationCredential:
+            let credential = try requiredCredential(data, method: method)
+            try require(
+                credential.response.attestationObject, "credential.response.attestationObject", max: maxTokenBytes,
+                method: method)
+        case .assertionCredential:
+            let credential = try requiredCredential(data, method: method)
+            try require(
+                credential.response.authenticatorData, "credential.response.authenticatorData", max: maxTokenBytes,
+                method: method)
+            try require(
+                credential.response.signature, "credential.response.signature", max: maxTokenBytes, method: method)
+        }
+    }
+
+    private func requiredCredential(_ data: LoginRequestData, method: LoginMethod) throws
+        -> PasskeyCredential
+    {
+        guard let credential = data.credential else {
+            throw RequestValidationError(field: "data.credential", reason: "is required for method \(method.rawValue)")
+        }
+        return credential
+    }
+
+    /// A code with its address, or a link token alone.
+    private func checkCodeOrLink(_ data: LoginRequestData, method: LoginMethod) throws {
+        if let link = data.linkToken {
+            try require(link, "link_token", max: maxFieldBytes, method: method)
+            if data.code != nil {
+                throw RequestValidationError(field: "data.code", reason: "give either code or link_token, not both")
+            }
+            return
+        }
+        try require(data.email, "email", max: maxFieldBytes, method: method)
+        try require(data.code, "code", max: maxFieldBytes, method: method)
+        guard let code = data.code, Self.isSixDigits(code) else {
+            throw RequestValidationError(field: "data.code", reason: "must be the six digits from the e-mail")
+        }
+    }
+
+    /// A six-digit code from an authenticator app, or a recovery code.
+    private func checkFactorCode(_ data: LoginRequestData, allowRecovery: Bool, method: LoginMethod) throws {
+        if allowRecovery, let recovery = data.recoveryCode {
+            try require(recovery, "recovery_code", max: maxFieldBytes, method: method)
+            if data.code != nil {
+                throw RequestValidationError(field: "data.code", reason: "give either code or recovery_code, not both")
+            }
+            return
+        }
+        try require(data.code, "code", max: maxFieldBytes, method: method)
+        guard let code = data.code, Self.isSixDigits(code) else {
+            throw RequestValidationError(
+                field: "data.code", reason: "must be the six digits the authenticator app shows")
         }
     }
 

@@ -1,0 +1,134 @@
+/// What a method requires of a request's fields, declared once per method (`LoginMethod.fieldRules`)
+/// and checked by the decoder (`RequestDecoder`): the required fields with their sizes, and the
+/// shapes some must have (a six-digit code, a UUID, a scope).
+enum FieldRule: Sendable {
+    /// How long a field may be.
+    enum Size: Sendable {
+        /// `RequestDecoder.maxFieldBytes` (1 KiB).
+        case field
+        /// `RequestDecoder.maxTokenBytes` (16 KiB): tokens and WebAuthn's binary parts.
+        case token
+        case bytes(Int)
+    }
+
+    /// A text field of the request's `data`.
+    enum Field: Sendable {
+        case email, password, newPassword, identityToken, provider, refreshToken, accessToken, mfaToken, sessionID
+        case passkeyID, name
+
+        var path: String {
+            switch self {
+            case .email: "email"
+            case .password: "password"
+            case .newPassword: "new_password"
+            case .identityToken: "identity_token"
+            case .provider: "provider"
+            case .refreshToken: "refresh_token"
+            case .accessToken: "access_token"
+            case .mfaToken: "mfa_token"
+            case .sessionID: "session_id"
+            case .passkeyID: "passkey_id"
+            case .name: "name"
+            }
+        }
+
+        func value(in data: LoginRequestData) -> String? {
+            switch self {
+            case .email: data.email
+            case .password: data.password
+            case .newPassword: data.newPassword
+            case .identityToken: data.identityToken
+            case .provider: data.provider
+            case .refreshToken: data.refreshToken
+            case .accessToken: data.accessToken
+            case .mfaToken: data.mfaToken
+            case .sessionID: data.sessionID
+            case .passkeyID: data.passkeyID
+            case .name: data.name
+            }
+        }
+    }
+
+    /// Present, not empty, within its size.
+    case required(Field, Size)
+    /// Within its size when present.
+    case limited(Field, Size)
+    /// A six-digit e-mail code with its address, or a link token alone.
+    case codeOrLink
+    /// A six-digit code from an authenticator app, or (when allowed) a recovery code.
+    case factorCode(allowRecovery: Bool)
+    /// When present, six digits (a second factor's code beside a deletion).
+    case optionalFactorCode
+    /// Present and a UUID (`what` names it in the refusal).
+    case uuid(Field, what: String)
+    /// `device` or `all`, when present.
+    case scope
+    /// A registration response's `credential`.
+    case registrationCredential
+    /// An authentication response's `credential`.
+    case assertionCredential
+}
+
+extension LoginMethod {
+    /// What this method requires of the request's fields.
+    var fieldRules: [FieldRule] {
+        switch self {
+        case .apple, .google: FieldRule.identityToken
+        case .oidc: FieldRule.providerToken
+        case .password, .register: FieldRule.emailAndPassword
+        case .refresh: FieldRule.refreshToken
+        case .introspect, .sendVerification, .mfaEnroll, .sessionsList, .accountExport, .passkeyRegisterOptions,
+            .passkeyList:
+            FieldRule.accessToken
+        case .logout: FieldRule.logout
+        case .guest: []
+        case .verifyEmail, .emailCode: FieldRule.codeOrLinkOnly
+        case .passwordResetRequest, .emailCodeRequest: FieldRule.email
+        case .passwordReset: FieldRule.passwordReset
+        case .changePassword: FieldRule.changePassword
+        case .mfaVerify: FieldRule.mfaVerify
+        case .mfaChallenge: FieldRule.mfaChallenge
+        case .mfaRemove: FieldRule.mfaRemove
+        case .sessionRevoke: FieldRule.sessionRevoke
+        case .passkeyRegister: FieldRule.passkeyRegister
+        case .passkeyLoginOptions: FieldRule.passkeyLoginOptions
+        case .passkeyLogin: FieldRule.passkeyLogin
+        case .passkeyRename: FieldRule.passkeyRename
+        case .passkeyRemove: FieldRule.passkeyRemove
+        case .accountDelete: FieldRule.accountDelete
+        }
+    }
+}
+
+extension FieldRule {
+    // The rules of each method, made once.
+    static let identityToken: [FieldRule] = [.required(.identityToken, .token)]
+    static let providerToken: [FieldRule] = [.required(.provider, .field), .required(.identityToken, .token)]
+    static let emailAndPassword: [FieldRule] = [.required(.email, .field), .required(.password, .field)]
+    static let refreshToken: [FieldRule] = [.required(.refreshToken, .field)]
+    static let accessToken: [FieldRule] = [.required(.accessToken, .token)]
+    static let logout: [FieldRule] = [.required(.accessToken, .token), .scope]
+    static let codeOrLinkOnly: [FieldRule] = [.codeOrLink]
+    static let email: [FieldRule] = [.required(.email, .field)]
+    static let passwordReset: [FieldRule] = [.codeOrLink, .required(.newPassword, .field)]
+    static let changePassword: [FieldRule] = [
+        .required(.accessToken, .token), .required(.password, .field), .required(.newPassword, .field),
+    ]
+    static let mfaVerify: [FieldRule] = [.required(.accessToken, .token), .factorCode(allowRecovery: false)]
+    static let mfaChallenge: [FieldRule] = [.required(.mfaToken, .field), .factorCode(allowRecovery: true)]
+    static let mfaRemove: [FieldRule] = [.required(.accessToken, .token), .factorCode(allowRecovery: true)]
+    static let sessionRevoke: [FieldRule] = [
+        .required(.accessToken, .token), .uuid(.sessionID, what: "a session id (a UUID)"),
+    ]
+    static let passkeyRegister: [FieldRule] = [.required(.accessToken, .token), .registrationCredential]
+    static let passkeyLoginOptions: [FieldRule] = [.limited(.email, .field)]
+    static let passkeyLogin: [FieldRule] = [.assertionCredential]
+    static let passkeyRename: [FieldRule] = [
+        .required(.accessToken, .token), .uuid(.passkeyID, what: "a passkey id (a UUID)"),
+        .required(.name, .bytes(64)),
+    ]
+    static let passkeyRemove: [FieldRule] = [
+        .required(.accessToken, .token), .uuid(.passkeyID, what: "a passkey id (a UUID)"),
+    ]
+    static let accountDelete: [FieldRule] = [.required(.accessToken, .token), .optionalFactorCode]
+}
