@@ -9,9 +9,12 @@ import Foundation
 /// own: a flow reads a row before it writes it, and writes it once.
 ///
 /// A flow that throws (a refusal) leaves none of its writes behind.
-public protocol UnitOfWork: AnyObject {
-    // MARK: - Reads
+public protocol UnitOfWork: AnyObject, UserStorage, SessionStorage, CodeStorage, FactorStorage, PasskeyStorage,
+    RequestStorage
+{}
 
+/// Users and their identities: the accounts, how each signs in, and what the console role of one is. A role of `UnitOfWork`.
+public protocol UserStorage {
     /// The identity keyed by (provider, subject).
     func identity(provider: String, subject: String) throws -> IdentityRecord?
     /// Every identity of a user.
@@ -20,37 +23,8 @@ public protocol UnitOfWork: AnyObject {
     func user(id: UUID) throws -> StoredUser?
     /// Full accounts (not guests) whose verified, non-relay e-mail is `email`, at most two.
     func usersWithVerifiedEmail(_ email: String) throws -> [UUID]
-    /// The refresh token with this SHA-256, with its session.
-    func refreshToken(hash: [UInt8]) throws -> RefreshTokenRecord?
-    /// A session by id (JWT access tokens name theirs in `sid`).
-    func session(id: UUID) throws -> SessionRecord?
-    /// The session an opaque access token (by its SHA-256) belongs to, with the token's own expiry.
-    func accessToken(hash: [UInt8]) throws -> AccessTokenRecord?
-    /// The user's sessions that are neither revoked nor expired at `date`.
-    func liveSessions(userID: UUID, at date: Date) throws -> [UUID]
-    /// Uses of a rate-limited action in the window that contains `date`, before this request,
-    /// and when that window ends.
-    func rateLimitWindow(bucket: String, at date: Date, window: TimeInterval) throws -> RateLimitWindow
-    /// True when a request id (or a notification's key) was recorded before this one.
-    func isRecorded(requestID: String) throws -> Bool
-    /// The newest unused one-time code sent to an address (normalised) for a purpose.
-    func liveCode(email: String, purpose: String) throws -> OneTimeCodeRecord?
-    /// A one-time code by the SHA-256 of its link token, used or not.
-    func code(linkHash: [UInt8]) throws -> OneTimeCodeRecord?
-    /// The user's second factor, pending or active.
-    func mfaFactor(userID: UUID) throws -> MFAFactorRecord?
-    /// True when `hash` is one of the user's recovery codes and unused.
-    func hasUnusedRecoveryCode(userID: UUID, hash: [UInt8]) throws -> Bool
-    /// The user's sessions, with their devices and when each was last refreshed; `live` only those
-    /// neither revoked nor expired at `date`.
-    func sessionDetails(userID: UUID, live: Bool, at date: Date) throws -> [SessionDetails]
     /// Everything else stored about a user, for the export (sessions come from `sessionDetails`).
     func accountRecords(userID: UUID) throws -> AccountRecords
-    /// The Apple refresh token kept for an Apple subject.
-    func appleToken(subject: String) throws -> AppleTokenRecord?
-
-    // MARK: - Writes
-
     /// Inserts a user with the first of `handles` no other user has; returns it as stored.
     func insertUser(_ user: NewUser, handles: [String]) throws -> StoredUser
     func insertIdentity(_ identity: NewIdentity, userID: UUID, at date: Date) throws
@@ -61,6 +35,33 @@ public protocol UnitOfWork: AnyObject {
     func updateIdentity(_ identity: IdentityRecord, lastLoginAt: Date) throws
     /// Stores a user's changed profile (name, e-mail, guest status).
     func updateUser(_ user: StoredUser, upgradedAt: Date?, at date: Date) throws
+    /// Deletes users with their identities, sessions and tokens.
+    func deleteUsers(_ ids: [UUID]) throws
+    /// Records the relay e-mail status Apple reported for an identity.
+    func setEmailStatus(provider: String, subject: String, status: String) throws
+    /// Disables the user (`at` a date) or enables it again (nil).
+    func setUserDisabled(_ id: UUID, at date: Date?) throws
+    /// The user's admin console role, if an operator granted one.
+    func consoleRole(userID: UUID) throws -> String?
+    /// Takes the user's console role away.
+    func deleteConsoleRole(userID: UUID) throws
+    /// Ends the user's console sessions.
+    func deleteConsoleSessions(userID: UUID) throws
+}
+
+/// Sessions with their refresh and access tokens. A role of `UnitOfWork`.
+public protocol SessionStorage {
+    /// The refresh token with this SHA-256, with its session.
+    func refreshToken(hash: [UInt8]) throws -> RefreshTokenRecord?
+    /// A session by id (JWT access tokens name theirs in `sid`).
+    func session(id: UUID) throws -> SessionRecord?
+    /// The session an opaque access token (by its SHA-256) belongs to, with the token's own expiry.
+    func accessToken(hash: [UInt8]) throws -> AccessTokenRecord?
+    /// The user's sessions that are neither revoked nor expired at `date`.
+    func liveSessions(userID: UUID, at date: Date) throws -> [UUID]
+    /// The user's sessions, with their devices and when each was last refreshed; `live` only those
+    /// neither revoked nor expired at `date`.
+    func sessionDetails(userID: UUID, live: Bool, at date: Date) throws -> [SessionDetails]
     /// Inserts a session with its first access and refresh tokens (hashes only).
     func insertSession(_ session: NewSession, userID: UUID) throws
     /// Marks a refresh token used, keeping its successor sealed for the grace interval, and
@@ -70,14 +71,14 @@ public protocol UnitOfWork: AnyObject {
     func recordAccessTokenUse(tokenID: UUID, at date: Date) throws
     /// Ends sessions.
     func revokeSessions(_ ids: [UUID], reason: String, at date: Date) throws
-    /// Counts one use of a rate-limited action.
-    func recordRateLimitedUse(bucket: String, at date: Date, window: TimeInterval) throws
-    /// Forgets an account's failed password attempts.
-    func resetThrottle(key: String) throws
-    /// Deletes users with their identities, sessions and tokens.
-    func deleteUsers(_ ids: [UUID]) throws
-    /// Records the relay e-mail status Apple reported for an identity.
-    func setEmailStatus(provider: String, subject: String, status: String) throws
+}
+
+/// One-time codes sent by e-mail. A role of `UnitOfWork`.
+public protocol CodeStorage {
+    /// The newest unused one-time code sent to an address (normalised) for a purpose.
+    func liveCode(email: String, purpose: String) throws -> OneTimeCodeRecord?
+    /// A one-time code by the SHA-256 of its link token, used or not.
+    func code(linkHash: [UInt8]) throws -> OneTimeCodeRecord?
     /// Stores a new one-time code; the user's earlier unused codes for the purpose stop working.
     func insertCode(_ code: NewOneTimeCode) throws
     /// Counts a wrong guess of a code.
@@ -86,6 +87,14 @@ public protocol UnitOfWork: AnyObject {
     func useCode(id: UUID, at date: Date) throws
     /// Marks every unused code of the user's for these purposes used: what they protected changed.
     func voidCodes(userID: UUID, purposes: [String], at date: Date) throws
+}
+
+/// The second factor and its recovery codes. A role of `UnitOfWork`.
+public protocol FactorStorage {
+    /// The user's second factor, pending or active.
+    func mfaFactor(userID: UUID) throws -> MFAFactorRecord?
+    /// True when `hash` is one of the user's recovery codes and unused.
+    func hasUnusedRecoveryCode(userID: UUID, hash: [UInt8]) throws -> Bool
     /// Stores a pending (not yet active) second factor, replacing a pending one.
     func savePendingFactor(userID: UUID, secretSealed: [UInt8], at date: Date) throws
     /// Activates the user's factor at `step` (its first code) and stores its recovery codes' hashes.
@@ -96,20 +105,10 @@ public protocol UnitOfWork: AnyObject {
     func useRecoveryCode(userID: UUID, hash: [UInt8], at date: Date) throws
     /// Removes the user's factor and recovery codes.
     func deleteFactor(userID: UUID) throws
-    /// Writes an event to the outbox, to be published after the commit.
-    func appendEvent(_ event: OutboxEvent) throws
-    /// Adds a row to the audit trail.
-    func recordAudit(_ entry: AuditEntry) throws
-    /// Queues a job for Apple's REST API, due at once.
-    func enqueueAppleJob(_ job: AppleJob) throws
-    /// Forgets the Apple refresh token of a subject.
-    func deleteAppleToken(subject: String) throws
-    /// Records a processed request (or notification) with its sealed answer, so a redelivery is
-    /// answered again and never acted on twice.
-    func recordRequest(_ record: RequestRecord) throws
+}
 
-    // MARK: Passkeys
-
+/// Passkeys, their user handles, and the ceremonies' challenges. A role of `UnitOfWork`.
+public protocol PasskeyStorage {
     /// The user's WebAuthn handle, when one was made.
     func passkeyHandle(userID: UUID) throws -> [UInt8]?
     /// The user a WebAuthn handle belongs to.
@@ -136,471 +135,30 @@ public protocol UnitOfWork: AnyObject {
     func deletePasskeyHandle(userID: UUID) throws
     /// Drops the user's unanswered ceremony challenges.
     func deletePasskeyChallenges(userID: UUID) throws
-
-    // MARK: Administration
-
-    /// Disables the user (`at` a date) or enables it again (nil).
-    func setUserDisabled(_ id: UUID, at date: Date?) throws
-    /// The user's admin console role, if an operator granted one.
-    func consoleRole(userID: UUID) throws -> String?
-    /// Takes the user's console role away.
-    func deleteConsoleRole(userID: UUID) throws
-    /// Ends the user's console sessions.
-    func deleteConsoleSessions(userID: UUID) throws
 }
 
-/// A passkey ceremony's challenge, stored by its SHA-256 until answered or expired.
-public struct PasskeyChallengeRecord: Sendable, Equatable {
-    public enum Purpose: String, Sendable {
-        case register, login
-    }
-
-    public var hash: [UInt8]
-    public var purpose: Purpose
-    /// Registration: the user it was issued to. Sign-in: the account named by e-mail, if any.
-    public var userID: UUID?
-    public var expiresAt: Date
-
-    public init(hash: [UInt8], purpose: Purpose, userID: UUID?, expiresAt: Date) {
-        self.hash = hash
-        self.purpose = purpose
-        self.userID = userID
-        self.expiresAt = expiresAt
-    }
-}
-
-/// A registered passkey: its public key (COSE, as the authenticator encoded it) and counter.
-public struct PasskeyRecord: Sendable, Equatable {
-    public var id: UUID
-    public var userID: UUID
-    public var credentialID: [UInt8]
-    public var publicKey: [UInt8]
-    public var algorithm: Int64
-    public var signCount: UInt32
-    public var transports: [String]
-    public var aaguid: [UInt8]
-    public var attestation: String
-    public var backupEligible: Bool
-    public var backedUp: Bool
-    public var name: String
-    public var createdAt: Date
-    public var lastUsedAt: Date?
-
-    public init(
-        id: UUID, userID: UUID, credentialID: [UInt8], publicKey: [UInt8], algorithm: Int64, signCount: UInt32,
-        transports: [String], aaguid: [UInt8], attestation: String, backupEligible: Bool, backedUp: Bool,
-        name: String, createdAt: Date, lastUsedAt: Date?
-    ) {
-        self.id = id
-        self.userID = userID
-        self.credentialID = credentialID
-        self.publicKey = publicKey
-        self.algorithm = algorithm
-        self.signCount = signCount
-        self.transports = transports
-        self.aaguid = aaguid
-        self.attestation = attestation
-        self.backupEligible = backupEligible
-        self.backedUp = backedUp
-        self.name = name
-        self.createdAt = createdAt
-        self.lastUsedAt = lastUsedAt
-    }
-}
-
-// MARK: - Records
-
-/// A way of signing in as stored, keyed by (provider, subject).
-public struct IdentityRecord: Sendable, Equatable {
-    public var provider: String
-    public var subject: String
-    public var userID: UUID
-    public var email: String?
-    public var emailVerified: Bool
-    public var isPrivateEmail: Bool
-    public var passwordHash: String?
-
-    public init(
-        provider: String, subject: String, userID: UUID, email: String?, emailVerified: Bool, isPrivateEmail: Bool,
-        passwordHash: String?
-    ) {
-        self.provider = provider
-        self.subject = subject
-        self.userID = userID
-        self.email = email
-        self.emailVerified = emailVerified
-        self.isPrivateEmail = isPrivateEmail
-        self.passwordHash = passwordHash
-    }
-}
-
-/// A session with what an account screen shows of it.
-public struct SessionDetails: Sendable, Equatable {
-    public var id: UUID
-    public var provider: String
-    public var deviceName: String?
-    public var devicePlatform: String?
-    public var createdAt: Date
-    /// The newest refresh token's creation: the last refresh, or the sign-in.
-    public var lastUsedAt: Date
-    public var expiresAt: Date
-    public var revokedAt: Date?
-    public var revokedReason: String?
-
-    public init(
-        id: UUID, provider: String, deviceName: String?, devicePlatform: String?, createdAt: Date, lastUsedAt: Date,
-        expiresAt: Date, revokedAt: Date?, revokedReason: String?
-    ) {
-        self.id = id
-        self.provider = provider
-        self.deviceName = deviceName
-        self.devicePlatform = devicePlatform
-        self.createdAt = createdAt
-        self.lastUsedAt = lastUsedAt
-        self.expiresAt = expiresAt
-        self.revokedAt = revokedAt
-        self.revokedReason = revokedReason
-    }
-}
-
-/// The rows about a user an export shows, beside its sessions: metadata only (no hash, no
-/// secret). One member per table that refers to the user.
-public struct AccountRecords: Sendable {
-    public struct Identity: Sendable, Equatable {
-        public var record: IdentityRecord
-        public var createdAt: Date
-        public var lastLoginAt: Date?
-
-        public init(record: IdentityRecord, createdAt: Date, lastLoginAt: Date?) {
-            self.record = record
-            self.createdAt = createdAt
-            self.lastLoginAt = lastLoginAt
-        }
-    }
-
-    public struct Code: Sendable, Equatable {
-        public var purpose: String
-        public var email: String
-        public var createdAt: Date
-        public var expiresAt: Date
-        public var usedAt: Date?
-
-        public init(purpose: String, email: String, createdAt: Date, expiresAt: Date, usedAt: Date?) {
-            self.purpose = purpose
-            self.email = email
-            self.createdAt = createdAt
-            self.expiresAt = expiresAt
-            self.usedAt = usedAt
-        }
-    }
-
-    public struct Request: Sendable, Equatable {
-        public var method: String
-        public var status: String
-        public var processedAt: Date
-
-        public init(method: String, status: String, processedAt: Date) {
-            self.method = method
-            self.status = status
-            self.processedAt = processedAt
-        }
-    }
-
-    public var identities: [Identity]
-    public var factor: MFAFactorRecord?
-    public var unusedRecoveryCodes: Int
-    public var codes: [Code]
-    public var requests: [Request]
-    public var audit: [AuditEntry]
-    /// Passkey ceremonies' challenges not answered yet: purpose, created, expires.
-    public var passkeyChallenges: [(purpose: String, createdAt: Date, expiresAt: Date)] = []
-    /// The account's admin console role, if an operator granted one.
-    public var consoleRole: String?
-    /// When the account was disabled, if it is.
-    public var disabledAt: Date?
-    /// The admin console's sessions the account holds: the client, opened, last seen.
-    public var consoleSessions: [(client: String, createdAt: Date, lastSeenAt: Date)] = []
-
-    public init(
-        identities: [Identity], factor: MFAFactorRecord?, unusedRecoveryCodes: Int, codes: [Code], requests: [Request],
-        audit: [AuditEntry]
-    ) {
-        self.identities = identities
-        self.factor = factor
-        self.unusedRecoveryCodes = unusedRecoveryCodes
-        self.codes = codes
-        self.requests = requests
-        self.audit = audit
-    }
-}
-
-/// A rate-limited action's count in its current window.
-public struct RateLimitWindow: Sendable, Equatable {
-    public var count: Int
-    /// When the window ends (and the count starts again).
-    public var endsAt: Date
-
-    public init(count: Int, endsAt: Date) {
-        self.count = count
-        self.endsAt = endsAt
-    }
-}
-
-extension UnitOfWork {
-    /// Uses of a rate-limited action in the window that contains `date`, before this request.
-    public func rateLimitUsage(bucket: String, at date: Date, window: TimeInterval) throws -> Int {
-        try rateLimitWindow(bucket: bucket, at: date, window: window).count
-    }
-}
-
-/// A session as stored, with what its tokens need to know about its user.
-public struct SessionRecord: Sendable, Equatable {
-    public var id: UUID
-    public var userID: UUID
-    /// When it was made: the sign-in it stands for (refreshing does not move it).
-    public var createdAt: Date
-    public var expiresAt: Date
-    public var revokedAt: Date?
-    public var abilities: [String]
-    public var deviceName: String?
-    public var userIsGuest: Bool
-    /// Whether the session's user is disabled.
-    public var userIsDisabled = false
-
-    public init(
-        id: UUID, userID: UUID, createdAt: Date, expiresAt: Date, revokedAt: Date?, abilities: [String],
-        deviceName: String?, userIsGuest: Bool
-    ) {
-        self.id = id
-        self.userID = userID
-        self.createdAt = createdAt
-        self.expiresAt = expiresAt
-        self.revokedAt = revokedAt
-        self.abilities = abilities
-        self.deviceName = deviceName
-        self.userIsGuest = userIsGuest
-    }
-
-    /// Neither revoked nor past its absolute lifetime.
-    public func isLive(at date: Date) -> Bool { revokedAt == nil && expiresAt > date }
-}
-
-/// A refresh token as stored, with its session.
-public struct RefreshTokenRecord: Sendable, Equatable {
-    public var id: UUID
-    public var expiresAt: Date
-    /// When it was rotated; nil while it is the session's current refresh token.
-    public var usedAt: Date?
-    /// The successor it was rotated to, sealed with a key only the token's holder can derive.
-    public var successorSealed: [UInt8]?
-    public var session: SessionRecord
-
-    public init(id: UUID, expiresAt: Date, usedAt: Date?, successorSealed: [UInt8]?, session: SessionRecord) {
-        self.id = id
-        self.expiresAt = expiresAt
-        self.usedAt = usedAt
-        self.successorSealed = successorSealed
-        self.session = session
-    }
-}
-
-/// An opaque access token as stored, with its session.
-public struct AccessTokenRecord: Sendable, Equatable {
-    public var id: UUID
-    public var expiresAt: Date
-    public var session: SessionRecord
-
-    public init(id: UUID, expiresAt: Date, session: SessionRecord) {
-        self.id = id
-        self.expiresAt = expiresAt
-        self.session = session
-    }
-}
-
-/// A refresh: the used token, its successor and the new access token (hashes only).
-public struct TokenRotation: Sendable, Equatable {
-    public var sessionID: UUID
-    public var usedTokenID: UUID
-    public var successorID: UUID
-    public var successorHash: [UInt8]
-    public var successorExpiresAt: Date
-    /// The answer's session, sealed under a key derived from the used token.
-    public var successorSealed: [UInt8]
-    public var accessTokenID: UUID
-    /// Nil for a self-contained (JWT) access token, which has no row.
-    public var accessTokenHash: [UInt8]?
-    public var accessTokenExpiresAt: Date
-    public var abilities: [String]
-    public var deviceName: String?
-    public var at: Date
-
-    public init(
-        sessionID: UUID, usedTokenID: UUID, successorID: UUID, successorHash: [UInt8], successorExpiresAt: Date,
-        successorSealed: [UInt8], accessTokenID: UUID, accessTokenHash: [UInt8]?, accessTokenExpiresAt: Date,
-        abilities: [String], deviceName: String?, at: Date
-    ) {
-        self.sessionID = sessionID
-        self.usedTokenID = usedTokenID
-        self.successorID = successorID
-        self.successorHash = successorHash
-        self.successorExpiresAt = successorExpiresAt
-        self.successorSealed = successorSealed
-        self.accessTokenID = accessTokenID
-        self.accessTokenHash = accessTokenHash
-        self.accessTokenExpiresAt = accessTokenExpiresAt
-        self.abilities = abilities
-        self.deviceName = deviceName
-        self.at = at
-    }
-}
-
-/// A processed request as recorded with its effects.
-public struct RequestRecord: Sendable, Equatable {
-    public var requestID: String
-    public var method: String
-    /// The answer's status: `ok` or `error` (an error that changed something, such as a reused
-    /// refresh token ending its session).
-    public var status: String
-    /// A keyed digest of the request's content: the id is bound to it.
-    public var digest: [UInt8]?
-    public var userID: UUID?
-    public var sessionID: UUID?
-    /// The answer, sealed with the results key; nil when there is no key.
-    public var resultSealed: [UInt8]?
-    public var processedAt: Date
-    public var expiresAt: Date
-
-    public init(
-        requestID: String, method: String, status: String, digest: [UInt8]?, userID: UUID?, sessionID: UUID?,
-        resultSealed: [UInt8]?, processedAt: Date, expiresAt: Date
-    ) {
-        self.requestID = requestID
-        self.method = method
-        self.status = status
-        self.digest = digest
-        self.userID = userID
-        self.sessionID = sessionID
-        self.resultSealed = resultSealed
-        self.processedAt = processedAt
-        self.expiresAt = expiresAt
-    }
-}
-
-/// A request id as found before a batch: processed before, with its digest and kept answer.
-public struct KeptRequest: Sendable, Equatable {
-    public var requestID: String
-    public var digest: [UInt8]?
-    public var resultSealed: [UInt8]?
-
-    public init(requestID: String, digest: [UInt8]?, resultSealed: [UInt8]?) {
-        self.requestID = requestID
-        self.digest = digest
-        self.resultSealed = resultSealed
-    }
-}
-
-/// A one-time code as stored: its HMAC and its link token's hash, never the secrets.
-public struct OneTimeCodeRecord: Sendable, Equatable {
-    public var id: UUID
-    /// Nil for a sign-up code: sent to an address that had no account.
-    public var userID: UUID?
-    public var purpose: String
-    public var email: String
-    public var codeHMAC: [UInt8]
-    public var attempts: Int
-    public var expiresAt: Date
-    public var usedAt: Date?
-
-    public init(
-        id: UUID, userID: UUID?, purpose: String, email: String, codeHMAC: [UInt8], attempts: Int, expiresAt: Date,
-        usedAt: Date?
-    ) {
-        self.id = id
-        self.userID = userID
-        self.purpose = purpose
-        self.email = email
-        self.codeHMAC = codeHMAC
-        self.attempts = attempts
-        self.expiresAt = expiresAt
-        self.usedAt = usedAt
-    }
-}
-
-/// A second factor as stored.
-public struct MFAFactorRecord: Sendable, Equatable {
-    public var userID: UUID
-    public var secretSealed: [UInt8]
-    /// When it was enrolled (a pending factor: when `mfa_enroll` made its secret).
-    public var createdAt: Date
-    public var enabledAt: Date?
-    public var lastUsedStep: Int64?
-
-    public init(userID: UUID, secretSealed: [UInt8], createdAt: Date, enabledAt: Date?, lastUsedStep: Int64?) {
-        self.userID = userID
-        self.secretSealed = secretSealed
-        self.createdAt = createdAt
-        self.enabledAt = enabledAt
-        self.lastUsedStep = lastUsedStep
-    }
-}
-
-/// A one-time code to store.
-public struct NewOneTimeCode: Sendable, Equatable {
-    public var id: UUID
-    public var userID: UUID?
-    public var purpose: String
-    public var email: String
-    public var codeHMAC: [UInt8]
-    public var linkHash: [UInt8]
-    public var createdAt: Date
-    public var expiresAt: Date
-
-    public init(
-        id: UUID, userID: UUID?, purpose: String, email: String, codeHMAC: [UInt8], linkHash: [UInt8], createdAt: Date,
-        expiresAt: Date
-    ) {
-        self.id = id
-        self.userID = userID
-        self.purpose = purpose
-        self.email = email
-        self.codeHMAC = codeHMAC
-        self.linkHash = linkHash
-        self.createdAt = createdAt
-        self.expiresAt = expiresAt
-    }
-}
-
-/// The rows a batch's flows will read, fetched (and locked) for the whole batch in one round
-/// trip. Only a hint: a read of anything not named here goes to the database.
-public struct Prefetch: Sendable, Equatable {
-    public var identities: [IdentityKey] = []
-    public var users: [UUID] = []
-    public var refreshTokens: [[UInt8]] = []
-    public var sessions: [UUID] = []
-    public var accessTokens: [[UInt8]] = []
-    public var handles: [String] = []
-    public var rateLimitBuckets: [String] = []
-
-    public init() {}
-
-    public mutating func merge(_ other: Prefetch) {
-        identities += other.identities
-        users += other.users
-        refreshTokens += other.refreshTokens
-        sessions += other.sessions
-        accessTokens += other.accessTokens
-        handles += other.handles
-        rateLimitBuckets += other.rateLimitBuckets
-    }
-}
-
-/// (provider, subject): how an identity is named.
-public struct IdentityKey: Hashable, Sendable {
-    public var provider: String
-    public var subject: String
-
-    public init(provider: String, subject: String) {
-        self.provider = provider
-        self.subject = subject
-    }
+/// What a request leaves besides its effects: rate-limit counts, the outbox, the audit trail, Apple's jobs, the kept answer. A role of `UnitOfWork`.
+public protocol RequestStorage {
+    /// Uses of a rate-limited action in the window that contains `date`, before this request,
+    /// and when that window ends.
+    func rateLimitWindow(bucket: String, at date: Date, window: TimeInterval) throws -> RateLimitWindow
+    /// True when a request id (or a notification's key) was recorded before this one.
+    func isRecorded(requestID: String) throws -> Bool
+    /// The Apple refresh token kept for an Apple subject.
+    func appleToken(subject: String) throws -> AppleTokenRecord?
+    /// Counts one use of a rate-limited action.
+    func recordRateLimitedUse(bucket: String, at date: Date, window: TimeInterval) throws
+    /// Forgets an account's failed password attempts.
+    func resetThrottle(key: String) throws
+    /// Writes an event to the outbox, to be published after the commit.
+    func appendEvent(_ event: OutboxEvent) throws
+    /// Adds a row to the audit trail.
+    func recordAudit(_ entry: AuditEntry) throws
+    /// Queues a job for Apple's REST API, due at once.
+    func enqueueAppleJob(_ job: AppleJob) throws
+    /// Forgets the Apple refresh token of a subject.
+    func deleteAppleToken(subject: String) throws
+    /// Records a processed request (or notification) with its sealed answer, so a redelivery is
+    /// answered again and never acted on twice.
+    func recordRequest(_ record: RequestRecord) throws
 }
