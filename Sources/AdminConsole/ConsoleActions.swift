@@ -116,23 +116,7 @@ extension AdminConsole {
                 removed: removed > 0, passkeysRemoved: removed, notice: removed > 0 ? "passkeys_removed" : "no_passkeys"
             )
         case .resendVerification:
-            let sent: Bool?
-            do {
-                sent = try await AccountAdministration.resendVerification(id, actor: actor, flows: flows, store: store)
-            } catch let error as LoginError {
-                switch error.code.rawValue {
-                case "too_many_attempts":
-                    throw ConsoleRefusal(
-                        429, "too_many_attempts", "too many codes were sent to this account; try later")
-                case "unsupported_method":
-                    throw ConsoleRefusal(409, "codes_not_enabled", "e-mail codes are not enabled on this service")
-                default:
-                    throw ConsoleRefusal(409, "no_address", "this account has no e-mail address to verify")
-                }
-            }
-            guard let sent else { throw ConsoleRefusal.noSuchUser }
-            return ConsoleActionOutcome(
-                sent: sent, notice: sent ? "code_sent" : "already_verified")
+            return try await resendVerification(id, actor: actor)
         case .delete(let confirm):
             guard let details = try await store.userDetails(id, at: clock.now()) else {
                 throw ConsoleRefusal.noSuchUser
@@ -147,6 +131,27 @@ extension AdminConsole {
             else { throw ConsoleRefusal.noSuchUser }
             return ConsoleActionOutcome(deleted: true, notice: "deleted")
         }
+    }
+
+    /// Resends the account's verification code, each refusal said as the console says it.
+    private func resendVerification(_ id: UUID, actor: String) async throws -> ConsoleActionOutcome {
+        let sent: Bool?
+        do {
+            sent = try await AccountAdministration.resendVerification(id, actor: actor, flows: flows, store: store)
+        } catch let error as LoginError {
+            switch error.code.rawValue {
+            case "too_many_attempts":
+                throw ConsoleRefusal(
+                    429, "too_many_attempts", "too many codes were sent to this account; try later")
+            case "unsupported_method":
+                throw ConsoleRefusal(409, "codes_not_enabled", "e-mail codes are not enabled on this service")
+            default:
+                throw ConsoleRefusal(409, "no_address", "this account has no e-mail address to verify")
+            }
+        }
+        guard let sent else { throw ConsoleRefusal.noSuchUser }
+        return ConsoleActionOutcome(
+            sent: sent, notice: sent ? "code_sent" : "already_verified")
     }
 
     // MARK: - The JSON API

@@ -176,91 +176,31 @@ enum Pages {
         """
     }
 
+    /// Who is looking at whose page, and so what the page offers.
+    struct Viewing {
+        let session: PostgresStore.ConsoleSession
+        let csrf: String
+        let details: PostgresStore.UserDetails
+        var id: String { details.user.id.lowercasedString }
+        var own: Bool { details.user.id == session.userID }
+        /// A console user's account is the operator CLI's to act on, not another console user's.
+        var consoleUser: Bool { details.consoleRole != nil && !own }
+        var admin: Bool { session.role == .admin && !own && !consoleUser }
+    }
+
     static func user(
         session: PostgresStore.ConsoleSession, csrf: String, details: PostgresStore.UserDetails, notice: String?
     ) -> String {
+        let viewing = Viewing(session: session, csrf: csrf, details: details)
         let user = details.user
-        let id = user.id.lowercasedString
-        let own = user.id == session.userID
-        // A console user's account is the operator CLI's to act on, not another console user's.
-        let consoleUser = details.consoleRole != nil && !own
-        let admin = session.role == .admin && !own && !consoleUser
-        var actions = ""
-        if consoleUser {
-            actions += """
-                <p class="note" id="console-user">This account uses the console: console users are managed \
-                with the operator CLI (<code>auth-worker users</code>, <code>auth-worker admins</code>).</p>
-                """
-        } else if !own {
-            actions += button("sessions/end", user: id, csrf: csrf, label: "End all sessions", id: "end-all")
-            if user.email != nil && !user.emailVerified && !user.isGuest {
-                actions += button(
-                    "verification", user: id, csrf: csrf, label: "Resend verification", id: "resend-verification")
-            }
-        }
-        if admin {
-            actions +=
-                user.disabled
-                ? button("enable", user: id, csrf: csrf, label: "Enable account", id: "enable")
-                : button("disable", user: id, csrf: csrf, label: "Disable account", id: "disable", danger: true)
-            if details.factor != nil {
-                actions += button(
-                    "factor/remove", user: id, csrf: csrf, label: "Remove second factor", id: "remove-factor",
-                    danger: true)
-            }
-            if !details.passkeys.isEmpty {
-                actions += button(
-                    "passkeys/remove", user: id, csrf: csrf, label: "Remove every passkey", id: "remove-passkeys",
-                    danger: true)
-            }
-        }
-        var identities = ""
-        for identity in details.identities {
-            identities += """
-                <tr><td>\(escape(identity.provider))</td><td class="mono">\(escape(identity.subject))</td>
-                <td>\(escape(identity.email ?? ""))\(identity.emailVerified ? " ✓" : "")</td>
-                <td>\(identity.hasPassword ? "password" : "")</td><td>\(date(identity.lastLoginAt))</td></tr>
-
-                """
-        }
-        var sessions = ""
-        for item in details.sessions {
-            let device = [item.deviceName, item.devicePlatform].compactMap { $0 }.map(escape).joined(separator: " · ")
-            let state =
-                item.live
-                ? (own || consoleUser
-                    ? "live"
-                    : button(
-                        "sessions/\(item.id.lowercasedString)/end", user: id, csrf: csrf, label: "End",
-                        id: "end-\(item.id.lowercasedString)"))
-                : item.revokedAt != nil ? "ended (\(escape(item.revokedReason ?? "")))" : "expired"
-            sessions += """
-                <tr><td>\(device.isEmpty ? "—" : device)</td><td>\(escape(item.provider))</td>
-                <td>\(date(item.createdAt))</td><td>\(date(item.expiresAt))</td><td>\(state)</td></tr>
-
-                """
-        }
-        var passkeys = ""
-        for key in details.passkeys {
-            let remove =
-                admin
-                ? button(
-                    "passkeys/\(key.id.lowercasedString)/remove", user: id, csrf: csrf, label: "Remove",
-                    id: "remove-passkey-\(key.id.lowercasedString)", danger: true) : ""
-            passkeys += """
-                <tr><td>\(escape(key.name))</td><td>\(key.backedUp ? "synced" : "device-bound")</td>
-                <td>\(date(key.createdAt))</td><td>\(date(key.lastUsedAt))</td><td>\(remove)</td></tr>
-
-                """
-        }
-        var audit = ""
-        for line in details.audit {
-            audit += """
-                <tr><td>\(date(line.at))</td><td>\(escape(line.action))</td><td>\(escape(line.outcome))</td>
-                <td>\(escape(line.actor))</td><td>\(escape(line.deviceName ?? ""))</td><td>\(escape(line.ip ?? ""))</td></tr>
-
-                """
-        }
+        let id = viewing.id
+        let own = viewing.own
+        let admin = viewing.admin
+        let actions = actions(viewing)
+        let identities = identityRows(details)
+        let sessions = sessionRows(viewing)
+        let passkeys = passkeyRows(viewing)
+        let audit = auditRows(details)
         let factor =
             details.factor.map { factor in
                 "Authenticator app (TOTP), \(factor.enabled ? "active" : "enrolling"), since \(date(factor.createdAt)); "
@@ -307,6 +247,112 @@ enum Pages {
             <tbody>\(audit.isEmpty ? "<tr><td colspan=\"6\">Nothing recorded.</td></tr>" : audit)</tbody></table>
             \(deletion)
             """)
+    }
+
+    /// The account's action buttons (or why there are none).
+    static func actions(_ viewing: Viewing) -> String {
+        let user = viewing.details.user
+        let details = viewing.details
+        let (id, csrf, own, consoleUser, admin) = (
+            viewing.id, viewing.csrf, viewing.own, viewing.consoleUser, viewing.admin
+        )
+        var actions = ""
+        if consoleUser {
+            actions += """
+                <p class="note" id="console-user">This account uses the console: console users are managed \
+                with the operator CLI (<code>auth-worker users</code>, <code>auth-worker admins</code>).</p>
+                """
+        } else if !own {
+            actions += button("sessions/end", user: id, csrf: csrf, label: "End all sessions", id: "end-all")
+            if user.email != nil && !user.emailVerified && !user.isGuest {
+                actions += button(
+                    "verification", user: id, csrf: csrf, label: "Resend verification", id: "resend-verification")
+            }
+        }
+        if admin {
+            actions +=
+                user.disabled
+                ? button("enable", user: id, csrf: csrf, label: "Enable account", id: "enable")
+                : button("disable", user: id, csrf: csrf, label: "Disable account", id: "disable", danger: true)
+            if details.factor != nil {
+                actions += button(
+                    "factor/remove", user: id, csrf: csrf, label: "Remove second factor", id: "remove-factor",
+                    danger: true)
+            }
+            if !details.passkeys.isEmpty {
+                actions += button(
+                    "passkeys/remove", user: id, csrf: csrf, label: "Remove every passkey", id: "remove-passkeys",
+                    danger: true)
+            }
+        }
+        return actions
+    }
+
+    static func identityRows(_ details: PostgresStore.UserDetails) -> String {
+        var identities = ""
+        for identity in details.identities {
+            identities += """
+                <tr><td>\(escape(identity.provider))</td><td class="mono">\(escape(identity.subject))</td>
+                <td>\(escape(identity.email ?? ""))\(identity.emailVerified ? " ✓" : "")</td>
+                <td>\(identity.hasPassword ? "password" : "")</td><td>\(date(identity.lastLoginAt))</td></tr>
+
+                """
+        }
+        return identities
+    }
+
+    static func sessionRows(_ viewing: Viewing) -> String {
+        let (details, id, csrf, own, consoleUser) = (
+            viewing.details, viewing.id, viewing.csrf, viewing.own, viewing.consoleUser
+        )
+        var sessions = ""
+        for item in details.sessions {
+            let device = [item.deviceName, item.devicePlatform].compactMap { $0 }.map(escape).joined(separator: " · ")
+            let state =
+                item.live
+                ? (own || consoleUser
+                    ? "live"
+                    : button(
+                        "sessions/\(item.id.lowercasedString)/end", user: id, csrf: csrf, label: "End",
+                        id: "end-\(item.id.lowercasedString)"))
+                : item.revokedAt != nil ? "ended (\(escape(item.revokedReason ?? "")))" : "expired"
+            sessions += """
+                <tr><td>\(device.isEmpty ? "—" : device)</td><td>\(escape(item.provider))</td>
+                <td>\(date(item.createdAt))</td><td>\(date(item.expiresAt))</td><td>\(state)</td></tr>
+
+                """
+        }
+        return sessions
+    }
+
+    static func passkeyRows(_ viewing: Viewing) -> String {
+        let (details, id, csrf, admin) = (viewing.details, viewing.id, viewing.csrf, viewing.admin)
+        var passkeys = ""
+        for key in details.passkeys {
+            let remove =
+                admin
+                ? button(
+                    "passkeys/\(key.id.lowercasedString)/remove", user: id, csrf: csrf, label: "Remove",
+                    id: "remove-passkey-\(key.id.lowercasedString)", danger: true) : ""
+            passkeys += """
+                <tr><td>\(escape(key.name))</td><td>\(key.backedUp ? "synced" : "device-bound")</td>
+                <td>\(date(key.createdAt))</td><td>\(date(key.lastUsedAt))</td><td>\(remove)</td></tr>
+
+                """
+        }
+        return passkeys
+    }
+
+    static func auditRows(_ details: PostgresStore.UserDetails) -> String {
+        var audit = ""
+        for line in details.audit {
+            audit += """
+                <tr><td>\(date(line.at))</td><td>\(escape(line.action))</td><td>\(escape(line.outcome))</td>
+                <td>\(escape(line.actor))</td><td>\(escape(line.deviceName ?? ""))</td><td>\(escape(line.ip ?? ""))</td></tr>
+
+                """
+        }
+        return audit
     }
 
     static let stylesheet = """

@@ -92,7 +92,7 @@ extension CommandLineInterface {
         }
         if !console.isLoopback && !console.behindTLS {
             throw ConfigurationError(
-                variable: Setting.consoleBehindTls.name,
+                variable: Setting.consoleBehindTLS.name,
                 reason:
                     "the console's cookies are Secure: set it to true when TLS ends in front of the console "
                     + "(an ingress, a proxy), or listen on 127.0.0.1 for development")

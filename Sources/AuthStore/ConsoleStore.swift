@@ -315,48 +315,9 @@ extension PostgresStore {
                 ).first
             else { return nil }
             let user = try UserSummary(row: row)
-            let identities = try connection.query(
-                """
-                SELECT provider, subject, email, email_verified, password_hash IS NOT NULL AS has_password, created_at,
-                       last_login_at
-                FROM identities WHERE user_id = \(id) ORDER BY created_at, provider
-                """
-            ).map { row in
-                UserDetails.Identity(
-                    provider: try row.decode("provider"), subject: try row.decode("subject"),
-                    email: try row.decode("email", as: String?.self), emailVerified: try row.decode("email_verified"),
-                    hasPassword: try row.decode("has_password"),
-                    createdAt: try row.decode("created_at", as: Date.self),
-                    lastLoginAt: try row.decode("last_login_at", as: Date.self))
-            }
-            let sessions = try connection.query(
-                """
-                SELECT id, provider, device_name, device_platform, created_at, expires_at, revoked_at, revoked_reason
-                FROM sessions WHERE user_id = \(id) ORDER BY created_at DESC, id LIMIT 50
-                """
-            ).map { row in
-                let expires: Date = try row.decode("expires_at")
-                let revoked: Date? = try row.decode("revoked_at", as: Date?.self)
-                return UserDetails.Session(
-                    id: try row.decode("id"), provider: try row.decode("provider"),
-                    deviceName: try row.decode("device_name", as: String?.self),
-                    devicePlatform: try row.decode("device_platform", as: String?.self),
-                    createdAt: try row.decode("created_at", as: Date.self),
-                    expiresAt: expires, revokedAt: revoked,
-                    revokedReason: try row.decode("revoked_reason", as: String?.self),
-                    live: revoked == nil && expires > now)
-            }
-            let passkeys = try connection.query(
-                """
-                SELECT id, name, backed_up, created_at, last_used_at FROM passkeys
-                WHERE user_id = \(id) ORDER BY created_at, id
-                """
-            ).map { row in
-                UserDetails.Passkey(
-                    id: try row.decode("id"), name: try row.decode("name"), backedUp: try row.decode("backed_up"),
-                    createdAt: try row.decode("created_at", as: Date.self),
-                    lastUsedAt: try row.decode("last_used_at", as: Date?.self))
-            }
+            let identities = try Self.identities(of: id, on: connection)
+            let sessions = try Self.sessions(of: id, at: now, on: connection)
+            let passkeys = try Self.passkeys(of: id, on: connection)
             let factor = try connection.query(
                 """
                 SELECT f.created_at, f.enabled_at IS NOT NULL AS enabled,
@@ -385,6 +346,60 @@ extension PostgresStore {
             return UserDetails(
                 user: user, consoleRole: try row.decode("role", as: String?.self), identities: identities,
                 sessions: sessions, passkeys: passkeys, factor: factor, audit: audit)
+        }
+    }
+
+    /// The user's identities, as the page shows them.
+    static func identities(of id: UUID, on connection: PGConnection) throws -> [UserDetails.Identity] {
+        try connection.query(
+            """
+            SELECT provider, subject, email, email_verified, password_hash IS NOT NULL AS has_password, created_at,
+                   last_login_at
+            FROM identities WHERE user_id = \(id) ORDER BY created_at, provider
+            """
+        ).map { row in
+            UserDetails.Identity(
+                provider: try row.decode("provider"), subject: try row.decode("subject"),
+                email: try row.decode("email", as: String?.self), emailVerified: try row.decode("email_verified"),
+                hasPassword: try row.decode("has_password"),
+                createdAt: try row.decode("created_at", as: Date.self),
+                lastLoginAt: try row.decode("last_login_at", as: Date.self))
+        }
+    }
+
+    /// The user's last 50 sessions, as the page shows them.
+    static func sessions(of id: UUID, at now: Date, on connection: PGConnection) throws -> [UserDetails.Session] {
+        try connection.query(
+            """
+            SELECT id, provider, device_name, device_platform, created_at, expires_at, revoked_at, revoked_reason
+            FROM sessions WHERE user_id = \(id) ORDER BY created_at DESC, id LIMIT 50
+            """
+        ).map { row in
+            let expires: Date = try row.decode("expires_at")
+            let revoked: Date? = try row.decode("revoked_at", as: Date?.self)
+            return UserDetails.Session(
+                id: try row.decode("id"), provider: try row.decode("provider"),
+                deviceName: try row.decode("device_name", as: String?.self),
+                devicePlatform: try row.decode("device_platform", as: String?.self),
+                createdAt: try row.decode("created_at", as: Date.self),
+                expiresAt: expires, revokedAt: revoked,
+                revokedReason: try row.decode("revoked_reason", as: String?.self),
+                live: revoked == nil && expires > now)
+        }
+    }
+
+    /// The user's passkeys, as the page shows them.
+    static func passkeys(of id: UUID, on connection: PGConnection) throws -> [UserDetails.Passkey] {
+        try connection.query(
+            """
+            SELECT id, name, backed_up, created_at, last_used_at FROM passkeys
+            WHERE user_id = \(id) ORDER BY created_at, id
+            """
+        ).map { row in
+            UserDetails.Passkey(
+                id: try row.decode("id"), name: try row.decode("name"), backedUp: try row.decode("backed_up"),
+                createdAt: try row.decode("created_at", as: Date.self),
+                lastUsedAt: try row.decode("last_used_at", as: Date?.self))
         }
     }
 }

@@ -414,11 +414,11 @@ extension Setting {
         "AUTH_CONSOLE_PORT", .console,
         "the admin console's port",
         default: "`8090`")
-    public static let consoleBehindTls = Setting(
+    public static let consoleBehindTLS = Setting(
         "AUTH_CONSOLE_BEHIND_TLS", .console,
         "TLS ends in front of the console (an ingress, a proxy): required to listen on anything but loopback, since its cookies are `Secure`",
         default: "`false`")
-    public static let consoleIDleSeconds = Setting(
+    public static let consoleIdleSeconds = Setting(
         "AUTH_CONSOLE_IDLE_SECONDS", .console,
         "a console sign-in unused this long ends (1–86400)",
         default: "`900`")
@@ -519,7 +519,7 @@ extension Setting {
         .mfaIssuer, .mfaTokenTTLSeconds, .mfaRateLimit,
         .webauthnRPID, .webauthnRPName, .webauthnOrigins, .webauthnUserVerification, .webauthnChallengeTTLSeconds,
         .webauthnAttestation, .webauthnOptionsRateLimit, .webauthnOptionsGlobalRateLimit,
-        .consoleAddress, .consolePort, .consoleBehindTls, .consoleIDleSeconds, .consoleAbsoluteSeconds,
+        .consoleAddress, .consolePort, .consoleBehindTLS, .consoleIdleSeconds, .consoleAbsoluteSeconds,
         .batchMax, .batchSize, .maxInFlight, .batchWaitMS, .batchLingerMS, .maxRetryDelayMS, .idempotencyTTLSeconds,
         .requestDeadlineSeconds, .outboxRelayGraceSeconds, .purgeIntervalSeconds, .shutdownTimeoutSeconds,
         .healthPort, .healthAddress, .logLevel, .buildCommit, .benchDatabaseURL,

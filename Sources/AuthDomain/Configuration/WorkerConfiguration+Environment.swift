@@ -14,6 +14,19 @@ extension WorkerConfiguration {
     {
         var config = WorkerConfiguration()
         let reader = EnvironmentReader(environment: environment)
+        try readKafkaAndDatabase(reader, into: &config)
+        try readProviders(reader, into: &config)
+        try readTokens(reader, into: &config)
+        try readProcessing(reader, into: &config)
+        try readAccounts(reader, into: &config)
+        try readPasskeys(reader, into: &config)
+        try readConsoleAndFactors(reader, into: &config)
+        return config
+    }
+
+    /// Kafka, PostgreSQL and the topics.
+    private static func readKafkaAndDatabase(_ reader: EnvironmentReader, into config: inout WorkerConfiguration) throws
+    {
         if let brokers = reader.list(.kafkaBrokers) { config.kafkaBrokers = brokers }
         if let group = reader.string(.kafkaGroup) { config.kafkaGroup = group }
         if let path = reader.string(.kafkaPropertiesFile) {
@@ -36,6 +49,10 @@ extension WorkerConfiguration {
         if let value = reader.string(.topicEvents) { config.topics.events = value }
         if let value = reader.string(.topicNotifications) { config.topics.notifications = value }
         if let value = reader.string(.topicDLQ) { config.topics.deadLetters = value }
+    }
+
+    /// The identity providers and their key sets.
+    private static func readProviders(_ reader: EnvironmentReader, into config: inout WorkerConfiguration) throws {
         if let value = reader.list(.appleAudiences) { config.appleAudiences = value }
         if let value = reader.list(.googleAudiences) { config.googleAudiences = value }
         if let value = reader.string(.appleKeysURL) { config.appleKeysURL = value }
@@ -48,6 +65,10 @@ extension WorkerConfiguration {
             config.keySets.unknownKeyRefetchInterval = value
         }
         if let value = try reader.seconds(.keysFetchTimeoutSeconds) { config.keySets.fetchTimeout = value }
+    }
+
+    /// Tokens, keys, sessions and the log.
+    private static func readTokens(_ reader: EnvironmentReader, into config: inout WorkerConfiguration) throws {
         if let value = reader.string(.accessTokenFormat) {
             guard let format = AccessTokenFormat(rawValue: value) else {
                 throw ConfigurationError(variable: Setting.accessTokenFormat.name, reason: "must be jwt or opaque")
@@ -90,6 +111,10 @@ extension WorkerConfiguration {
             config.sessions.refreshReuseGrace = value
         }
         if let value = try reader.bool(.requireReplyKey) { config.sessions.requireReplyKey = value }
+    }
+
+    /// Batches, connections, the broker client, retries, the results key, timers and health.
+    private static func readProcessing(_ reader: EnvironmentReader, into config: inout WorkerConfiguration) throws {
         // AUTH_BATCH_SIZE is the name of earlier releases.
         if let value = try reader.integer(.batchMax) ?? reader.integer(.batchSize) {
             config.processing.batchMax = value
@@ -155,6 +180,10 @@ extension WorkerConfiguration {
                 config.healthPort = port
             }
         }
+    }
+
+    /// Passwords, throttles, rate limits, e-mail codes, Apple's REST API and the audit trail.
+    private static func readAccounts(_ reader: EnvironmentReader, into config: inout WorkerConfiguration) throws {
         if let value = try reader.integer(.argon2MemoryKiB) {
             guard value >= 8, value <= 4_194_304 else {
                 throw ConfigurationError(variable: Setting.argon2MemoryKiB.name, reason: "must be 8 to 4194304")
@@ -226,6 +255,10 @@ extension WorkerConfiguration {
         if let days = try reader.integer(.auditRetentionDays) {
             config.auditRetention = TimeInterval(days) * 86_400
         }
+    }
+
+    /// Passkeys.
+    private static func readPasskeys(_ reader: EnvironmentReader, into config: inout WorkerConfiguration) throws {
         if let rpID = reader.string(.webauthnRPID) {
             guard !rpID.contains("/"), !rpID.contains(":"), rpID == rpID.lowercased() else {
                 throw ConfigurationError(
@@ -283,6 +316,12 @@ extension WorkerConfiguration {
             }
             config.passkeys.attestation = value
         }
+    }
+
+    /// The admin console and the second factor.
+    private static func readConsoleAndFactors(_ reader: EnvironmentReader, into config: inout WorkerConfiguration)
+        throws
+    {
         if let text = reader.string(.consoleAddress) {
             var address = in_addr()
             guard inet_pton(AF_INET, text, &address) == 1 else {
@@ -296,11 +335,11 @@ extension WorkerConfiguration {
             }
             config.console.port = port
         }
-        if let value = try reader.bool(.consoleBehindTls) { config.console.behindTLS = value }
-        if let value = try reader.seconds(.consoleIDleSeconds) {
+        if let value = try reader.bool(.consoleBehindTLS) { config.console.behindTLS = value }
+        if let value = try reader.seconds(.consoleIdleSeconds) {
             guard value >= 1, value <= 86400 else {
                 throw ConfigurationError(
-                    variable: Setting.consoleIDleSeconds.name, reason: "must be between 1 and 86400")
+                    variable: Setting.consoleIdleSeconds.name, reason: "must be between 1 and 86400")
             }
             config.console.idleLifetime = value
         }
@@ -322,7 +361,6 @@ extension WorkerConfiguration {
         if let value = try reader.bool(.passwordChangeEndsSessions) {
             config.emailCodes.changeEndsOtherSessions = value
         }
-        return config
     }
 
     /// Parses a librdkafka properties file: `key=value` lines, `#` comments.
