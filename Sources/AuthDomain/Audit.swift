@@ -71,21 +71,3 @@ public struct AuditEntry: Sendable, Equatable {
             at: now)
     }
 }
-
-extension LoginMethod {
-    /// Whether its outcomes go to the audit trail: sign-ins (succeeded and refused),
-    /// registrations, changes to how an account signs in, sessions ended, the account deleted
-    /// or exported. Not the frequent, routine ones (`refresh`, `introspect`, `sessions_list`) nor
-    /// the ones that only send a code.
-    public var isAudited: Bool {
-        switch self {
-        case .refresh, .introspect, .sessionsList, .sendVerification, .passwordResetRequest, .emailCodeRequest,
-            .passkeyRegisterOptions, .passkeyLoginOptions, .passkeyList:
-            false
-        case .apple, .google, .oidc, .password, .register, .guest, .logout, .verifyEmail, .passwordReset,
-            .changePassword, .mfaEnroll, .mfaVerify, .mfaChallenge, .mfaRemove, .emailCode, .sessionRevoke,
-            .accountDelete, .accountExport, .passkeyRegister, .passkeyLogin, .passkeyRename, .passkeyRemove:
-            true
-        }
-    }
-}

@@ -112,10 +112,10 @@ extension LoginRequest {
     /// it must not start before the earlier requests of its key are written (a registration, a
     /// password change).
     public var readsAccountWhilePreparing: Bool {
-        switch method {
-        case .password, .changePassword: true
-        case .verifyEmail, .mfaEnroll, .mfaVerify, .accountDelete: data.password != nil
-        default: false
+        switch method.traits.accountRead {
+        case .never: false
+        case .always: true
+        case .withPassword: data.password != nil
         }
     }
 }

@@ -35,21 +35,3 @@ public enum CredentialField: String, CaseIterable, Sendable {
     /// The member names, for lookups by name.
     public static let names: Set<String> = Set(allCases.map(\.rawValue))
 }
-
-extension LoginMethod {
-    /// Whether the answer to this method can carry a secret: a session, a TOTP secret, recovery
-    /// codes, an `mfa_token`, or an account's export. Such answers are sealed to the request's `reply_key`; a gateway
-    /// (and `AuthClient`) sends one with every such request, and a worker that requires reply
-    /// keys refuses these methods without one. The one list both sides read.
-    public var answerCarriesSecret: Bool {
-        switch self {
-        case .logout, .introspect, .sendVerification, .verifyEmail, .passwordResetRequest, .changePassword, .mfaRemove,
-            .emailCodeRequest, .sessionsList, .sessionRevoke, .accountDelete, .passkeyRegisterOptions,
-            .passkeyLoginOptions, .passkeyList, .passkeyRename, .passkeyRemove:
-            false
-        case .apple, .google, .oidc, .password, .register, .guest, .refresh, .passwordReset, .mfaEnroll, .mfaVerify,
-            .mfaChallenge, .emailCode, .accountExport, .passkeyLogin, .passkeyRegister:
-            true
-        }
-    }
-}

@@ -69,37 +69,6 @@ enum FieldRule: Sendable {
     case assertionCredential
 }
 
-extension LoginMethod {
-    /// What this method requires of the request's fields.
-    var fieldRules: [FieldRule] {
-        switch self {
-        case .apple, .google: FieldRule.identityToken
-        case .oidc: FieldRule.providerToken
-        case .password, .register: FieldRule.emailAndPassword
-        case .refresh: FieldRule.refreshToken
-        case .introspect, .sendVerification, .mfaEnroll, .sessionsList, .accountExport, .passkeyRegisterOptions,
-            .passkeyList:
-            FieldRule.accessToken
-        case .logout: FieldRule.logout
-        case .guest: []
-        case .verifyEmail, .emailCode: FieldRule.codeOrLinkOnly
-        case .passwordResetRequest, .emailCodeRequest: FieldRule.email
-        case .passwordReset: FieldRule.passwordReset
-        case .changePassword: FieldRule.changePassword
-        case .mfaVerify: FieldRule.mfaVerify
-        case .mfaChallenge: FieldRule.mfaChallenge
-        case .mfaRemove: FieldRule.mfaRemove
-        case .sessionRevoke: FieldRule.sessionRevoke
-        case .passkeyRegister: FieldRule.passkeyRegister
-        case .passkeyLoginOptions: FieldRule.passkeyLoginOptions
-        case .passkeyLogin: FieldRule.passkeyLogin
-        case .passkeyRename: FieldRule.passkeyRename
-        case .passkeyRemove: FieldRule.passkeyRemove
-        case .accountDelete: FieldRule.accountDelete
-        }
-    }
-}
-
 extension FieldRule {
     // The rules of each method, made once.
     static let identityToken: [FieldRule] = [.required(.identityToken, .token)]

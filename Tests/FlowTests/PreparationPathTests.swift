@@ -39,6 +39,16 @@ import Testing
         }
     }
 
+    /// The traits table (`LoginMethod.traits`) declares the same paths the flows take.
+    @Test func theTraitsTableDeclaresEachMethodsPath() {
+        let declaredWaiting = Set(LoginMethod.allCases.filter { [.hashing, .waits].contains($0.traits.preparation) })
+        #expect(declaredWaiting == Self.waiting)
+        let declaredProviders = Set(LoginMethod.allCases.filter { $0.traits.preparation == .atOnceWithCachedKeys })
+        #expect(declaredProviders == Self.atOnceWithCachedKeys)
+        #expect(Set(LoginMethod.allCases.filter { $0.traits.preparation == .hashing }) == [.register, .password])
+        #expect(Set(LoginMethod.allCases.filter(\.traits.isGuestSignUp)) == [.guest])
+    }
+
     @Test(arguments: LoginMethod.allCases) func everyMethodIsPreparedByExactlyOnePath(_ method: LoginMethod)
         async throws
     {
