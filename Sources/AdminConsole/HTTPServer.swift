@@ -309,7 +309,8 @@ public final class HTTPServer: @unchecked Sendable {
         var pairs: [(String, String)] = []
     }
 
-    /// Every value of `kind`, in order, repeated names included.
+    /// Every value of `kind`, in order, repeated names included. With their lengths: a value with a
+    /// NUL in it (`%00`) arrives whole, to be refused, not cut short where C would stop reading.
     private func all(_ connection: OpaquePointer, _ kind: MHD_ValueKind) -> [(String, String)] {
         let listed = Listed()
         withExtendedLifetime(listed) {
@@ -330,37 +331,14 @@ public final class HTTPServer: @unchecked Sendable {
         return listed.pairs
     }
 
-    private final class Collected {
-        var values: [String: String] = [:]
-        var lowercased: Bool
-
-        init(lowercased: Bool) { self.lowercased = lowercased }
-    }
-
+    /// The values of `kind`, the first of each name (header names in lower case when asked).
     private func values(_ connection: OpaquePointer, _ kind: MHD_ValueKind, lowercased: Bool) -> [String: String] {
-        let collected = Collected(lowercased: lowercased)
-        withExtendedLifetime(collected) {
-            // With their lengths: a value with a NUL in it (`%00`) arrives whole, to be refused,
-            // not cut short where C would stop reading.
-            _ = MHD_get_connection_values_n(
-                connection, kind,
-                { context, _, key, keySize, value, valueSize in
-                    guard let context, let key else { return MHD_Result.YES }
-                    let collected = Unmanaged<Collected>.fromOpaque(context).takeUnretainedValue()
-                    func text(_ pointer: UnsafePointer<CChar>, _ count: Int) -> String {
-                        pointer.withMemoryRebound(to: UInt8.self, capacity: count) {
-                            String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self)
-                        }
-                    }
-                    var name = text(key, keySize)
-                    if collected.lowercased { name = name.lowercased() }
-                    if collected.values[name] == nil {
-                        collected.values[name] = value.map { text($0, valueSize) } ?? ""
-                    }
-                    return MHD_Result.YES
-                }, Unmanaged.passUnretained(collected).toOpaque())
+        var collected: [String: String] = [:]
+        for (key, value) in all(connection, kind) {
+            let name = lowercased ? key.lowercased() : key
+            if collected[name] == nil { collected[name] = value }
         }
-        return collected.values
+        return collected
     }
 }
 
