@@ -36,33 +36,10 @@ func runPacedLoad(_ arguments: [String]) async throws {
     }
     let (brokers, requestsTopic, resultsTopic, bodiesPath, outPath) =
         (arguments[0], arguments[1], arguments[2], arguments[4], arguments[5])
-    var keys: [[UInt8]] = []
-    var values: [[UInt8]] = []
-    for line in try String(contentsOfFile: bodiesPath, encoding: .utf8).split(separator: "\n") {
-        guard let tab = line.firstIndex(of: "\t") else {
-            throw BenchmarkFailure(reason: "\(bodiesPath): a line without a tab")
-        }
-        keys.append(Array(line[..<tab].utf8))
-        values.append(Array(line[line.index(after: tab)...].utf8))
-    }
-    guard keys.count >= 2 else {
-        throw BenchmarkFailure(reason: "\(bodiesPath): a warm-up and paced requests expected")
-    }
+    let (keys, values) = try readBodies(bodiesPath)
     let index = Dictionary(keys.enumerated().map { ($0.element, $0.offset) }, uniquingKeysWith: { first, _ in first })
 
-    let kafka = KafkaConfiguration(bootstrapServers: brokers.split(separator: ",").map(String.init))
-    var consumerConfiguration = KafkaConsumerConfiguration(kafka: kafka, groupID: "pace-\(UUID().uuidString)")
-    // The reader's own latency does not count (results are timed by their create time), so it
-    // waits long on fetches and leaves the broker's CPU to the system under test.
-    consumerConfiguration.fetchWaitMax = .milliseconds(200)
-    consumerConfiguration.sessionTimeout = .seconds(6)
-    let consumer = try KafkaConsumer(
-        configuration: consumerConfiguration, topics: [resultsTopic], logger: benchLogger())
-    var producerConfiguration = KafkaProducerConfiguration(kafka: kafka)
-    // A gateway's own batching counts as latency: kept to a millisecond.
-    producerConfiguration.linger = .milliseconds(1)
-    producerConfiguration.compression = "none"
-    let producer = try KafkaProducer(configuration: producerConfiguration, logger: benchLogger())
+    let (consumer, producer) = try pacedClients(brokers: brokers, resultsTopic: resultsTopic)
 
     // Results' create times by request, read on a task of their own.
     let board = ResultBoard(count: keys.count)
@@ -125,14 +102,7 @@ func runPacedLoad(_ arguments: [String]) async throws {
     try await reader.value
     await consumer.close()
     producer.close()
-    let final = board.results.withLock { $0 }
-    var out = ""
-    for position in 1..<keys.count { out += "\(sent[position]) \(final.stamps[position])\n" }
-    try out.write(toFile: outPath, atomically: true, encoding: .utf8)
-    var usage = rusage()
-    getrusage(RUSAGE_SELF.rawValue, &usage)
-    let cpu = [usage.ru_utime, usage.ru_stime].reduce(0.0) { $0 + Double($1.tv_sec) + Double($1.tv_usec) / 1e6 }
-    say("done \(final.duplicates) \(keys.count - final.answered) \(cpu)")
+    try report(board.results.withLock { $0 }, sent: sent, count: keys.count, to: outPath)
 }
 
 /// The results the paced load has read: each request's result's create time (-1 until it came).
@@ -180,4 +150,52 @@ func runEcho(_ arguments: [String]) async throws {
     try? producer.flush(timeout: .seconds(10))
     await consumer.close()
     producer.close()
+}
+
+/// The paced load's bodies: one request a line, `key<TAB>value`, a warm-up and at least one more.
+private func readBodies(_ path: String) throws -> (keys: [[UInt8]], values: [[UInt8]]) {
+    var keys: [[UInt8]] = []
+    var values: [[UInt8]] = []
+    for line in try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n") {
+        guard let tab = line.firstIndex(of: "\t") else {
+            throw BenchmarkFailure(reason: "\(path): a line without a tab")
+        }
+        keys.append(Array(line[..<tab].utf8))
+        values.append(Array(line[line.index(after: tab)...].utf8))
+    }
+    guard keys.count >= 2 else {
+        throw BenchmarkFailure(reason: "\(path): a warm-up and paced requests expected")
+    }
+    return (keys, values)
+}
+
+/// The paced load's reader of results and its producer of requests.
+private func pacedClients(brokers: String, resultsTopic: String) throws -> (KafkaConsumer, KafkaProducer) {
+    let kafka = KafkaConfiguration(bootstrapServers: brokers.split(separator: ",").map(String.init))
+    var consumerConfiguration = KafkaConsumerConfiguration(kafka: kafka, groupID: "pace-\(UUID().uuidString)")
+    // The reader's own latency does not count (results are timed by their create time), so it
+    // waits long on fetches and leaves the broker's CPU to the system under test.
+    consumerConfiguration.fetchWaitMax = .milliseconds(200)
+    consumerConfiguration.sessionTimeout = .seconds(6)
+    let consumer = try KafkaConsumer(
+        configuration: consumerConfiguration, topics: [resultsTopic], logger: benchLogger())
+    var producerConfiguration = KafkaProducerConfiguration(kafka: kafka)
+    // A gateway's own batching counts as latency: kept to a millisecond.
+    producerConfiguration.linger = .milliseconds(1)
+    producerConfiguration.compression = "none"
+    let producer = try KafkaProducer(configuration: producerConfiguration, logger: benchLogger())
+    return (consumer, producer)
+}
+
+/// Writes each paced request's send and result times to `path`, and says what came of them.
+private func report(
+    _ final: (stamps: [Int64], answered: Int, duplicates: Int), sent: [Int64], count: Int, to path: String
+) throws {
+    var out = ""
+    for position in 1..<count { out += "\(sent[position]) \(final.stamps[position])\n" }
+    try out.write(toFile: path, atomically: true, encoding: .utf8)
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let cpu = [usage.ru_utime, usage.ru_stime].reduce(0.0) { $0 + Double($1.tv_sec) + Double($1.tv_usec) / 1e6 }
+    say("done \(final.duplicates) \(count - final.answered) \(cpu)")
 }
