@@ -88,7 +88,7 @@ extension CommandLineInterface {
                     + "AUTH_APPLE_AUDIENCES / AUTH_GOOGLE_AUDIENCES; others AUTH_OIDC_PROVIDERS)")
             return 1
         }
-        let clock: any WorkerClock = at.map { ManualClock($0) } ?? SystemClock()
+        let clock: any WorkerClock = at.map { FixedClock($0) } ?? SystemClock()
         let logger = Logger(label: "auth-worker", level: .warning, handler: JSONLinesLogHandler.standardError)
         let keySet: KeySetCache
         if let keysPath {

@@ -11,15 +11,11 @@ public struct SystemClock: WorkerClock {
     public func now() -> Date { Date() }
 }
 
-/// A clock that says what tests tell it.
-public final class ManualClock: WorkerClock, @unchecked Sendable {
-    // @unchecked: `current` is only touched under `lock`.
-    private let lock = NSLock()
-    private var current: Date
+/// A clock stopped at one moment (`auth-worker token verify --at`, replaying an old token).
+public struct FixedClock: WorkerClock {
+    public let moment: Date
 
-    public init(_ start: Date) { current = start }
+    public init(_ moment: Date) { self.moment = moment }
 
-    public func now() -> Date { lock.withLock { current } }
-
-    public func advance(by interval: TimeInterval) { lock.withLock { current += interval } }
+    public func now() -> Date { moment }
 }
