@@ -61,61 +61,61 @@ extension CommandLineInterface {
     }
 
     func endSessions(_ positionals: [String], usage: String) async throws -> Int32 {
-        var only: UUID?
-        if positionals.count > 1 {
-            guard let session = UUID(uuidString: positionals[1]) else { throw UsageError(message: usage) }
-            only = session
-        }
-        let configuration = try configuration(needs: [.database])
-        let store = operatorStore(configuration)
-        guard let id = try await store.userReport(positionals[0])?.userID,
-            let ended = try await AccountAdministration.endSessions(
+        let only = try Self.optionalID(positionals, usage: usage)
+        return try await onUser(positionals[0]) { id, store, configuration in
+            try await AccountAdministration.endSessions(
                 id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
-        else {
-            errorOutput("auth-worker: no user \(positionals[0])")
-            return 1
+        } done: { id, ended in
+            "ended \(ended) session(s) of user \(id.lowercasedString)"
         }
-        await publishNow(store: store, configuration: configuration)
-        output("ended \(ended) session(s) of user \(id.lowercasedString)")
-        return 0
     }
 
     func removeFactor(_ argument: String) async throws -> Int32 {
+        try await onUser(argument) { id, store, configuration in
+            try await AccountAdministration.removeFactor(
+                id, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+        } done: { id, removed in
+            removed
+                ? "removed the second factor of user \(id.lowercasedString)"
+                : "user \(id.lowercasedString) has no second factor"
+        }
+    }
+
+    func removePasskeys(_ positionals: [String], usage: String) async throws -> Int32 {
+        let only = try Self.optionalID(positionals, usage: usage)
+        return try await onUser(positionals[0]) { id, store, configuration in
+            try await AccountAdministration.removePasskeys(
+                id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+        } done: { id, removed in
+            "removed \(removed) passkey(s) of user \(id.lowercasedString)"
+        }
+    }
+
+    /// An operator's chore on one user (by id or address): `act` in its own transaction (nil: no
+    /// such user), the events it caused published at once, and `done`'s line printed.
+    private func onUser<Outcome>(
+        _ argument: String,
+        _ act: (UUID, PostgresStore, WorkerConfiguration) async throws -> Outcome?,
+        done: (UUID, Outcome) -> String
+    ) async throws -> Int32 {
         let configuration = try configuration(needs: [.database])
         let store = operatorStore(configuration)
         guard let id = try await store.userReport(argument)?.userID,
-            let removed = try await AccountAdministration.removeFactor(
-                id, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+            let outcome = try await act(id, store, configuration)
         else {
             errorOutput("auth-worker: no user \(argument)")
             return 1
         }
         await publishNow(store: store, configuration: configuration)
-        output(
-            removed
-                ? "removed the second factor of user \(id.lowercasedString)"
-                : "user \(id.lowercasedString) has no second factor")
+        output(done(id, outcome))
         return 0
     }
 
-    func removePasskeys(_ positionals: [String], usage: String) async throws -> Int32 {
-        var only: UUID?
-        if positionals.count > 1 {
-            guard let passkey = UUID(uuidString: positionals[1]) else { throw UsageError(message: usage) }
-            only = passkey
-        }
-        let configuration = try configuration(needs: [.database])
-        let store = operatorStore(configuration)
-        guard let id = try await store.userReport(positionals[0])?.userID,
-            let removed = try await AccountAdministration.removePasskeys(
-                id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
-        else {
-            errorOutput("auth-worker: no user \(positionals[0])")
-            return 1
-        }
-        await publishNow(store: store, configuration: configuration)
-        output("removed \(removed) passkey(s) of user \(id.lowercasedString)")
-        return 0
+    /// The second positional, an id (a session's, a passkey's), when given.
+    private static func optionalID(_ positionals: [String], usage: String) throws -> UUID? {
+        guard positionals.count > 1 else { return nil }
+        guard let id = UUID(uuidString: positionals[1]) else { throw UsageError(message: usage) }
+        return id
     }
 
     func grantAdmin(_ arguments: Arguments, usage: String) async throws -> Int32 {

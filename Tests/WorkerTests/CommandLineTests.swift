@@ -81,6 +81,21 @@ import Testing
         let (missing, _, missingErr) = await run(["users", "disable", "nobody@example.com"], environment: environment)
         #expect(missing == 1 && missingErr.contains("no user"))
 
+        // The chores on one user: found by address, acted on, said; a user nobody has, exit 1.
+        let (ended, endedOut, _) = await run(["users", "end-sessions", "ada@example.com"], environment: environment)
+        #expect(ended == 0 && endedOut.contains("ended 0 session(s) of user \(userID)"), "\(endedOut)")
+        let (badSession, _, _) = await run(
+            ["users", "end-sessions", "ada@example.com", "not-a-session"], environment: environment)
+        #expect(badSession == 2)
+        let (factor, factorOut, _) = await run(["users", "remove-factor", userID], environment: environment)
+        #expect(factor == 0 && factorOut.contains("has no second factor"))
+        let (passkeys, passkeysOut, _) = await run(
+            ["users", "remove-passkeys", "ada@example.com"], environment: environment)
+        #expect(passkeys == 0 && passkeysOut.contains("removed 0 passkey(s) of user \(userID)"), "\(passkeysOut)")
+        let (nobody, _, nobodyErr) = await run(
+            ["users", "remove-passkeys", "nobody@example.com"], environment: environment)
+        #expect(nobody == 1 && nobodyErr.contains("no user nobody@example.com"))
+
         let (unproven, _, unprovenErr) = await run(
             ["admins", "grant", "ada@example.com", "--role", "support"], environment: environment)
         #expect(unproven == 1 && unprovenErr.contains("was never verified"), "\(unprovenErr)")
