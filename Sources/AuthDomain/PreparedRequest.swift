@@ -112,7 +112,7 @@ extension LoginRequest {
     /// it must not start before the earlier requests of its key are written (a registration, a
     /// password change).
     public var readsAccountWhilePreparing: Bool {
-        switch method.traits.accountRead {
+        switch method.handler.accountRead {
         case .never: false
         case .always: true
         case .withPassword: data.password != nil

@@ -39,14 +39,17 @@ import Testing
         }
     }
 
-    /// The traits table (`LoginMethod.traits`) declares the same paths the flows take.
-    @Test func theTraitsTableDeclaresEachMethodsPath() {
-        let declaredWaiting = Set(LoginMethod.allCases.filter { [.hashing, .waits].contains($0.traits.preparation) })
+    /// The handler table (`LoginMethod.handler`) declares the same paths the flows take.
+    @Test func theHandlerTableDeclaresEachMethodsPath() {
+        let declaredWaiting = Set(LoginMethod.allCases.filter { $0.handler.mayWait })
         #expect(declaredWaiting == Self.waiting)
-        let declaredProviders = Set(LoginMethod.allCases.filter { $0.traits.preparation == .atOnceWithCachedKeys })
+        let declaredProviders = Set(
+            LoginMethod.allCases.filter {
+                if case .atOnceWithCachedKeys = $0.handler.preparation { true } else { false }
+            })
         #expect(declaredProviders == Self.atOnceWithCachedKeys)
-        #expect(Set(LoginMethod.allCases.filter { $0.traits.preparation == .hashing }) == [.register, .password])
-        #expect(Set(LoginMethod.allCases.filter(\.traits.isGuestSignUp)) == [.guest])
+        #expect(Set(LoginMethod.allCases.filter { $0.handler.hashes }) == [.register, .password])
+        #expect(Set(LoginMethod.allCases.filter { $0.handler.isGuestSignUp }) == [.guest])
     }
 
     @Test(arguments: LoginMethod.allCases) func everyMethodIsPreparedByExactlyOnePath(_ method: LoginMethod)

@@ -249,3 +249,13 @@ struct AccountExport: PreparedWrite {
             ip: entry.ip, userAgent: entry.userAgent, actor: AuditEntry.actorShownToUser(entry.actor))
     }
 }
+
+// MARK: - Handlers (registered in `LoginMethod.handler`)
+
+extension MethodHandler {
+    static let sessionsList = MethodHandler(audited: false, .atOnce { try $0.prepareSessionsList($1) })
+    static let sessionRevoke = MethodHandler(audited: true, .atOnce { try $0.prepareSessionRevoke($1) })
+    static let accountExport = MethodHandler(audited: true, .atOnce { try $0.prepareAccountExport($1) })
+    static let accountDelete = MethodHandler(
+        audited: true, .waits { try await $0.prepareAccountDelete($1) }, reads: .withPassword)
+}

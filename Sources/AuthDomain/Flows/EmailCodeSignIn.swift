@@ -143,3 +143,10 @@ struct EmailCodeSignIn: PreparedWrite {
             for: user, provider: "email", device: device, newUser: created, requestID: requestID, in: unit)
     }
 }
+
+// MARK: - Handlers (registered in `LoginMethod.handler`)
+
+extension MethodHandler {
+    static let emailCodeRequest = MethodHandler(audited: false, .atOnce { try $0.prepareEmailCodeRequest($1) })
+    static let emailCode = MethodHandler(audited: true, .atOnce { try $0.prepareEmailCodeSignIn($1) })
+}

@@ -193,3 +193,11 @@ struct VerifyEmail: PreparedWrite {
 
 /// `password_reset_request`, ready to write. Its answer is the same whether or not the address
 /// has an account, or its codes are used up.
+
+// MARK: - Handlers (registered in `LoginMethod.handler`)
+
+extension MethodHandler {
+    static let sendVerification = MethodHandler(audited: false, .atOnce { try $0.prepareSendVerification($1) })
+    static let verifyEmail = MethodHandler(
+        audited: true, .waits { try await $0.prepareVerifyEmail($1) }, reads: .withPassword)
+}

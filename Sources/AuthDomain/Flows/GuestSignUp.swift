@@ -61,3 +61,9 @@ struct GuestSignUp: PreparedWrite {
             userID: stored.id, sessionID: session.id)
     }
 }
+
+// MARK: - Handlers (registered in `LoginMethod.handler`)
+
+extension MethodHandler {
+    static let guest = MethodHandler(audited: true, .atOnce { try $0.prepareGuest($1) }, guestSignUp: true)
+}

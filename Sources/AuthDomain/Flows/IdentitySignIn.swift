@@ -457,3 +457,15 @@ extension String {
         return trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }
+
+// MARK: - Handlers (registered in `LoginMethod.handler`)
+
+extension MethodHandler {
+    static let providerSignIn = MethodHandler(
+        audited: true,
+        .atOnceWithCachedKeys(
+            { try $0.prepareProviderSignInAtOnce($1) }, otherwise: { try await $0.prepareProviderSignIn($1) }))
+    static let register = MethodHandler(audited: true, .hashing { try await $0.prepareRegistration($1) })
+    static let password = MethodHandler(
+        audited: true, .hashing { try await $0.preparePasswordLogin($1) }, reads: .always)
+}

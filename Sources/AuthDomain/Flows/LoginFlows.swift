@@ -129,61 +129,6 @@ public struct LoginFlows: Sendable {
         }
     }
 
-    /// Validates and computes everything `request` needs before its write.
-    /// - Throws: `LoginError` for a definite refusal; other errors are transient.
-    public func prepare(_ request: LoginRequest) async throws -> any PreparedWrite {
-        if let prepared = try prepareAtOnce(request) { return prepared }
-        switch request.method {
-        case .apple, .google, .oidc: return try await prepareProviderSignIn(request)
-        case .register: return try await prepareRegistration(request)
-        case .password: return try await preparePasswordLogin(request)
-        case .verifyEmail: return try await prepareVerifyEmail(request)
-        case .passwordReset: return try await preparePasswordReset(request)
-        case .changePassword: return try await prepareChangePassword(request)
-        case .mfaEnroll: return try await prepareMFAEnroll(request)
-        case .mfaVerify: return try await prepareMFAVerify(request)
-        case .accountDelete: return try await prepareAccountDelete(request)
-        case .passkeyRemove: return try await preparePasskeyRemove(request)
-        default:
-            // `prepareAtOnce` prepares every other method: reaching this is a defect of this type.
-            throw LoginError(.internalError, "no preparation for \(request.method.rawValue)")
-        }
-    }
-
-    /// Prepares `request` on the caller's thread when its preparation waits for nothing: CPU work
-    /// of microseconds (a guest's session, a refresh, a passkey assertion), which a loop may do in
-    /// place rather than hand to a task and be woken when it ends.
-    /// - Returns: nil for a method whose preparation may wait (a password hash on its pool, a
-    ///   provider's keys, a PostgreSQL read): `prepare` does those.
-    /// - Throws: as `prepare`.
-    public func prepareAtOnce(_ request: LoginRequest) throws -> (any PreparedWrite)? {
-        switch request.method {
-        case .guest: try prepareGuest(request)
-        case .refresh: try prepareRefresh(request)
-        case .logout: try prepareLogout(request)
-        case .introspect: prepareIntrospection(request)
-        case .sendVerification: try prepareSendVerification(request)
-        case .passwordResetRequest: try preparePasswordResetRequest(request)
-        case .mfaChallenge: try prepareMFAChallenge(request)
-        case .mfaRemove: try prepareMFARemove(request)
-        case .emailCodeRequest: try prepareEmailCodeRequest(request)
-        case .emailCode: try prepareEmailCodeSignIn(request)
-        case .sessionsList: try prepareSessionsList(request)
-        case .sessionRevoke: try prepareSessionRevoke(request)
-        case .accountExport: try prepareAccountExport(request)
-        case .passkeyRegisterOptions: try preparePasskeyRegisterOptions(request)
-        case .passkeyRegister: try preparePasskeyRegister(request)
-        case .passkeyLoginOptions: try preparePasskeyLoginOptions(request)
-        case .passkeyLogin: try preparePasskeyLogin(request)
-        case .passkeyList: try preparePasskeyList(request)
-        case .passkeyRename: try preparePasskeyRename(request)
-        case .apple, .google, .oidc: try prepareProviderSignInAtOnce(request)
-        case .register, .password, .verifyEmail, .passwordReset, .changePassword, .mfaEnroll,
-            .mfaVerify, .accountDelete, .passkeyRemove:
-            nil
-        }
-    }
-
     /// The events a request causes, stamped with its trace and time.
     func events(for request: LoginRequest, at date: Date) -> EventFactory {
         EventFactory(configuration, identifiers: identifiers, traceparent: request.traceparent, now: date)

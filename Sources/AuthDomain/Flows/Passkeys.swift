@@ -582,3 +582,16 @@ struct PasskeyRemove: PreparedWrite {
             result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: session.id)
     }
 }
+
+// MARK: - Handlers (registered in `LoginMethod.handler`)
+
+extension MethodHandler {
+    static let passkeyRegisterOptions = MethodHandler(
+        audited: false, .atOnce { try $0.preparePasskeyRegisterOptions($1) })
+    static let passkeyRegister = MethodHandler(audited: true, .atOnce { try $0.preparePasskeyRegister($1) })
+    static let passkeyLoginOptions = MethodHandler(audited: false, .atOnce { try $0.preparePasskeyLoginOptions($1) })
+    static let passkeyLogin = MethodHandler(audited: true, .atOnce { try $0.preparePasskeyLogin($1) })
+    static let passkeyList = MethodHandler(audited: false, .atOnce { try $0.preparePasskeyList($1) })
+    static let passkeyRename = MethodHandler(audited: true, .atOnce { try $0.preparePasskeyRename($1) })
+    static let passkeyRemove = MethodHandler(audited: true, .waits { try await $0.preparePasskeyRemove($1) })
+}

@@ -91,3 +91,10 @@ struct ChangePassword: PreparedWrite {
             result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: session.id)
     }
 }
+
+// MARK: - Handlers (registered in `LoginMethod.handler`)
+
+extension MethodHandler {
+    static let changePassword = MethodHandler(
+        audited: true, .waits { try await $0.prepareChangePassword($1) }, reads: .always)
+}

@@ -172,3 +172,10 @@ struct NewPasswordCheck: Sendable {
 }
 
 /// `change_password`, ready to write.
+
+// MARK: - Handlers (registered in `LoginMethod.handler`)
+
+extension MethodHandler {
+    static let passwordResetRequest = MethodHandler(audited: false, .atOnce { try $0.preparePasswordResetRequest($1) })
+    static let passwordReset = MethodHandler(audited: true, .waits { try await $0.preparePasswordReset($1) })
+}

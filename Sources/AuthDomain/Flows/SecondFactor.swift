@@ -468,3 +468,14 @@ struct MFARemove: PreparedWrite {
             result: .accepted(requestID: requestID, user: user.payload), userID: user.id, sessionID: session.id)
     }
 }
+
+// MARK: - Handlers (registered in `LoginMethod.handler`)
+
+extension MethodHandler {
+    static let mfaEnroll = MethodHandler(
+        audited: true, .waits { try await $0.prepareMFAEnroll($1) }, reads: .withPassword)
+    static let mfaVerify = MethodHandler(
+        audited: true, .waits { try await $0.prepareMFAVerify($1) }, reads: .withPassword)
+    static let mfaChallenge = MethodHandler(audited: true, .atOnce { try $0.prepareMFAChallenge($1) })
+    static let mfaRemove = MethodHandler(audited: true, .atOnce { try $0.prepareMFARemove($1) })
+}

@@ -213,3 +213,11 @@ struct Introspection: PreparedWrite {
         FlowAnswer(result: .introspected(requestID: requestID, payload), userID: nil, sessionID: nil)
     }
 }
+
+// MARK: - Handlers (registered in `LoginMethod.handler`)
+
+extension MethodHandler {
+    static let refresh = MethodHandler(audited: false, .atOnce { try $0.prepareRefresh($1) })
+    static let logout = MethodHandler(audited: true, .atOnce { try $0.prepareLogout($1) })
+    static let introspect = MethodHandler(audited: false, .atOnce { $0.prepareIntrospection($1) })
+}

@@ -93,7 +93,7 @@ extension RequestPipeline {
         guard !starting.isEmpty else { return nil }
         for job in starting { state.move(job, to: .lookingUp) }
         let ids = starting.compactMap { $0.request?.id }
-        let guestIDs = starting.compactMap { $0.request?.method.traits.isGuestSignUp == true ? $0.request?.id : nil }
+        let guestIDs = starting.compactMap { $0.request?.method.handler.isGuestSignUp == true ? $0.request?.id : nil }
         let guestCeiling = configuration.accounts.guestGlobalRateLimit
         let connection: PostgresStore.ReadConnection = writer.map { .writer($0) } ?? .pool
         let withLookup = writer.flatMap { writer in
@@ -157,7 +157,7 @@ extension RequestPipeline {
         var writable: [WritableWithLookup] = []
         var before: Set<Int> = []
         for job in jobs {
-            guard let request = job.request, !job.lookedUpAgain, request.method.traits.preparation != .hashing,
+            guard let request = job.request, !job.lookedUpAgain, !request.method.handler.hashes,
                 !request.readsAccountWhilePreparing,
                 state.isClearToWrite(job, after: before)
             else { return nil }
@@ -286,7 +286,7 @@ extension RequestPipeline {
                             audit: AuditEntry.refused(request, error: expired, at: now))))
                 continue
             }
-            if request.method.traits.isGuestSignUp, let guests {
+            if request.method.handler.isGuestSignUp, let guests {
                 guard guestsAllowed > 0 else {
                     let error = LoginError.tooManyAttempts(
                         until: guests.windowEnd, now: now,
@@ -315,7 +315,7 @@ extension RequestPipeline {
             // Password hashing waits on its own pool: each such request on its own, so none waits
             // for another's hash. The rest is CPU work of tens of microseconds: in a few chunks, one
             // task each, spread over the cores.
-            if request.method.traits.preparation == .hashing {
+            if request.method.handler.hashes {
                 prepare([preparation])
             } else if preparesHere, let outcome = prepareAtOnce(preparation) {
                 state.move(job, to: step(for: outcome, job: job))
