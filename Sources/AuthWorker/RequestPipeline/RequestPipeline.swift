@@ -130,204 +130,178 @@ public final class RequestPipeline: Service {
         await consumer.close()
     }
 
+    /// One pass a turn: take in what arrived (or wait for something to finish), then move what
+    /// finished on (lookups, preparations, publishes, writes) and start what may start. The jobs
+    /// are `state`'s, the background work `stages`'; each step below reads and changes those two
+    /// and nothing else of the loop.
+    ///
+    /// The stages overlap: while batches are written, the next requests are decoded and prepared
+    /// and the batches before are published. Each writer writes one batch at a time; a lane's jobs
+    /// are written by one writer at a time, in order: per-key order holds across batches. The
+    /// first free writer takes what is ready (a later one only behind a backlog), and a lookup
+    /// reads on a writer with nothing to write: light load uses one connection.
     func loop(_ state: inout LoopState) async throws {
-        let processing = configuration.processing
-        // The stages overlap: while batches are written, the next requests are decoded and
-        // prepared and the batches before are published. Each writer writes one batch at a time;
-        // a lane's jobs are written by one writer at a time, in order: per-key order holds across
-        // batches. The first free writer takes what is ready (a later one only behind a backlog),
-        // and a lookup reads on a writer with nothing to write: light load uses one connection.
-        let writers = max(processing.writers, 1)
-        var writing: [Stage<WrittenBatch>?] = Array(repeating: nil, count: writers)
-        var writingSince: [ContinuousClock.Instant] = Array(repeating: .now, count: writers)
-        // Publishes overlap (a topic's first record can wait on the broker), finishing in any order:
-        // the offset watermark and the per-partition order of the producer keep what matters.
-        var publishing: [(stage: Stage<[UUID]>, jobs: [JobRecords])] = []
-        var toPublish: [JobRecords] = []
-        var looking: Lookup?
-        var nextDrainReport: ContinuousClock.Instant?
-        var nextLagReading = ContinuousClock.now
-        // Whether the consumer may hold messages the loop has not taken: the last poll stopped at
-        // its limit (no arrival rings for a queue that never emptied).
-        var mayHoldMore = true
-        var lastPoll = ContinuousClock.now
-        // With `AUTH_BATCH_LINGER_MS`: when the loop is to look again at requests held for more.
-        var lingerAlarm: ContinuousClock.Instant?
+        var stages = Stages(writers: configuration.processing.writers)
         while true {
             beat()
-            let busy =
-                writing.contains { $0 != nil } || !publishing.isEmpty || looking != nil || !toPublish.isEmpty
+            let busy = stages.isBusy
             if isStopping, !busy, !state.canProgress { break }
-            if isStopping {
-                // A drain that takes long says what it waits for, every five seconds.
-                let now = ContinuousClock.now
-                if let report = nextDrainReport {
-                    if now >= report {
-                        logger.warning(
-                            "Draining: still waiting",
-                            metadata: [
-                                LogKey.count: String(state.jobs.count),
-                                "drain.phases": state.phaseSummary,
-                                "drain.writing": String(writing.count { $0 != nil }),
-                                "drain.publishing": String(publishing.count),
-                                "drain.looking_up": String(looking != nil),
-                            ])
-                        nextDrainReport = now + .seconds(5)
-                    }
-                } else {
-                    nextDrainReport = now + .seconds(5)
-                }
-            }
-            if !isStopping, state.jobs.count < processing.maxInFlight {
-                let limit = min(processing.batchMax, processing.maxInFlight - state.jobs.count)
-                let idle = state.jobs.isEmpty && !busy
-                var messages: [KafkaMessage] = []
-                var polled = true
-                if idle {
-                    // Idle, the poll sleeps on the consumer's thread until a message arrives (it
-                    // returns at the first one) or `batchWait` passes, sooner when acknowledged
-                    // events wait to be marked published. Nothing else can finish meanwhile.
-                    _ = doorbell.take()
-                    let timeout =
-                        state.marksWaitingSince == nil
-                        ? processing.batchWait : min(processing.batchWait, Self.idleMarkDelay / 4)
-                    messages = try await consumer.poll(maxMessages: limit, timeout: timeout)
-                } else {
-                    // Busy, the loop waits here, on whichever thread finishes something, and
-                    // visits the consumer's thread only to take what arrived: a pass for a finished
-                    // stage costs no hop there and back.
-                    if !mayHoldMore { await doorbell.wait() }
-                    let rings = doorbell.take()
-                    let now = ContinuousClock.now
-                    polled = mayHoldMore || rings.arrival || rings.timeout || now - lastPoll >= Self.waitTick
-                    if polled { messages = try await consumer.poll(maxMessages: limit, timeout: .zero) }
-                }
-                if polled {
-                    mayHoldMore = messages.count >= limit
-                    lastPoll = .now
-                    for (partition, assignment) in consumer.takeRevokedPartitions() {
-                        state.watermark.revoke(partition, assignment: assignment)
-                    }
-                    admit(messages, &state)
-                }
-                if ContinuousClock.now >= nextLagReading {
-                    nextLagReading = .now + .seconds(1)
-                    metrics.recordLag(await consumer.lag())
-                    metrics.inFlight.set(Double(state.jobs.count))
-                }
-            } else if busy || !state.jobs.isEmpty {
+            if isStopping, stages.drainReportDue(at: .now) { reportDrain(state, stages) }
+            try await takeIn(&state, &stages, busy: busy)
+            try finishLookup(&state, &stages)
+            collect(&state)
+            startParked(&state)
+            try finishPublishes(&state, &stages)
+            for written in try stages.takeDoneWrites() { stages.toPublish += records(for: written, &state) }
+            if let jobs = stages.takeToPublish() { stages.publishing.append((beginPublish(Self.entries(jobs)), jobs)) }
+            let wrote = startWrites(&state, &stages)
+            if stages.looking == nil { lookUpOrLinger(&state, &stages) }
+            if !wrote, !busy { try await markPublishedWhileIdle(&state, after: Self.idleMarkDelay) }
+        }
+    }
+
+    /// Polls the consumer when there is room in flight and takes in what came; waits for
+    /// something to finish otherwise. Idle, the poll sleeps on the consumer's thread until a
+    /// message arrives (it returns at the first one) or `batchWait` passes, sooner when
+    /// acknowledged events wait to be marked published: nothing else can finish meanwhile. Busy,
+    /// the loop waits on its doorbell, on whichever thread finishes something, and visits the
+    /// consumer's thread only to take what arrived: a pass for a finished stage costs no hop there
+    /// and back.
+    func takeIn(_ state: inout LoopState, _ stages: inout Stages, busy: Bool) async throws {
+        let processing = configuration.processing
+        guard !isStopping, state.jobs.count < processing.maxInFlight else {
+            if busy || !state.jobs.isEmpty {
                 // Full (or draining): wait for something to finish.
                 await doorbell.wait()
                 _ = doorbell.take()
             }
-            if let lookup = looking, lookup.stage.isDone {
-                let found = try lookup.stage.value()
-                if let written = found.written, let writer = lookup.writer {
-                    // Written in the lookup's task: the jobs enter the batch they were in, and
-                    // their records are published as any written batch's.
-                    for (seq, step) in written.steps {
-                        guard let job = state.jobs[seq], let step else { continue }
-                        state.move(job, to: .ready(step))
-                        state.batch(job, on: writer)
-                        // Looked up, prepared and written in one task: one timed phase, to its commit.
-                        job.phaseMarks.wroteWithLookup(committed: written.committed)
-                    }
-                    if let published = found.published {
-                        // Published by that task already: finished below when delivered.
-                        var jobs: [JobRecords] = []
-                        for answer in published.answers {
-                            guard let job = state.jobs[answer.seq] else { continue }
-                            state.written(job)
-                            jobs.append(
-                                JobRecords(
-                                    job: job, records: answer.records, events: answer.events, outcome: answer.outcome))
-                        }
-                        publishing.append((published.stage, jobs))
-                    } else {
-                        toPublish += records(for: written, &state)
-                    }
-                } else {
-                    state.handBack(lookup.marks)
-                    start(lookup.jobs, kept: found.kept, guests: found.guests, &state)
-                }
-                looking = nil
+            return
+        }
+        let limit = min(processing.batchMax, processing.maxInFlight - state.jobs.count)
+        var messages: [KafkaMessage] = []
+        var polled = true
+        if state.jobs.isEmpty && !busy {
+            _ = doorbell.take()
+            let timeout = Stages.pollTimeout(
+                batchWait: processing.batchWait, marksWaiting: state.marksWaitingSince != nil,
+                markDelay: Self.idleMarkDelay)
+            messages = try await consumer.poll(maxMessages: limit, timeout: timeout)
+        } else {
+            if !stages.mayHoldMore { await doorbell.wait() }
+            let rings = doorbell.take()
+            polled =
+                stages.mayHoldMore || rings.arrival || rings.timeout
+                || ContinuousClock.now - stages.lastPoll >= Self.waitTick
+            if polled { messages = try await consumer.poll(maxMessages: limit, timeout: .zero) }
+        }
+        if polled {
+            stages.mayHoldMore = messages.count >= limit
+            stages.lastPoll = .now
+            for (partition, assignment) in consumer.takeRevokedPartitions() {
+                state.watermark.revoke(partition, assignment: assignment)
             }
-            collect(&state)
-            startParked(&state)
+            admit(messages, &state)
+        }
+        if ContinuousClock.now >= stages.nextLagReading {
+            stages.nextLagReading = .now + .seconds(1)
+            metrics.recordLag(await consumer.lag())
+            metrics.inFlight.set(Double(state.jobs.count))
+        }
+    }
 
-            // Each publish is finished exactly when it is seen done: a stage that completes while
-            // this runs waits for the next turn (removing "whatever is done now" afterwards would
-            // drop it unfinished, its jobs stuck and its partition's offsets with them).
-            let (donePublishing, stillPublishing) = Self.split(publishing) { $0.stage.isDone }
-            publishing = stillPublishing
-            for entry in donePublishing {
-                state.acknowledged(try entry.stage.value())
-                finish(entry.jobs, &state)
-            }
-            if !donePublishing.isEmpty {
-                consumer.storeOffsets(state.watermark.advance())
-                // A finished job may leave a parked one first in its lane: start it now, not after
-                // the next poll's wait.
-                startParked(&state)
-            }
-            for writer in 0..<writers {
-                guard let stage = writing[writer], stage.isDone else { continue }
-                toPublish += records(for: try stage.value(), &state)
-                writing[writer] = nil
-            }
-            if publishing.count < 4, !toPublish.isEmpty {
-                let jobs = toPublish
-                toPublish = []
-                let entries = Self.entries(jobs)
-                publishing.append((beginPublish(entries), jobs))
-            }
-            var wrote = false
-            // In the writers' order. A writer after a busy one (writing, or reading a lookup)
-            // starts only behind a backlog (`spillBacklog`), or when the one before has been
-            // writing for long: requests short of a batch worth its own transaction wait for the
-            // busy writer rather than pay for a second transaction and wake another connection
-            // and its server process, both gone cold.
-            let now = ContinuousClock.now
-            var busyBefore = false
-            for writer in 0..<writers {
-                if looking?.writer == writer {
-                    busyBefore = true
-                    continue
-                }
-                guard writing[writer] == nil else {
-                    if now - writingSince[writer] < Self.spillAfter { busyBefore = true }
-                    continue
-                }
-                let limit = max(processing.batchMax, 1)
-                let ready = state.readyJobs(
-                    for: writer, limit: limit, minimum: busyBefore ? min(Self.spillBacklog, limit) : 1)
-                guard !ready.isEmpty else { continue }
-                writing[writer] = beginWrite(ready, writer: writer, &state)
-                writingSince[writer] = now
-                wrote = true
-            }
-            if looking == nil {
-                if let until = lingersUntil(state) {
-                    // Held for more to join (arrivals still wake the loop, which takes them in and
-                    // asks again): the doorbell rings when the oldest has waited enough.
-                    if lingerAlarm.map({ $0 > until || $0 < .now }) ?? true {
-                        lingerAlarm = until
-                        // On the pool, said so: the loop runs on the consumer's thread.
-                        Task(executorPreference: globalConcurrentExecutor) { [doorbell] in
-                            try? await Task.sleep(until: until, clock: .continuous)
-                            doorbell.ring()
-                        }
-                    }
-                } else {
-                    // Writes first: a lookup reads on a writer only when it writes nothing even so
-                    // (under light load a request's lookup and write then share one connection,
-                    // `PostgresStore.ReadConnection`), on the pool's connections otherwise.
-                    looking = beginLookup(
-                        &state, writer: (0..<writers).first { writing[$0] == nil },
-                        publishesWritten: toPublish.isEmpty)
-                }
-            }
-            if !wrote, !busy { try await markPublishedWhileIdle(&state, after: Self.idleMarkDelay) }
+    /// A drain that takes long says what it waits for (every five seconds).
+    func reportDrain(_ state: LoopState, _ stages: Stages) {
+        logger.warning(
+            "Draining: still waiting",
+            metadata: [
+                LogKey.count: String(state.jobs.count),
+                "drain.phases": state.phaseSummary,
+                "drain.writing": String(stages.writing.count { $0 != nil }),
+                "drain.publishing": String(stages.publishing.count),
+                "drain.looking_up": String(stages.looking != nil),
+            ])
+    }
+
+    /// Takes a finished lookup: its jobs start (prepare), or, when its task also wrote them
+    /// (light load), they join the batch they were in and are published as any written batch's.
+    func finishLookup(_ state: inout LoopState, _ stages: inout Stages) throws {
+        guard let lookup = stages.looking, lookup.stage.isDone else { return }
+        stages.looking = nil
+        let found = try lookup.stage.value()
+        guard let written = found.written, let writer = lookup.writer else {
+            state.handBack(lookup.marks)
+            start(lookup.jobs, kept: found.kept, guests: found.guests, &state)
+            return
+        }
+        for (seq, step) in written.steps {
+            guard let job = state.jobs[seq], let step else { continue }
+            state.move(job, to: .ready(step))
+            state.batch(job, on: writer)
+            // Looked up, prepared and written in one task: one timed phase, to its commit.
+            job.phaseMarks.wroteWithLookup(committed: written.committed)
+        }
+        guard let published = found.published else {
+            stages.toPublish += records(for: written, &state)
+            return
+        }
+        // Published by that task already: finished when delivered.
+        var jobs: [JobRecords] = []
+        for answer in published.answers {
+            guard let job = state.jobs[answer.seq] else { continue }
+            state.written(job)
+            jobs.append(JobRecords(job: job, records: answer.records, events: answer.events, outcome: answer.outcome))
+        }
+        stages.publishing.append((published.stage, jobs))
+    }
+
+    /// Finishes the publishes the broker acknowledged: their jobs leave, their offsets are stored.
+    func finishPublishes(_ state: inout LoopState, _ stages: inout Stages) throws {
+        let done = stages.takeDonePublishes()
+        guard !done.isEmpty else { return }
+        for entry in done {
+            state.acknowledged(try entry.stage.value())
+            finish(entry.jobs, &state)
+        }
+        consumer.storeOffsets(state.watermark.advance())
+        // A finished job may leave a parked one first in its lane: start it now, not after the
+        // next poll's wait.
+        startParked(&state)
+    }
+
+    /// Starts a batch on each writer that may take one (`Stages.writeSlots`).
+    /// - Returns: whether any started.
+    func startWrites(_ state: inout LoopState, _ stages: inout Stages) -> Bool {
+        let now = ContinuousClock.now
+        let limit = max(configuration.processing.batchMax, 1)
+        var wrote = false
+        let slots = stages.writeSlots(
+            now: now, batchMax: limit, spillBacklog: Self.spillBacklog, spillAfter: Self.spillAfter)
+        for slot in slots {
+            let ready = state.readyJobs(for: slot.writer, limit: limit, minimum: slot.minimum)
+            guard !ready.isEmpty else { continue }
+            stages.writing[slot.writer] = beginWrite(ready, writer: slot.writer, &state)
+            stages.writingSince[slot.writer] = now
+            wrote = true
+        }
+        return wrote
+    }
+
+    /// Looks the waiting requests up, or holds them for more to join (a linger): arrivals still
+    /// wake the loop, which takes them in and asks again, and the doorbell rings when the oldest
+    /// has waited enough. Writes go first: a lookup reads on a writer only when it writes nothing
+    /// even so, on the pool's connections otherwise.
+    func lookUpOrLinger(_ state: inout LoopState, _ stages: inout Stages) {
+        guard let until = lingersUntil(state) else {
+            stages.looking = beginLookup(
+                &state, writer: stages.lookupWriter, publishesWritten: stages.toPublish.isEmpty)
+            return
+        }
+        guard stages.lingerAlarm.map({ $0 > until || $0 < .now }) ?? true else { return }
+        stages.lingerAlarm = until
+        // On the pool, said so: the loop runs on the consumer's thread.
+        Task(executorPreference: globalConcurrentExecutor) { [doorbell] in
+            try? await Task.sleep(until: until, clock: .continuous)
+            doorbell.ring()
         }
     }
 
