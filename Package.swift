@@ -103,12 +103,16 @@ let package = Package(
         .target(
             name: "AuthClient", dependencies: ["AuthCrypto", "JOSE", "Kafka", "Messages", "ServiceKit", "StrictJSON"]),
         .executableTarget(name: "auth-worker", dependencies: ["AuthCLI", "CJemalloc"]),
-        .target(name: "JOSEFixtures", dependencies: ["COpenSSL", "AuthCrypto", "JOSE"]),
+        // Stand-ins the benchmark and the tests share, kept with the tests, out of the service's
+        // modules: a signer of test ID tokens (the keys a test provider publishes) and librdkafka's
+        // in-process mock cluster (the benchmark's broker, the worker loop's unit tests).
+        .target(name: "JOSEFixtures", dependencies: ["COpenSSL", "AuthCrypto", "JOSE"], path: "Tests/JOSEFixtures"),
+        .target(name: "KafkaMockCluster", dependencies: ["CRdKafka"], path: "Tests/KafkaMockCluster"),
         .executableTarget(
             name: "auth-bench",
             dependencies: [
                 "JOSE", "JOSEFixtures", "AuthCrypto", "AuthDomain", "AuthStore", "Passwords", "PGStore", "ServiceKit",
-                "Messages", "Kafka", "CJemalloc",
+                "Messages", "Kafka", "KafkaMockCluster", "CJemalloc",
             ]),
 
         // MARK: - Tests
@@ -118,14 +122,15 @@ let package = Package(
             name: "TestSupport",
             dependencies: [
                 "AuthCLI", "AuthWorker", "AuthDomain", "AuthStore", "AuthCrypto", "JOSE", "JOSEFixtures", "Kafka",
-                "Messages", "PGStore", "Passwords", "ServiceKit", "COpenSSL", "CRdKafka",
+                "KafkaMockCluster", "Messages", "PGStore", "Passwords", "ServiceKit", "COpenSSL", "CRdKafka",
             ],
             path: "Tests/TestSupport"),
         // One test target per module or layer, as the modules are laid out (ARCHITECTURE.md).
         .testTarget(
             name: "JOSETests", dependencies: ["JOSE", "JOSEFixtures", "AuthCrypto", "StrictJSON", "TestSupport"]),
         .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "JOSE", "AuthCrypto", "TestSupport"]),
-        .testTarget(name: "MessagesTests", dependencies: ["Messages", "StrictJSON", "TestSupport"]),
+        .testTarget(
+            name: "MessagesTests", dependencies: ["Messages", "StrictJSON", "AuthDomain", "ServiceKit", "TestSupport"]),
         .testTarget(name: "PasswordsTests", dependencies: ["Passwords", "ServiceKit", "TestSupport"]),
         .testTarget(name: "ServiceKitTests", dependencies: ["ServiceKit", "StrictJSON", "TestSupport", "CJemalloc"]),
         .testTarget(name: "PGStoreTests", dependencies: ["PGStore", "TestSupport"]),
@@ -141,6 +146,12 @@ let package = Package(
             dependencies: [
                 "AuthDomain", "AuthStore", "AuthCrypto", "JOSE", "JOSEFixtures", "Messages", "PGStore", "Passwords",
                 "ServiceKit", "StrictJSON", "TestSupport",
+            ]),
+        .testTarget(
+            name: "StoreTests",
+            dependencies: [
+                "AuthStore", "AuthDomain", "AuthWorker", "AuthCLI", "AuthCrypto", "Kafka", "PGStore", "ServiceKit",
+                "TestSupport",
             ]),
         .testTarget(
             name: "WorkerTests",

@@ -5,6 +5,7 @@ import Foundation
 import JOSE
 import JOSEFixtures
 import Kafka
+import KafkaMockCluster
 import Messages
 import PGStore
 import Passwords
