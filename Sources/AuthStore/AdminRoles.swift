@@ -63,11 +63,13 @@ extension PostgresStore {
                     ON CONFLICT (user_id) DO UPDATE SET role = EXCLUDED.role, granted_at = EXCLUDED.granted_at,
                                                         granted_by = EXCLUDED.granted_by
                     """)
-                _ = try connection.query(
-                    """
-                    INSERT INTO audit_log (at, user_id, action, outcome, actor)
-                    VALUES (\(date), \(userID), 'operator.admin_grant', \(role.rawValue), \(actor))
-                    """)
+                try Self.audit(
+                    [
+                        AuditEntry(
+                            at: date, userID: userID, action: "operator.admin_grant", outcome: role.rawValue,
+                            actor: actor)
+                    ],
+                    on: connection)
                 return .granted(userID)
             }
         }
@@ -76,20 +78,28 @@ extension PostgresStore {
     /// Takes an account's console role away. - Returns: whether it had one.
     public func revokeAdminRole(email: String, by actor: String, at date: Date) async throws -> Bool {
         try await pool.withConnection { connection in
-            let removed = try connection.query(
-                """
-                WITH removed AS (
+            try connection.withTransaction { connection in
+                let removed = try connection.query(
+                    """
                     DELETE FROM admin_roles
                     WHERE user_id IN (SELECT user_id FROM identities WHERE provider = 'password' AND subject = lower(\(email)))
                     RETURNING user_id, role
-                ), recorded AS (
-                    INSERT INTO audit_log (at, user_id, action, outcome, actor)
-                    SELECT \(date), user_id, 'operator.admin_revoke', role, \(actor) FROM removed
-                )
-                SELECT user_id FROM removed
-                """)
-            return removed.first != nil
+                    """
+                ).map { row in
+                    AuditEntry(
+                        at: date, userID: try row.decode("user_id"), action: "operator.admin_revoke",
+                        outcome: try row.decode("role"), actor: actor)
+                }
+                try Self.audit(removed, on: connection)
+                return !removed.isEmpty
+            }
         }
+    }
+
+    /// Writes `entries` to the audit trail in the transaction under way on `connection`.
+    private static func audit(_ entries: [AuditEntry], on connection: PGConnection) throws {
+        guard let insert = Writes.auditInsert(entries) else { return }
+        _ = try connection.query(insert)
     }
 
     /// Every console user, by address.

@@ -29,18 +29,18 @@ extension PostgresStore {
 
     /// Ends a job for good (done, or definitely refused), with its audit row.
     public func finishAppleJob(_ job: AppleJob, outcome: String, at date: Date) async throws {
+        let audit = AuditEntry(
+            at: date, userID: nil, action: "apple_" + job.kind.rawValue, outcome: outcome,
+            requestID: job.id.lowercasedString, actor: "worker")
         try await pool.withConnection { connection in
             try connection.withTransaction { connection in
-                try connection.pipeline([
-                    """
-                    UPDATE apple_jobs SET finished_at = \(date), outcome = \(outcome), secret_sealed = ''::bytea
-                    WHERE id = \(job.id)
-                    """,
-                    """
-                    INSERT INTO audit_log (at, action, outcome, request_id, actor)
-                    VALUES (\(date), \("apple_" + job.kind.rawValue), \(outcome), \(job.id.lowercasedString), 'worker')
-                    """,
-                ])
+                try connection.pipeline(
+                    [
+                        """
+                        UPDATE apple_jobs SET finished_at = \(date), outcome = \(outcome), secret_sealed = ''::bytea
+                        WHERE id = \(job.id)
+                        """
+                    ] + [Writes.auditInsert([audit])].compactMap { $0 })
             }
         }
     }

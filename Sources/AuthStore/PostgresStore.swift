@@ -152,7 +152,7 @@ public final class PostgresStore: Sendable {
                 }
                 let grant = try ceiling.isEmpty ? nil : Self.grant(answers[0])
                 guard accept(try Self.keptRequests(answers[ceiling.count]), grant) else {
-                    try connection.execute(unsafeSQL: "ROLLBACK")
+                    try connection.rollBack()
                     return .declined
                 }
                 let writing = Self.writing(resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)

@@ -131,7 +131,7 @@ struct Writes {
             out += keyed
         }
         out += rateLimitStatements()
-        out += [auditInsert(), outboxInsert()].compactMap { $0 }
+        out += [Self.auditInsert(audits), outboxInsert()].compactMap { $0 }
         return out
     }
 
@@ -262,8 +262,9 @@ struct Writes {
             """
     }
 
-    /// The audit trail's rows: the one place `audit_log` is written for requests.
-    private func auditInsert() -> PGQuery? {
+    /// The audit trail's rows: the one statement that writes `audit_log`, for requests (the
+    /// unit of work's) and for the store's own chores (an Apple job, a console role).
+    static func auditInsert(_ audits: [AuditEntry]) -> PGQuery? {
         guard !audits.isEmpty else { return nil }
         return """
             INSERT INTO audit_log (at, user_id, action, outcome, request_id, client_id, device_name, device_platform,

@@ -176,11 +176,17 @@ public final class PGConnection {
     public func rollBack(after error: any Error) -> any Error {
         let stopped = error
         do {
-            try step("ROLLBACK")
+            try rollBack()
             return stopped
         } catch {
             return PGTransactionError(closureError: stopped, rollbackError: error)
         }
+    }
+
+    /// Ends the transaction under way without keeping anything it did (a write the caller
+    /// declined after its first round trip); `rollBack(after:)` when an error stopped it.
+    public func rollBack() throws {
+        try step("ROLLBACK")
     }
 
     private func step(_ sql: String) throws {
