@@ -29,7 +29,7 @@ import Testing
         #expect(slots.map(\.writer) == [0, 1, 2])
         #expect(slots.allSatisfy { $0.minimum == 1 })
         #expect(!stages.isBusy)
-        #expect(stages.lookupWriter == 0)
+        #expect(stages.lookupWriter() == 0)
     }
 
     @Test func aWriterAfterABusyOneStartsOnlyBehindABacklog() {
@@ -42,7 +42,7 @@ import Testing
         // A batch limit under the backlog is the backlog.
         #expect(self.slots(stages, batchMax: 20).first?.minimum == 20)
         #expect(stages.isBusy)
-        #expect(stages.lookupWriter == 1)
+        #expect(stages.lookupWriter() == 1)
     }
 
     @Test func aWriterBusyForLongNoLongerHoldsTheNextBack() {
@@ -69,7 +69,7 @@ import Testing
         stages.writing = [running(), running()]
         stages.writingSince = [now, now]
         #expect(slots(stages).isEmpty)
-        #expect(stages.lookupWriter == nil)
+        #expect(stages.lookupWriter() == nil)
     }
 
     @Test func doneWritesFreeTheirWritersAndOthersKeepWriting() throws {

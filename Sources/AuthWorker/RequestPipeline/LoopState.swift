@@ -129,8 +129,16 @@ final class Lane {
     init(key: LaneKey) { self.key = key }
 }
 
+/// The consume loop's state, all of it: the jobs in flight and their lanes, the background work
+/// (`stages`), the offsets (`watermark`) and the acknowledged events to mark. Its one transition
+/// of a job is `move`; what to start next is `next` (`LoopDecisions.swift`), which returns actions
+/// for `RequestPipeline` to carry out.
 struct LoopState {
     var jobs: [Int: Job] = [:]
+    /// The work running in the background, and the loop's own clocks.
+    var stages = Stages(writers: 1)
+    /// The settings the decisions read.
+    var policy = LoopPolicy()
     /// The lanes with jobs in flight.
     private(set) var lanes: [LaneKey: Lane] = [:]
     /// Lanes whose jobs changed since they were last counted, each once.
@@ -207,8 +215,9 @@ struct LoopState {
         return seq
     }
 
-    /// Jobs parked until they are first in their lane (`Phase.waitingForLane`).
-    var parked: Set<Int> = []
+    /// The jobs parked until they are first in their lane: those in `Phase.waitingForLane`, kept
+    /// by `move` as it changes phases.
+    private(set) var parked: Set<Int> = []
 
     func isFirstInLane(_ job: Job) -> Bool { job.lane?.seqs.first == job.seq }
 
@@ -262,10 +271,12 @@ struct LoopState {
         if let lane = job.lane { markStale(lane) }
     }
 
-    /// Notes that a job's phase changed: its lane is looked at again, and a job to look up is queued.
+    /// Notes that a job's phase changed: its lane is looked at again, a job to look up is queued,
+    /// and a job parked for its lane is listed as such.
     private mutating func changed(_ job: Job) {
         if let lane = job.lane { markStale(lane) }
         if job.kind == .lookup { toStart.append(job.seq) }
+        if job.kind == .waitingForLane { parked.insert(job.seq) } else if !parked.isEmpty { parked.remove(job.seq) }
     }
 
     private mutating func markStale(_ lane: Lane) {
@@ -287,6 +298,7 @@ struct LoopState {
 
     mutating func remove(_ job: Job) {
         jobs[job.seq] = nil
+        if !parked.isEmpty { parked.remove(job.seq) }
         if let lane = job.lane {
             if lane.seqs.first == job.seq { lane.seqs.removeFirst() } else { lane.seqs.removeAll { $0 == job.seq } }
             if lane.seqs.isEmpty, lanes[lane.key] === lane { lanes[lane.key] = nil }

@@ -67,46 +67,26 @@ extension RequestPipeline {
 
     // MARK: - 2. Look up, 3. prepare
 
-    /// Starts looking up the request ids of every job admitted since the last lookup: one query
+    /// Starts looking up the request ids the plan names (`LoopState.next` decided it): one query
     /// in the background, while the loop goes on polling. The global guest ceiling is reserved
     /// for the new guests among them in the same stage.
     ///
     /// Under light load (a lookup read on a free writer, a few requests) the requests that need
     /// nothing but a preparation that waits for nothing are also prepared and written in the
     /// lookup's task, on that writer's thread (`writeWithLookup`): the loop is not woken between
-    /// the lookup and the write, nor the writer's thread woken again for the write.
-    /// When that write commits, the same task publishes its answers and events
-    /// (`publishesWritten`), and the loop is woken once, when they are delivered, not first by
-    /// the write's end.
-    /// - Parameters:
-    ///   - writer: a batch writer that writes nothing now, to read on (the loop keeps batches off
-    ///     it until the lookup ends); nil for the pool's connections.
-    ///   - publishesWritten: whether a write in the lookup's task may publish its records at once:
-    ///     not while records of written jobs wait for the loop to publish them (a later job of
-    ///     their lane would pass them).
-    func beginLookup(_ state: inout LoopState, writer: Int?, publishesWritten: Bool) -> Lookup? {
-        let starting = state.toStart.compactMap { seq -> Job? in
-            guard let job = state.jobs[seq], job.kind == .lookup else { return nil }
-            return job
-        }
-        state.toStart = []
-        guard !starting.isEmpty else { return nil }
-        for job in starting { state.move(job, to: .lookingUp) }
-        let ids = starting.compactMap { $0.request?.id }
-        let guestIDs = starting.compactMap { $0.request?.method.handler.isGuestSignUp == true ? $0.request?.id : nil }
+    /// the lookup and the write, nor the writer's thread woken again for the write. When that
+    /// write commits, the same task publishes its answers and events (`publishesWritten`), and
+    /// the loop is woken once, when they are delivered, not first by the write's end.
+    func beginLookup(_ plan: LookupPlan) -> Lookup {
+        let ids = plan.requestIDs
+        let guestIDs = plan.guestIDs
         let guestCeiling = configuration.accounts.guestGlobalRateLimit
-        let connection: PostgresStore.ReadConnection = writer.map { .writer($0) } ?? .pool
-        let withLookup = writer.flatMap { writer in
-            starting.count <= Self.preparedInLoop
-                ? writableWithLookup(starting, state).map { (requests: $0, writer: writer) } : nil
-        }
-        // The acknowledged events ride on that write, as on any batch's, once gathered; handed back
-        // if it does not happen.
-        let marks =
-            withLookup == nil
-            ? PendingMarks() : state.takePendingMarks(gathered: Self.marksGathered, orAfter: Self.marksGather)
+        let connection: PostgresStore.ReadConnection = plan.writer.map { .writer($0) } ?? .pool
+        let withLookup = plan.writer.flatMap { writer in plan.writeToo.map { (requests: $0, writer: writer) } }
+        let marks = plan.marks
+        let publishesWritten = plan.publishesWritten
         let stage = Stage(
-            on: writer.map { store.executor(ofWriter: $0) } ?? globalConcurrentExecutor, wake: wake,
+            on: plan.writer.map { store.executor(ofWriter: $0) } ?? globalConcurrentExecutor, wake: wake,
             rings: { found in found.published?.stage.isDone ?? true }
         ) {
             guard !ids.isEmpty else { return LookupResult(kept: [:], guests: nil) }
@@ -139,41 +119,13 @@ extension RequestPipeline {
             }
             return LookupResult(kept: found.kept, guests: found.guests)
         }
-        return Lookup(stage: stage, jobs: starting.map(\.seq), writer: writer, marks: marks)
+        return Lookup(stage: stage, jobs: plan.jobs, writer: plan.writer, marks: marks)
     }
 
     /// A request the lookup's own task may prepare and write, with when it was sent.
     struct WritableWithLookup: Sendable {
         let preparation: Preparation
         let sent: Date?
-    }
-
-    /// The jobs about to be looked up, as requests the lookup's task may prepare and write; nil
-    /// when any of them needs the loop between the lookup and the write: a notification, a
-    /// password to hash, an account to read first, a reply key refused, a job sent back to look
-    /// up again, or one whose lane holds a job before it that is not written yet (its order is
-    /// the loop's to keep).
-    func writableWithLookup(_ jobs: [Job], _ state: LoopState) -> [WritableWithLookup]? {
-        var writable: [WritableWithLookup] = []
-        var before: Set<Int> = []
-        for job in jobs {
-            guard let request = job.request, !job.lookedUpAgain, !request.method.handler.hashes,
-                !request.readsAccountWhilePreparing,
-                state.isClearToWrite(job, after: before)
-            else { return nil }
-            let replyKey: [UInt8]?
-            do {
-                replyKey = try request.replyKey(required: configuration.sessions.requireReplyKey)
-            } catch {
-                return nil
-            }
-            before.insert(job.seq)
-            writable.append(
-                WritableWithLookup(
-                    preparation: Preparation(seq: job.seq, request: request, digest: job.digest, replyKey: replyKey),
-                    sent: Self.sent(job)))
-        }
-        return writable
     }
 
     /// Prepares requests and writes them in a transaction that looks their ids up in its first
@@ -308,7 +260,6 @@ extension RequestPipeline {
                 // It reads the account before its write (the password to verify): it waits for
                 // the requests before it on its key, so it sees what they did (a registration).
                 state.move(job, to: .waitingForLane(preparation))
-                state.parked.insert(job.seq)
                 continue
             }
             state.move(job, to: .preparing)
@@ -361,21 +312,6 @@ extension RequestPipeline {
             return nil
         } catch {
             return .refused(error)
-        }
-    }
-
-    /// Starts the parked preparations whose lane has emptied before them.
-    func startParked(_ state: inout LoopState) {
-        guard !state.parked.isEmpty else { return }
-        for seq in state.parked.sorted() {
-            guard let job = state.jobs[seq], case .waitingForLane(let preparation) = job.phase else {
-                state.parked.remove(seq)
-                continue
-            }
-            guard state.isFirstInLane(job) else { continue }
-            state.parked.remove(seq)
-            state.move(job, to: .preparing)
-            prepare([preparation])
         }
     }
 

@@ -14,55 +14,31 @@ import Synchronization
 extension RequestPipeline {
     // MARK: - 4. Write
 
-    /// Starts writing every ready job that changes something in one transaction. The jobs are the
-    /// batch's until their records are published.
-    func beginWrite(_ ready: [Job], writer: Int, _ state: inout LoopState) -> Stage<WrittenBatch> {
-        var items: [WriteItem] = []
-        var prefetch = Prefetch()
-        for job in ready {
-            switch job.phase {
-            case .ready(.writeLogin(let work)):
-                items.append(.login(work))
-                prefetch.merge(work.prepared.prefetch)
-            case .ready(.writeNotification(let notification)):
-                items.append(.notification(notification))
-                prefetch.merge(notification.prefetch)
-            case .ready(.publish(_, _, .some(let audit))):
-                items.append(.audit(audit))
-            default:
-                break
-            }
-        }
-        let steps = ready.map { job -> (Int, Step?) in
-            guard case .ready(let step) = job.phase else { return (job.seq, nil) }
-            return (job.seq, step)
-        }
-        for job in ready { state.batch(job, on: writer) }
-        guard !items.isEmpty else {
+    /// Starts writing a batch (`LoopState.next` decided it and batched its jobs) in one
+    /// transaction. The jobs are the batch's until their records are published.
+    func beginWrite(_ plan: BatchPlan) -> Stage<WrittenBatch> {
+        let steps = plan.steps
+        guard !plan.items.isEmpty else {
             // No transaction to carry the acknowledged events' marks: they wait for the next one.
             return Stage(wake: wake) {
                 let now = MonotonicNanos.now()
                 return WrittenBatch(steps: steps, outcomes: [], marked: [], began: now, committed: now)
             }
         }
-        let marks = state.takeMarks(gathered: Self.marksGathered, orAfter: Self.marksGather)
-        let head = marks.isEmpty ? [] : [PostgresStore.markPublished(marks)]
+        let head = plan.marks.isEmpty ? [] : [PostgresStore.markPublished(plan.marks)]
         let resultsKey = configuration.resultsKey
         let idempotencyLifetime = configuration.sessions.idempotencyLifetime
         let now = clock.now()
-        let batchItems = items
-        let batchPrefetch = prefetch
-        let batchIDs = ready.compactMap { $0.request?.id }
         metrics.writeBatches.labels("loop").increment()
-        return Stage(on: store.executor(ofWriter: writer), wake: wake) {
+        return Stage(on: store.executor(ofWriter: plan.writer), wake: wake) {
             let began = MonotonicNanos.now()
-            let outcomes = try await self.retrying("write the batch", requestIDs: batchIDs) {
+            let outcomes = try await self.retrying("write the batch", requestIDs: plan.requestIDs) {
                 try await self.store.write(
-                    batchItems, head: head, prefetch: batchPrefetch, writer: writer, resultsKey: resultsKey,
+                    plan.items, head: head, prefetch: plan.prefetch, writer: plan.writer, resultsKey: resultsKey,
                     rememberedUntil: now + idempotencyLifetime, at: now)
             }
             return WrittenBatch(
-                steps: steps, outcomes: outcomes, marked: marks, began: began, committed: MonotonicNanos.now())
+                steps: steps, outcomes: outcomes, marked: plan.marks, began: began, committed: MonotonicNanos.now())
         }
     }
 

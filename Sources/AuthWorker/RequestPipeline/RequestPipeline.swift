@@ -111,6 +111,8 @@ public final class RequestPipeline: Service {
             consumer.onArrival(nil)
         }
         var state = LoopState()
+        state.stages = Stages(writers: configuration.processing.writers)
+        state.policy = policy
         do {
             // The loop runs on the consumer's thread: its polls are calls on that thread, not hops
             // there and back. Its stages run elsewhere (`Stage`), and nothing else of the loop waits
@@ -130,10 +132,10 @@ public final class RequestPipeline: Service {
         await consumer.close()
     }
 
-    /// One pass a turn: take in what arrived (or wait for something to finish), then move what
-    /// finished on (lookups, preparations, publishes, writes) and start what may start. The jobs
-    /// are `state`'s, the background work `stages`'; each step below reads and changes those two
-    /// and nothing else of the loop.
+    /// One pass a turn: take in what arrived (or wait for something to finish), take in what
+    /// finished (lookups, preparations, publishes, writes), then carry out what `LoopState.next`
+    /// decides to start. Everything the loop knows is `state`'s; this function and the ones it
+    /// calls only move events in and carry actions out.
     ///
     /// The stages overlap: while batches are written, the next requests are decoded and prepared
     /// and the batches before are published. Each writer writes one batch at a time; a lane's jobs
@@ -141,22 +143,53 @@ public final class RequestPipeline: Service {
     /// first free writer takes what is ready (a later one only behind a backlog), and a lookup
     /// reads on a writer with nothing to write: light load uses one connection.
     func loop(_ state: inout LoopState) async throws {
-        var stages = Stages(writers: configuration.processing.writers)
         while true {
             beat()
-            let busy = stages.isBusy
+            let busy = state.stages.isBusy
             if isStopping, !busy, !state.canProgress { break }
-            if isStopping, stages.drainReportDue(at: .now) { reportDrain(state, stages) }
-            try await takeIn(&state, &stages, busy: busy)
-            try finishLookup(&state, &stages)
+            if isStopping, state.stages.drainReportDue(at: .now) { reportDrain(state) }
+            try await takeIn(&state, busy: busy)
+            try finishLookup(&state)
             collect(&state)
-            startParked(&state)
-            try finishPublishes(&state, &stages)
-            for written in try stages.takeDoneWrites() { stages.toPublish += records(for: written, &state) }
-            if let jobs = stages.takeToPublish() { stages.publishing.append((beginPublish(Self.entries(jobs)), jobs)) }
-            let wrote = startWrites(&state, &stages)
-            if stages.looking == nil { lookUpOrLinger(&state, &stages) }
+            try finishPublishes(&state)
+            for written in try state.stages.takeDoneWrites() { state.stages.toPublish += records(for: written, &state) }
+            var wrote = false
+            for action in state.next(at: .now, stopping: isStopping) {
+                if case .write = action { wrote = true }
+                perform(action, &state)
+            }
             if !wrote, !busy { try await markPublishedWhileIdle(&state, after: Self.idleMarkDelay) }
+        }
+    }
+
+    /// The settings the loop's decisions read (`LoopState.next`).
+    var policy: LoopPolicy {
+        let processing = configuration.processing
+        return LoopPolicy(
+            batchMax: processing.batchMax, maxInFlight: processing.maxInFlight, batchLinger: processing.batchLinger,
+            requireReplyKey: configuration.sessions.requireReplyKey, spillBacklog: Self.spillBacklog,
+            spillAfter: Self.spillAfter, lingerFill: Self.lingerFill, writtenWithLookup: Self.preparedInLoop,
+            marksGathered: Self.marksGathered, marksGather: Self.marksGather)
+    }
+
+    /// Starts what `LoopState.next` decided; the stages started are the state's to follow.
+    func perform(_ action: LoopAction, _ state: inout LoopState) {
+        switch action {
+        case .prepare(let preparations):
+            for preparation in preparations { prepare([preparation]) }
+        case .publish(let jobs):
+            state.stages.publishing.append((beginPublish(Self.entries(jobs)), jobs))
+        case .write(let plan):
+            state.stages.writing[plan.writer] = beginWrite(plan)
+            state.stages.writingSince[plan.writer] = .now
+        case .lookUp(let plan):
+            state.stages.looking = beginLookup(plan)
+        case .armLinger(let until):
+            // On the pool, said so: the loop runs on the consumer's thread.
+            Task(executorPreference: globalConcurrentExecutor) { [doorbell] in
+                try? await Task.sleep(until: until, clock: .continuous)
+                doorbell.ring()
+            }
         }
     }
 
@@ -167,7 +200,7 @@ public final class RequestPipeline: Service {
     /// the loop waits on its doorbell, on whichever thread finishes something, and visits the
     /// consumer's thread only to take what arrived: a pass for a finished stage costs no hop there
     /// and back.
-    func takeIn(_ state: inout LoopState, _ stages: inout Stages, busy: Bool) async throws {
+    func takeIn(_ state: inout LoopState, busy: Bool) async throws {
         let processing = configuration.processing
         guard !isStopping, state.jobs.count < processing.maxInFlight else {
             if busy || !state.jobs.isEmpty {
@@ -187,46 +220,46 @@ public final class RequestPipeline: Service {
                 markDelay: Self.idleMarkDelay)
             messages = try await consumer.poll(maxMessages: limit, timeout: timeout)
         } else {
-            if !stages.mayHoldMore { await doorbell.wait() }
+            if !state.stages.mayHoldMore { await doorbell.wait() }
             let rings = doorbell.take()
             polled =
-                stages.mayHoldMore || rings.arrival || rings.timeout
-                || ContinuousClock.now - stages.lastPoll >= Self.waitTick
+                state.stages.mayHoldMore || rings.arrival || rings.timeout
+                || ContinuousClock.now - state.stages.lastPoll >= Self.waitTick
             if polled { messages = try await consumer.poll(maxMessages: limit, timeout: .zero) }
         }
         if polled {
-            stages.mayHoldMore = messages.count >= limit
-            stages.lastPoll = .now
+            state.stages.mayHoldMore = messages.count >= limit
+            state.stages.lastPoll = .now
             for (partition, assignment) in consumer.takeRevokedPartitions() {
                 state.watermark.revoke(partition, assignment: assignment)
             }
             admit(messages, &state)
         }
-        if ContinuousClock.now >= stages.nextLagReading {
-            stages.nextLagReading = .now + .seconds(1)
+        if ContinuousClock.now >= state.stages.nextLagReading {
+            state.stages.nextLagReading = .now + .seconds(1)
             metrics.recordLag(await consumer.lag())
             metrics.inFlight.set(Double(state.jobs.count))
         }
     }
 
     /// A drain that takes long says what it waits for (every five seconds).
-    func reportDrain(_ state: LoopState, _ stages: Stages) {
+    func reportDrain(_ state: LoopState) {
         logger.warning(
             "Draining: still waiting",
             metadata: [
                 LogKey.count: String(state.jobs.count),
                 "drain.phases": state.phaseSummary,
-                "drain.writing": String(stages.writing.count { $0 != nil }),
-                "drain.publishing": String(stages.publishing.count),
-                "drain.looking_up": String(stages.looking != nil),
+                "drain.writing": String(state.stages.writing.count { $0 != nil }),
+                "drain.publishing": String(state.stages.publishing.count),
+                "drain.looking_up": String(state.stages.looking != nil),
             ])
     }
 
     /// Takes a finished lookup: its jobs start (prepare), or, when its task also wrote them
     /// (light load), they join the batch they were in and are published as any written batch's.
-    func finishLookup(_ state: inout LoopState, _ stages: inout Stages) throws {
-        guard let lookup = stages.looking, lookup.stage.isDone else { return }
-        stages.looking = nil
+    func finishLookup(_ state: inout LoopState) throws {
+        guard let lookup = state.stages.looking, lookup.stage.isDone else { return }
+        state.stages.looking = nil
         let found = try lookup.stage.value()
         guard let written = found.written, let writer = lookup.writer else {
             state.handBack(lookup.marks)
@@ -241,7 +274,7 @@ public final class RequestPipeline: Service {
             job.phaseMarks.wroteWithLookup(committed: written.committed)
         }
         guard let published = found.published else {
-            stages.toPublish += records(for: written, &state)
+            state.stages.toPublish += records(for: written, &state)
             return
         }
         // Published by that task already: finished when delivered.
@@ -251,77 +284,18 @@ public final class RequestPipeline: Service {
             state.written(job)
             jobs.append(JobRecords(job: job, records: answer.records, events: answer.events, outcome: answer.outcome))
         }
-        stages.publishing.append((published.stage, jobs))
+        state.stages.publishing.append((published.stage, jobs))
     }
 
     /// Finishes the publishes the broker acknowledged: their jobs leave, their offsets are stored.
-    func finishPublishes(_ state: inout LoopState, _ stages: inout Stages) throws {
-        let done = stages.takeDonePublishes()
+    func finishPublishes(_ state: inout LoopState) throws {
+        let done = state.stages.takeDonePublishes()
         guard !done.isEmpty else { return }
         for entry in done {
             state.acknowledged(try entry.stage.value())
             finish(entry.jobs, &state)
         }
         consumer.storeOffsets(state.watermark.advance())
-        // A finished job may leave a parked one first in its lane: start it now, not after the
-        // next poll's wait.
-        startParked(&state)
-    }
-
-    /// Starts a batch on each writer that may take one (`Stages.writeSlots`).
-    /// - Returns: whether any started.
-    func startWrites(_ state: inout LoopState, _ stages: inout Stages) -> Bool {
-        let now = ContinuousClock.now
-        let limit = max(configuration.processing.batchMax, 1)
-        var wrote = false
-        let slots = stages.writeSlots(
-            now: now, batchMax: limit, spillBacklog: Self.spillBacklog, spillAfter: Self.spillAfter)
-        for slot in slots {
-            let ready = state.readyJobs(for: slot.writer, limit: limit, minimum: slot.minimum)
-            guard !ready.isEmpty else { continue }
-            stages.writing[slot.writer] = beginWrite(ready, writer: slot.writer, &state)
-            stages.writingSince[slot.writer] = now
-            wrote = true
-        }
-        return wrote
-    }
-
-    /// Looks the waiting requests up, or holds them for more to join (a linger): arrivals still
-    /// wake the loop, which takes them in and asks again, and the doorbell rings when the oldest
-    /// has waited enough. Writes go first: a lookup reads on a writer only when it writes nothing
-    /// even so, on the pool's connections otherwise.
-    func lookUpOrLinger(_ state: inout LoopState, _ stages: inout Stages) {
-        guard let until = lingersUntil(state) else {
-            stages.looking = beginLookup(
-                &state, writer: stages.lookupWriter, publishesWritten: stages.toPublish.isEmpty)
-            return
-        }
-        guard stages.lingerAlarm.map({ $0 > until || $0 < .now }) ?? true else { return }
-        stages.lingerAlarm = until
-        // On the pool, said so: the loop runs on the consumer's thread.
-        Task(executorPreference: globalConcurrentExecutor) { [doorbell] in
-            try? await Task.sleep(until: until, clock: .continuous)
-            doorbell.ring()
-        }
-    }
-
-    /// With a linger (`AUTH_BATCH_LINGER_MS`), until when the requests waiting to be looked up
-    /// wait for more to join them; nil when they go now: no linger, the oldest (in read order)
-    /// waited long enough, the worker stopping, or `lingerFill` requests in flight. That bound
-    /// is what keeps a linger to light loads: under load, batches fill while others are
-    /// written, and a request held there only adds to a queue the machine has no time to drain
-    /// (at 6,000 guest logins/s on the development machine, a first version that held whenever
-    /// the writers were free left 5,000 requests standing in flight, 0.9 s each).
-    func lingersUntil(_ state: LoopState) -> ContinuousClock.Instant? {
-        let processing = configuration.processing
-        guard processing.batchLinger > .zero, !isStopping,
-            state.jobs.count < min(Self.lingerFill, processing.batchMax),
-            let oldest = state.toStart.lazy.compactMap({ state.jobs[$0] }).first
-        else { return nil }
-        let now = MonotonicNanos.now()
-        let waited = Duration.nanoseconds(Int64(clamping: now > oldest.admittedNanos ? now - oldest.admittedNanos : 0))
-        let left = processing.batchLinger - waited
-        return left > .zero ? ContinuousClock.now + left : nil
     }
 
     /// Splits `entries` into those `isDone` says are done and the rest, asking once per entry:

@@ -4,7 +4,7 @@ import Foundation
 /// writing (and since when), the publishes under way and the records waiting for one, the lookup,
 /// and when the loop last polled, read the lag, reported a drain or armed a linger. `LoopState`
 /// keeps the jobs; this keeps the stages. Its decisions that need no broker and no database
-/// (`writeSlots`, `lookupWriter`, `pollTimeout`) are pure, and tested as such
+/// (`writeSlots`, `lookupWriter`, `pollTimeout`) are pure, read by `LoopState.next`,, and tested as such
 /// (`PipelineStateTests`).
 struct Stages {
     /// Per writer, the batch it is writing; nil when it is free.
@@ -68,10 +68,12 @@ struct Stages {
         return slots
     }
 
-    /// The writer a lookup reads on: the first with nothing to write (under light load a request's
-    /// lookup and write then share one connection, `PostgresStore.ReadConnection`); nil for the
-    /// pool's connections.
-    var lookupWriter: Int? { (0..<writers).first { writing[$0] == nil } }
+    /// The writer a lookup reads on: the first with nothing to write, nor `given` a batch just
+    /// now (under light load a request's lookup and write then share one connection,
+    /// `PostgresStore.ReadConnection`); nil for the pool's connections.
+    func lookupWriter(excluding given: Set<Int> = []) -> Int? {
+        (0..<writers).first { writing[$0] == nil && !given.contains($0) }
+    }
 
     /// How long an idle poll may sleep: `batchWait`, shorter while acknowledged events wait to be
     /// marked published (`markDelay` is when they are marked on their own).
