@@ -7,9 +7,9 @@ extension PostgresStore {
     // MARK: - The outbox
 
     /// Takes published events out of the outbox.
-    public func markPublished(_ eventIDs: [UUID]) async throws {
+    public func deletePublished(_ eventIDs: [UUID]) async throws {
         guard !eventIDs.isEmpty else { return }
-        try await pool.withConnection { try $0.query(Self.markPublished(eventIDs)) }
+        try await pool.withConnection { try $0.query(Self.deletePublished(eventIDs)) }
     }
 
     /// How many events wait in the outbox (written, not yet acknowledged by the broker).

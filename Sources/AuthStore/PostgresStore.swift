@@ -270,7 +270,7 @@ public final class PostgresStore: Sendable {
     }
 
     /// Takes published events out of the outbox, as the first statement of a batch's transaction.
-    public static func markPublished(_ eventIDs: [UUID]) -> PGQuery {
+    public static func deletePublished(_ eventIDs: [UUID]) -> PGQuery {
         "DELETE FROM outbox WHERE event_id = ANY(\(PGArray(eventIDs)))"
     }
 }

@@ -135,7 +135,7 @@ public final class OutboxRelay: Service {
         let events = try await store.unpublishedEvents(olderThan: clock.now() - grace, limit: limit)
         guard !events.isEmpty else { return 0 }
         try await producer.send(events.map(\.record))
-        try await store.markPublished(events.map(\.id))
+        try await store.deletePublished(events.map(\.id))
         return events.count
     }
 }

@@ -80,7 +80,8 @@ import Testing
             return
         }
         state.add(
-            parked, in: .waitingForLane(Preparation(seq: parked.seq, request: request, digest: [], replyKey: nil)))
+            parked,
+            in: .waitingForLane(PendingPreparation(seq: parked.seq, request: request, digest: [], replyKey: nil)))
         #expect(state.parked == [parked.seq])
         #expect(!state.next(at: now, stopping: false).contains { if case .prepare = $0 { true } else { false } })
         state.remove(first)

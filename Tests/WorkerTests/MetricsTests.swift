@@ -61,7 +61,7 @@ import Testing
         metrics.requestDuration.labels("guest", "ok").observe(.milliseconds(3))
         metrics.deadLetters.labels("invalid_json").increment()
         let admitted = MonotonicNanos.now()
-        var marks = PhaseMarks()
+        var marks = PhaseTimestamps()
         marks.lookupBegan = admitted + 50_000
         var tally = PhaseTally()
         tally.observe(marks, admitted: admitted, finished: admitted + 3_000_000)

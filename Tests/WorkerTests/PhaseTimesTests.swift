@@ -11,7 +11,7 @@ import Testing
     private func at(_ milliseconds: UInt64) -> UInt64 { start + milliseconds * 1_000_000 }
 
     /// Each phase with its time in milliseconds.
-    private func phases(_ marks: PhaseMarks, finished: UInt64) -> [(TimedPhase, UInt64)] {
+    private func phases(_ marks: PhaseTimestamps, finished: UInt64) -> [(TimedPhase, UInt64)] {
         var phases: [(TimedPhase, UInt64)] = []
         marks.forEach(admitted: start, finished: at(finished)) { phases.append(($0, $1 / 1_000_000)) }
         return phases
@@ -24,7 +24,7 @@ import Testing
     }
 
     @Test func aBatchedRequestsTimeRunsThroughEveryPhaseAndAddsUpToTheWhole() {
-        var marks = PhaseMarks()
+        var marks = PhaseTimestamps()
         marks.lookupBegan = at(2)
         marks.prepareBegan = at(3)
         marks.ready = at(7)
@@ -37,7 +37,7 @@ import Testing
 
     @Test func aPhaseNotReachedGivesItsTimeToTheOneBefore() {
         // A replay: looked up, answered with what was kept, nothing prepared.
-        var replay = PhaseMarks()
+        var replay = PhaseTimestamps()
         replay.lookupBegan = at(1)
         replay.ready = at(4)
         replay.writeBegan = at(5)
@@ -46,15 +46,15 @@ import Testing
         #expect(found.map(\.0) == [.toLookUp, .lookingUp, .ready, .writing, .publishing])
         #expect(found.map(\.1) == [1, 3, 1, 0, 4])
         // An invalid request: answered as it was taken in, never looked up.
-        var invalid = PhaseMarks()
+        var invalid = PhaseTimestamps()
         invalid.ready = at(1)
         #expect(phases(invalid, finished: 3).map(\.0) == [.toLookUp, .ready])
         // Nothing reached at all: the whole time is the first phase's.
-        #expect(phases(PhaseMarks(), finished: 3).map(\.0) == [.toLookUp])
+        #expect(phases(PhaseTimestamps(), finished: 3).map(\.0) == [.toLookUp])
     }
 
     @Test func aLightLoadRequestIsLookedUpPreparedAndWrittenInOnePhase() {
-        var marks = PhaseMarks()
+        var marks = PhaseTimestamps()
         marks.lookupBegan = at(1)
         marks.prepareBegan = at(2)
         marks.ready = at(9)
@@ -66,7 +66,7 @@ import Testing
     }
 
     @Test func aMarkOutOfOrderCostsNoNegativeTimeAndTheWholeStaysWhole() {
-        var marks = PhaseMarks()
+        var marks = PhaseTimestamps()
         marks.lookupBegan = at(4)
         marks.prepareBegan = at(2)  // read on another thread, behind
         marks.ready = at(6)
@@ -88,19 +88,21 @@ import Testing
                 timestamp: nil, assignment: 1),
             epoch: 0)
         state.add(job, in: .lookup)
-        #expect(job.phaseMarks.lookupBegan == nil)
+        #expect(job.phaseTimestamps.lookupBegan == nil)
         state.move(job, to: .lookingUp)
-        let lookedUp = try #require(job.phaseMarks.lookupBegan)
+        let lookedUp = try #require(job.phaseTimestamps.lookupBegan)
         state.move(job, to: .preparing)
         state.move(job, to: .ready(.publish([], outcome: "ok", audit: nil)))
         state.move(job, to: .ready(.publish([], outcome: "ok", audit: nil)))
-        let ready = try #require(job.phaseMarks.ready)
-        #expect(job.phaseMarks.prepareBegan.map { $0 >= lookedUp && $0 <= ready } == true)
+        let ready = try #require(job.phaseTimestamps.ready)
+        #expect(job.phaseTimestamps.prepareBegan.map { $0 >= lookedUp && $0 <= ready } == true)
         state.batch(job, on: 0)
-        #expect(job.phaseMarks.ready == ready, "a mark is set once")
+        #expect(job.phaseTimestamps.ready == ready, "a mark is set once")
         state.move(job, to: .lookup)
-        #expect(job.phaseMarks.lookupBegan == nil && job.phaseMarks.prepareBegan == nil && job.phaseMarks.ready == nil)
+        #expect(
+            job.phaseTimestamps.lookupBegan == nil && job.phaseTimestamps.prepareBegan == nil
+                && job.phaseTimestamps.ready == nil)
         state.move(job, to: .lookingUp)
-        #expect(try #require(job.phaseMarks.lookupBegan) >= ready)
+        #expect(try #require(job.phaseTimestamps.lookupBegan) >= ready)
     }
 }

@@ -11,7 +11,7 @@ import Messages
 /// method names: the decoder, the pipeline, the audit and the sealing of answers read these two.
 public struct MethodHandler: Sendable {
     /// Prepares a request of the method (see `LoginFlows.prepare`).
-    public enum Preparation: Sendable {
+    public enum Preparer: Sendable {
         /// CPU work of microseconds (a guest's session, a refresh): the loop prepares it in place.
         case atOnce(@Sendable (LoginFlows, LoginRequest) throws -> any PreparedWrite)
         /// A provider token: at once when the provider's keys are cached (the first answers nil
@@ -34,7 +34,7 @@ public struct MethodHandler: Sendable {
         case withPassword
     }
 
-    public let preparation: Preparation
+    public let preparation: Preparer
     /// Its outcomes go to the audit trail: sign-ins (succeeded and refused), registrations,
     /// changes to how an account signs in, sessions ended, the account deleted or exported; not
     /// the frequent, routine ones nor those that only send a code.
@@ -43,8 +43,7 @@ public struct MethodHandler: Sendable {
     /// A guest sign-up: counted against the global guest ceiling when it is looked up.
     public let isGuestSignUp: Bool
 
-    init(audited: Bool, _ preparation: Preparation, reads accountRead: AccountRead = .never, guestSignUp: Bool = false)
-    {
+    init(audited: Bool, _ preparation: Preparer, reads accountRead: AccountRead = .never, guestSignUp: Bool = false) {
         self.preparation = preparation
         self.isAudited = audited
         self.accountRead = accountRead

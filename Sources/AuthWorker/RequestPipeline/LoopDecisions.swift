@@ -9,7 +9,7 @@ import ServiceKit
 /// of a job's phase that a decision implies is made by the decision.
 enum LoopAction {
     /// Parked preparations whose lane emptied before them (each moved to `.preparing`).
-    case prepare([Preparation])
+    case prepare([PendingPreparation])
     /// Publish these written jobs' records.
     case publish([JobRecords])
     /// Write this batch (its jobs already batched on its writer).
@@ -108,9 +108,9 @@ extension LoopState {
     }
 
     /// The parked jobs first in their lane now, moved to `.preparing`, in read order.
-    private mutating func takeParkedFirstInLane() -> [Preparation] {
+    private mutating func takeParkedFirstInLane() -> [PendingPreparation] {
         guard !parked.isEmpty else { return [] }
-        var starting: [Preparation] = []
+        var starting: [PendingPreparation] = []
         for seq in parked.sorted() {
             guard let job = jobs[seq], case .waitingForLane(let preparation) = job.phase, isFirstInLane(job) else {
                 continue
@@ -198,7 +198,8 @@ extension LoopState {
             before.insert(job.seq)
             writable.append(
                 RequestPipeline.WritableWithLookup(
-                    preparation: Preparation(seq: job.seq, request: request, digest: job.digest, replyKey: replyKey),
+                    preparation: PendingPreparation(
+                        seq: job.seq, request: request, digest: job.digest, replyKey: replyKey),
                     sent: RequestPipeline.sent(job)))
         }
         return writable

@@ -21,7 +21,7 @@ final class Job {
     let admittedNanos = MonotonicNanos.now()
     /// When it reached each timed phase (`auth_request_phase_seconds`); an attempt sent back to
     /// look its id up again drops its marks.
-    var phaseMarks = PhaseMarks()
+    var phaseTimestamps = PhaseTimestamps()
     var request: LoginRequest?
     /// The keyed digest of the request's content (or of the raw value).
     var digest: [UInt8] = []
@@ -59,14 +59,14 @@ final class Job {
         if kind != from { mark() }
     }
 
-    /// Marks when it entered its phase, the first time (`PhaseMarks`); a job sent back to look
+    /// Marks when it entered its phase, the first time (`PhaseTimestamps`); a job sent back to look
     /// its id up again starts over.
     private func mark() {
         switch kind {
-        case .lookup: phaseMarks = PhaseMarks()
-        case .lookingUp: phaseMarks.lookupBegan = phaseMarks.lookupBegan ?? MonotonicNanos.now()
-        case .preparing: phaseMarks.prepareBegan = phaseMarks.prepareBegan ?? MonotonicNanos.now()
-        case .ready: phaseMarks.ready = phaseMarks.ready ?? MonotonicNanos.now()
+        case .lookup: phaseTimestamps = PhaseTimestamps()
+        case .lookingUp: phaseTimestamps.lookupBegan = phaseTimestamps.lookupBegan ?? MonotonicNanos.now()
+        case .preparing: phaseTimestamps.prepareBegan = phaseTimestamps.prepareBegan ?? MonotonicNanos.now()
+        case .ready: phaseTimestamps.ready = phaseTimestamps.ready ?? MonotonicNanos.now()
         default: break
         }
     }

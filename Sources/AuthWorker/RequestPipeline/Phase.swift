@@ -10,7 +10,7 @@ import ServiceKit
 import Synchronization
 
 /// A request to prepare in the background, with what the pipeline decided about it.
-struct Preparation: Sendable {
+struct PendingPreparation: Sendable {
     let seq: Int
     let request: LoginRequest
     let digest: [UInt8]
@@ -21,7 +21,7 @@ enum Phase {
     /// Another job with the same request id is in flight: this one waits for its outcome.
     case waitingForID
     /// Its preparation reads the account: it waits until it is first in its lane.
-    case waitingForLane(Preparation)
+    case waitingForLane(PendingPreparation)
     /// To be looked up (and started) in the next pass.
     case lookup
     /// Its request id is being looked up.
@@ -63,7 +63,7 @@ enum Step: Sendable {
 }
 
 /// What a background preparation posts.
-enum Prepared: Sendable {
+enum PreparationOutcome: Sendable {
     case login(PreparedRequest)
     case refused(any Error)
     case notification(AppleNotification)

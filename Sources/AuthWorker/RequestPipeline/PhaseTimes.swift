@@ -47,7 +47,7 @@ struct PhaseTally {
     var tallies = TimedPhase.allCases.map { _ in Histogram.Tally(bounds: WorkerMetrics.phaseBounds) }
 
     /// Counts each phase of a finished job's way.
-    mutating func observe(_ marks: PhaseMarks, admitted: UInt64, finished: UInt64) {
+    mutating func observe(_ marks: PhaseTimestamps, admitted: UInt64, finished: UInt64) {
         marks.forEach(admitted: admitted, finished: finished) { phase, took in
             tallies[phase.index].observe(nanoseconds: took)
         }
@@ -57,7 +57,7 @@ struct PhaseTally {
 /// When a job reached each mark that begins a timed phase (`TimedPhase`), in `MonotonicNanos`;
 /// nil for those it did not reach. Set by `LoopState` as the job changes phase, and from its
 /// batch's `WrittenBatch`.
-struct PhaseMarks {
+struct PhaseTimestamps {
     var lookupBegan: UInt64?
     var prepareBegan: UInt64?
     var ready: UInt64?

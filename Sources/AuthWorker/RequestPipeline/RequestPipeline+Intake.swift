@@ -124,7 +124,7 @@ extension RequestPipeline {
 
     /// A request the lookup's own task may prepare and write, with when it was sent.
     struct WritableWithLookup: Sendable {
-        let preparation: Preparation
+        let preparation: PendingPreparation
         let sent: Date?
     }
 
@@ -153,7 +153,7 @@ extension RequestPipeline {
         }
         let ids = requests.map(\.preparation.request.id)
         let ceiling = configuration.accounts.guestGlobalRateLimit
-        let head = marks.isEmpty ? [] : [PostgresStore.markPublished(marks)]
+        let head = marks.isEmpty ? [] : [PostgresStore.deletePublished(marks)]
         let resultsKey = configuration.resultsKey
         let rememberedUntil = now + configuration.sessions.idempotencyLifetime
         let batchItems = items
@@ -205,7 +205,7 @@ extension RequestPipeline {
         _ seqs: [Int], kept: [String: KeptRequest], guests: RateLimitGrant?, _ state: inout LoopState
     ) {
         let starting = seqs.compactMap { state.jobs[$0] }
-        var cheap: [Preparation] = []
+        var cheap: [PendingPreparation] = []
         // A few requests whose preparation waits for nothing are prepared here, in the loop: a
         // task each would cost a wake-up of the pool and another of the loop when it ends, more
         // than the work. More than a few go to tasks, spread over the cores.
@@ -255,7 +255,7 @@ extension RequestPipeline {
                 state.move(job, to: .ready(refused(error, job: job, request: request)))
                 continue
             }
-            let preparation = Preparation(seq: job.seq, request: request, digest: job.digest, replyKey: replyKey)
+            let preparation = PendingPreparation(seq: job.seq, request: request, digest: job.digest, replyKey: replyKey)
             if request.readsAccountWhilePreparing, !state.isFirstInLane(job) {
                 // It reads the account before its write (the password to verify): it waits for
                 // the requests before it on its key, so it sees what they did (a registration).
@@ -301,7 +301,7 @@ extension RequestPipeline {
     /// Prepares a request in the loop when its preparation waits for nothing.
     /// - Returns: its outcome; nil when it waits, or failed in a way worth another try (a task
     ///   then prepares it, retrying as it does).
-    func prepareAtOnce(_ preparation: Preparation) -> Prepared? {
+    func prepareAtOnce(_ preparation: PendingPreparation) -> PreparationOutcome? {
         do {
             guard let prepared = try flows.prepareAtOnce(preparation.request) else { return nil }
             return .login(
@@ -328,10 +328,10 @@ extension RequestPipeline {
 
     /// Prepares requests one after the other in a task of their own on the cooperative pool (not
     /// on the loop's thread, which is the consumer's), posting each outcome.
-    func prepare(_ preparations: [Preparation]) {
+    func prepare(_ preparations: [PendingPreparation]) {
         Task(executorPreference: globalConcurrentExecutor) {
             for preparation in preparations {
-                let outcome: Prepared
+                let outcome: PreparationOutcome
                 do {
                     let prepared = try await self.retrying(
                         "prepare request", requestIDs: [preparation.request.id]
@@ -357,7 +357,7 @@ extension RequestPipeline {
         let seq = job.seq
         let value = job.message.value
         Task(executorPreference: globalConcurrentExecutor) {
-            let outcome: Prepared
+            let outcome: PreparationOutcome
             guard let notifications = self.notifications else {
                 self.board.post(seq, .notificationRefused("Sign in with Apple is not enabled"))
                 return
@@ -387,7 +387,7 @@ extension RequestPipeline {
         }
     }
 
-    func step(for outcome: Prepared, job: Job) -> Phase {
+    func step(for outcome: PreparationOutcome, job: Job) -> Phase {
         switch outcome {
         case .login(let work):
             return .ready(.writeLogin(work))

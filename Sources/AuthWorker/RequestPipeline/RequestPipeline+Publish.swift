@@ -126,10 +126,10 @@ extension RequestPipeline {
 
     /// Marks the acknowledged events published in a statement of their own, once the oldest has
     /// waited `delay` for a batch to carry it.
-    func markPublishedWhileIdle(_ state: inout LoopState, after delay: Duration) async throws {
+    func deletePublishedWhileIdle(_ state: inout LoopState, after delay: Duration) async throws {
         guard let since = state.marksWaitingSince, ContinuousClock.now - since >= delay else { return }
         let marks = state.eventsToMark
-        try await retrying("mark events published") { try await self.store.markPublished(marks) }
+        try await retrying("mark events published") { try await self.store.deletePublished(marks) }
         _ = state.takeMarks()
     }
 
@@ -149,7 +149,7 @@ extension RequestPipeline {
                 job.request?.method.rawValue
                 ?? (job.message.topic == configuration.topics.notifications ? "notification" : "unknown")
             metrics.requestDuration.labels(method, finished.outcome).observe(Double(took) / 1e9)
-            state.phaseTally.observe(job.phaseMarks, admitted: job.admittedNanos, finished: now)
+            state.phaseTally.observe(job.phaseTimestamps, admitted: job.admittedNanos, finished: now)
             guard let request = job.request else { continue }
             // One line per request, so an operator can follow any of them by id or trace; the
             // pass's lines are written together.

@@ -25,7 +25,7 @@ extension RequestPipeline {
                 return WrittenBatch(steps: steps, outcomes: [], marked: [], began: now, committed: now)
             }
         }
-        let head = plan.marks.isEmpty ? [] : [PostgresStore.markPublished(plan.marks)]
+        let head = plan.marks.isEmpty ? [] : [PostgresStore.deletePublished(plan.marks)]
         let resultsKey = configuration.resultsKey
         let idempotencyLifetime = configuration.sessions.idempotencyLifetime
         let now = clock.now()
@@ -49,9 +49,9 @@ extension RequestPipeline {
         for (seq, step) in written.steps {
             guard let job = state.jobs[seq] else { continue }
             state.written(job)
-            if !job.phaseMarks.writtenWithLookup {
-                job.phaseMarks.writeBegan = written.began
-                job.phaseMarks.committed = written.committed
+            if !job.phaseTimestamps.writtenWithLookup {
+                job.phaseTimestamps.writeBegan = written.began
+                job.phaseTimestamps.committed = written.committed
             }
             switch step {
             case .publish(let published, let outcome, let audit):

@@ -41,7 +41,7 @@ public final class RequestPipeline: Service {
     let decoder: RequestDecoder
     /// The key of request digests: the results key, so digests are stable across replicas.
     let digestKey: [UInt8]
-    let board: CompletionBoard<Prepared>
+    let board: CompletionBoard<PreparationOutcome>
     /// Where the loop waits while work is under way: rung by finished stages, posted
     /// preparations, arrivals at the consumer and shutdown (`Doorbell`).
     let doorbell = Doorbell()
@@ -119,7 +119,7 @@ public final class RequestPipeline: Service {
             // for that thread while an idle poll blocks it.
             try await withTaskExecutorPreference(consumer.taskExecutor) { try await loop(&state) }
             // The last batch's events were acknowledged: say so, or the relay publishes them again.
-            try await markPublishedWhileIdle(&state, after: .zero)
+            try await deletePublishedWhileIdle(&state, after: .zero)
         } catch is ShutdownDuringRetry {
             logger.warning(
                 "Work abandoned during shutdown; it will be replayed",
@@ -158,7 +158,7 @@ public final class RequestPipeline: Service {
                 if case .write = action { wrote = true }
                 perform(action, &state)
             }
-            if !wrote, !busy { try await markPublishedWhileIdle(&state, after: Self.idleMarkDelay) }
+            if !wrote, !busy { try await deletePublishedWhileIdle(&state, after: Self.idleMarkDelay) }
         }
     }
 
@@ -271,7 +271,7 @@ public final class RequestPipeline: Service {
             state.move(job, to: .ready(step))
             state.batch(job, on: writer)
             // Looked up, prepared and written in one task: one timed phase, to its commit.
-            job.phaseMarks.wroteWithLookup(committed: written.committed)
+            job.phaseTimestamps.wroteWithLookup(committed: written.committed)
         }
         guard let published = found.published else {
             state.stages.toPublish += records(for: written, &state)
