@@ -83,14 +83,15 @@ public final class PostgresStore: Sendable {
     ) async throws -> [ItemOutcome<Output>] {
         try await writers[writer % writers.count].withConnection { connection in
             do {
-                return try Self.runTogether(
-                    items, head: head, prefetch: prefetch, connection: connection, onRefusal: onRefusal, body)
+                return try connection.withPipelinedTransaction { transaction in
+                    try Self.runTogether(
+                        items, head: head, prefetch: prefetch, transaction: transaction, onRefusal: onRefusal, body)
+                }
             } catch let error as PGError where !error.isRetriable {
-                // A statement of the batch failed: item by item instead, once the rollback went through.
-                if case let failed as PGTransactionError = connection.rollBack(after: error) { throw failed }
-                return try Self.runCarefully(items, head: head, connection: connection, onRefusal: onRefusal, body)
-            } catch {
-                throw connection.rollBack(after: error)
+                // A statement of the batch failed (and was rolled back): item by item instead.
+                return try connection.withPipelinedTransaction { transaction in
+                    try Self.runCarefully(items, head: head, transaction: transaction, onRefusal: onRefusal, body)
+                }
             }
         }
     }
@@ -143,25 +144,25 @@ public final class PostgresStore: Sendable {
         let ceiling =
             guests.isEmpty || limit.count <= 0 ? [] : [Self.ceilingQuery(guests, bucket: bucket, limit: limit, at: now)]
         return try await writers[writer % writers.count].withConnection { connection in
-            let unit = PostgresUnitOfWork(connection: connection)
             do {
-                let answers = try unit.begin(
-                    first: ceiling, head: [Self.keptRequestsQuery(ids)] + head, prefetch: prefetch)
-                guard answers.count == ceiling.count + 1 + head.count else {
-                    throw PGError(.decoding, detail: "the lookup's answers are missing")
+                return try connection.withPipelinedTransaction { transaction in
+                    let unit = PostgresUnitOfWork(transaction: transaction)
+                    let answers = try unit.begin(
+                        first: ceiling, head: [Self.keptRequestsQuery(ids)] + head, prefetch: prefetch)
+                    guard answers.count == ceiling.count + 1 + head.count else {
+                        throw PGError(.decoding, detail: "the lookup's answers are missing")
+                    }
+                    let grant = try ceiling.isEmpty ? nil : Self.grant(answers[0])
+                    guard accept(try Self.keptRequests(answers[ceiling.count]), grant) else {
+                        try transaction.rollBack()
+                        return .declined
+                    }
+                    let writing = Self.writing(resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
+                    return .written(try Self.runBodies(items, unit: unit, onRefusal: writing.onRefusal, writing.body))
                 }
-                let grant = try ceiling.isEmpty ? nil : Self.grant(answers[0])
-                guard accept(try Self.keptRequests(answers[ceiling.count]), grant) else {
-                    try connection.rollBack()
-                    return .declined
-                }
-                let writing = Self.writing(resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
-                return .written(try Self.runBodies(items, unit: unit, onRefusal: writing.onRefusal, writing.body))
             } catch let error as PGError where !error.isRetriable {
-                if case let failed as PGTransactionError = connection.rollBack(after: error) { throw failed }
+                // Rolled back: the ordinary way answers each request.
                 return .declined
-            } catch {
-                throw connection.rollBack(after: error)
             }
         }
     }
@@ -181,10 +182,10 @@ public final class PostgresStore: Sendable {
 
     /// The fast way: cached reads, every item's writes sent together with the `COMMIT`.
     private static func runTogether<Item, Output>(
-        _ items: [Item], head: [PGQuery], prefetch: Prefetch, connection: PGConnection,
+        _ items: [Item], head: [PGQuery], prefetch: Prefetch, transaction: PGTransaction,
         onRefusal: (Item, any Error, any UnitOfWork) throws -> Void, _ body: (Item, any UnitOfWork) throws -> Output
     ) throws -> [ItemOutcome<Output>] {
-        let unit = PostgresUnitOfWork(connection: connection)
+        let unit = PostgresUnitOfWork(transaction: transaction)
         try unit.begin(head: head, prefetch: prefetch)
         return try runBodies(items, unit: unit, onRefusal: onRefusal, body)
     }
@@ -220,31 +221,30 @@ public final class PostgresStore: Sendable {
 
     /// The careful way: one savepoint per item, every read from the server.
     private static func runCarefully<Item, Output>(
-        _ items: [Item], head: [PGQuery], connection: PGConnection,
+        _ items: [Item], head: [PGQuery], transaction: PGTransaction,
         onRefusal: (Item, any Error, any UnitOfWork) throws -> Void, _ body: (Item, any UnitOfWork) throws -> Output
     ) throws -> [ItemOutcome<Output>] {
-        let unit = PostgresUnitOfWork(connection: connection, usesCache: false)
+        let unit = PostgresUnitOfWork(transaction: transaction, usesCache: false)
         try unit.begin(head: head, prefetch: Prefetch())
         var outcomes: [ItemOutcome<Output>] = []
         for item in items {
             var attempt = 1
             while true {
-                try connection.execute(unsafeSQL: "SAVEPOINT item")
+                try transaction.savepoint()
                 unit.beginRequest()
                 do {
                     let output = try body(item, unit)
                     let events = unit.currentEvents
                     unit.endRequest()
                     try unit.flush()
-                    try connection.execute(unsafeSQL: "RELEASE SAVEPOINT item")
+                    try transaction.releaseSavepoint()
                     outcomes.append(.written(output, events: events))
                     break
                 } catch let error as PGError where error.isRetriable {
                     throw error
                 } catch let error as PGError {
                     unit.rollBackLastRequest()
-                    try connection.execute(unsafeSQL: "ROLLBACK TO SAVEPOINT item")
-                    try connection.execute(unsafeSQL: "RELEASE SAVEPOINT item")
+                    try transaction.rollBackToSavepoint()
                     // Once more with what the server holds now (another replica's row, say).
                     guard attempt == 2 else {
                         attempt += 1
@@ -254,8 +254,7 @@ public final class PostgresStore: Sendable {
                     break
                 } catch {
                     unit.discardRequest()
-                    try connection.execute(unsafeSQL: "ROLLBACK TO SAVEPOINT item")
-                    try connection.execute(unsafeSQL: "RELEASE SAVEPOINT item")
+                    try transaction.rollBackToSavepoint()
                     unit.beginRequest()
                     try onRefusal(item, error, unit)
                     unit.endRequest()

@@ -13,7 +13,9 @@ import PGStore
 /// A row a request writes leaves the cache, so a later request of the batch reads it from the
 /// server, after the writes before it.
 final class PostgresUnitOfWork: UnitOfWork {
-    let connection: PGConnection
+    /// The transaction it writes in: begun with the batch's reads, committed with its last writes.
+    let transaction: PGTransaction
+    var connection: PGConnection { transaction.connection }
     /// Off in the careful retry of a batch: every read then goes to the server.
     var usesCache: Bool
     var cache = Cache()
@@ -28,8 +30,8 @@ final class PostgresUnitOfWork: UnitOfWork {
     /// The events the request in progress wrote to the outbox.
     var currentEvents: [OutboxEvent] { current.events }
 
-    init(connection: PGConnection, usesCache: Bool = true) {
-        self.connection = connection
+    init(transaction: PGTransaction, usesCache: Bool = true) {
+        self.transaction = transaction
         self.usesCache = usesCache
     }
 
@@ -83,10 +85,7 @@ final class PostgresUnitOfWork: UnitOfWork {
     func begin(first: [PGQuery] = [], head: [PGQuery], prefetch: Prefetch) throws -> [PGRows] {
         let reads = PrefetchQueries(prefetch)
         let trip = FirstRoundTrip(first: first, head: head, reads: reads)
-        let results = try connection.pipeline(trip.statements)
-        guard results.count == trip.statements.count else {
-            throw PGError(.decoding, detail: "the transaction's first answers are missing")
-        }
+        let results = Array(try transaction.begin(with: trip.statements))
         let answers = trip.answers.flatMap { results[$0] }
         guard usesCache else { return answers }
         try reads.fill(&cache, from: Array(results[trip.reads]))
@@ -95,7 +94,8 @@ final class PostgresUnitOfWork: UnitOfWork {
 
     /// The statements of a transaction's first round trip, and where the answers are among them.
     struct FirstRoundTrip {
-        private(set) var statements: [PGQuery] = ["BEGIN"]
+        /// After the `BEGIN` the transaction sends first.
+        private(set) var statements: [PGQuery] = []
         /// Where the answers to `first` and to `head` are.
         private(set) var answers: [Range<Int>] = []
         /// Where the prefetch's answers are, in the order of its queries.
@@ -146,9 +146,9 @@ final class PostgresUnitOfWork: UnitOfWork {
     /// among the writes) keeps a plan per run (see `PGConnection`): a generic plan chosen while a
     /// table was small could stay a sequential scan as it grows.
     func commit() throws {
-        let statements = batch.queries(cachingInsertPlans: true) + ["COMMIT"]
+        let statements = batch.queries(cachingInsertPlans: true)
         batch = Writes()
-        try connection.pipeline(statements)
+        try transaction.commit(with: statements)
     }
 
     /// Flushes before a read the cache cannot answer, so the server sees the batch's writes.

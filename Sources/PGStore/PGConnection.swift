@@ -158,15 +158,10 @@ public final class PGConnection {
     ///   both when the rollback failed too (neither is lost).
     @discardableResult
     public func withTransaction<T>(_ body: (PGConnection) throws -> T) throws -> T {
-        try step("BEGIN")
-        let value: T
-        do {
-            value = try body(self)
-        } catch {
-            throw rollBack(after: error)
+        try withPipelinedTransaction { transaction in
+            try transaction.begin()
+            return try body(self)
         }
-        try step("COMMIT")
-        return value
     }
 
     /// Ends the transaction under way after `error` stopped it.
@@ -189,7 +184,8 @@ public final class PGConnection {
         try step("ROLLBACK")
     }
 
-    private func step(_ sql: String) throws {
+    /// Runs a transaction's own statement (`BEGIN`, `COMMIT`, `ROLLBACK`); its error names it.
+    func step(_ sql: String) throws {
         do {
             try execute(unsafeSQL: sql)
         } catch var error as PGError {

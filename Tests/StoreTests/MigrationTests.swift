@@ -123,7 +123,7 @@ import Testing
             try connection.query("SELECT id FROM users WHERE handle = 'h1234'").first?.decode("id", as: UUID.self))
         _ = try connection.execute(unsafeSQL: "BEGIN")
         defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
-        let unit = PostgresUnitOfWork(connection: connection)
+        let unit = PostgresUnitOfWork(transaction: PGTransaction(connection: connection))
         let records = try unit.accountRecords(userID: id)
         let sessions = try unit.sessionDetails(userID: id, live: false, at: Date())
         #expect(records.identities.count == 1)
@@ -198,7 +198,7 @@ import Testing
             /// Guests `range` with a session each, in one transaction as a writer sends it (the
             /// writes in the commit's round trip).
             func signUp(_ range: Range<Int>) throws {
-                let unit = PostgresUnitOfWork(connection: connection)
+                let unit = PostgresUnitOfWork(transaction: PGTransaction(connection: connection))
                 var prefetch = Prefetch()
                 prefetch.handles = range.map { "h\($0)" }
                 try unit.begin(head: [], prefetch: prefetch)

@@ -453,7 +453,7 @@ import Testing
         // The devices list and the export still say when each was last used.
         try connection.execute(unsafeSQL: "BEGIN")
         defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
-        let details = try PostgresUnitOfWork(connection: connection).sessionDetails(
+        let details = try PostgresUnitOfWork(transaction: PGTransaction(connection: connection)).sessionDetails(
             userID: Self.user, live: false, at: now)
         let lastUse = Dictionary(uniqueKeysWithValues: details.map { ($0.deviceName ?? "", $0.lastUsedAt) })
         for (name, created, _, _) in sessions {
@@ -964,7 +964,8 @@ import Testing
         let head: [PGQuery] = ["SELECT 'head'"]
         let first: [PGQuery] = ["SELECT 'first'"]
         let trip = PostgresUnitOfWork.FirstRoundTrip(first: first, head: head, reads: PrefetchQueries(prefetch))
-        let sql = trip.statements.map(\.sql)
+        // As the transaction sends it, its BEGIN first.
+        let sql = PGTransaction.firstRoundTrip(trip.statements).map(\.sql)
         func index(_ fragment: String) throws -> Int {
             try #require(sql.firstIndex { $0.contains(fragment) }, "\(fragment) in \(sql)")
         }
@@ -981,11 +982,12 @@ import Testing
         #expect(Array(sql.suffix(2)) == KeyedPlans.plannedPerRun.map(\.sql))
         // The answers are found where they were sent: first's and head's, and the reads' in
         // their queries' order.
-        #expect(trip.answers.flatMap { sql[$0] } == ["SELECT 'first'", "SELECT 'head'"])
-        #expect(Array(sql[trip.reads]) == PrefetchQueries(prefetch).queries.map(\.sql))
+        let statements = trip.statements.map(\.sql)
+        #expect(trip.answers.flatMap { statements[$0] } == ["SELECT 'first'", "SELECT 'head'"])
+        #expect(Array(statements[trip.reads]) == PrefetchQueries(prefetch).queries.map(\.sql))
         // A lookup alone (nothing read, no head): no switch of settings.
         let lookup = PostgresUnitOfWork.FirstRoundTrip(first: first, head: [], reads: PrefetchQueries(Prefetch()))
-        #expect(lookup.statements.map(\.sql) == ["BEGIN", "SELECT 'first'"])
+        #expect(PGTransaction.firstRoundTrip(lookup.statements).map(\.sql) == ["BEGIN", "SELECT 'first'"])
     }
 
     /// Every read of the prefetch, as a batch with every kind of key sends them, runs from a
