@@ -53,21 +53,17 @@ struct LookupPlan {
 
 /// The settings the loop's decisions read, fixed for its run.
 struct LoopPolicy {
+    /// From the configuration (`AUTH_BATCH_MAX`, `AUTH_BATCH_LINGER_MS`, `AUTH_REQUIRE_REPLY_KEY`).
     var batchMax = 500
-    var maxInFlight = 10_000
     var batchLinger: Duration = .zero
     var requireReplyKey = false
-    /// How many ready jobs make a writer start while one before it is busy.
-    var spillBacklog = 64
-    /// How long a writer may write before the next one starts whatever the backlog.
-    var spillAfter: Duration = .milliseconds(20)
-    /// Requests in flight from which none waits for others to join it.
-    var lingerFill = 64
-    /// How many requests a lookup's own task may prepare and write.
-    var writtenWithLookup = 4
-    /// Acknowledged events a transaction marks once this many wait, or the oldest waited this long.
-    var marksGathered = 64
-    var marksGather: Duration = .milliseconds(100)
+    // The loop's own tuning, explained where each is defined.
+    var spillBacklog = RequestPipeline.spillBacklog
+    var spillAfter = RequestPipeline.spillAfter
+    var lingerFill = RequestPipeline.lingerFill
+    var writtenWithLookup = RequestPipeline.preparedInLoop
+    var marksGathered = RequestPipeline.marksGathered
+    var marksGather = RequestPipeline.marksGather
 }
 
 extension LoopState {

@@ -166,10 +166,8 @@ public final class RequestPipeline: Service {
     var policy: LoopPolicy {
         let processing = configuration.processing
         return LoopPolicy(
-            batchMax: processing.batchMax, maxInFlight: processing.maxInFlight, batchLinger: processing.batchLinger,
-            requireReplyKey: configuration.sessions.requireReplyKey, spillBacklog: Self.spillBacklog,
-            spillAfter: Self.spillAfter, lingerFill: Self.lingerFill, writtenWithLookup: Self.preparedInLoop,
-            marksGathered: Self.marksGathered, marksGather: Self.marksGather)
+            batchMax: processing.batchMax, batchLinger: processing.batchLinger,
+            requireReplyKey: configuration.sessions.requireReplyKey)
     }
 
     /// Starts what `LoopState.next` decided; the stages started are the state's to follow.
