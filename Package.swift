@@ -64,14 +64,14 @@ let package = Package(
                 ? [.linkedLibrary("jemalloc", .when(platforms: [.linux]))] : []),
 
         // MARK: - Swift modules
-        .target(name: "StrictJSON"),
+        .target(name: "StrictJSON", swiftSettings: crossModule),
         .target(name: "ServiceKit", dependencies: ["StrictJSON"]),
         .target(name: "AuthCrypto", dependencies: ["COpenSSL"]),
         .target(name: "JOSE", dependencies: ["COpenSSL", "AuthCrypto", "StrictJSON"]),
         .target(name: "Passwords", dependencies: ["CArgon2", "CCrypt", "AuthCrypto", "ServiceKit"]),
         .target(name: "Kafka", dependencies: ["CRdKafka", "ServiceKit"]),
         .target(name: "PGStore", dependencies: ["CLibPQ", "ServiceKit"]),
-        .target(name: "Messages", dependencies: ["StrictJSON"]),
+        .target(name: "Messages", dependencies: ["StrictJSON"], swiftSettings: crossModule),
         // Passkeys: the strict CBOR reader, COSE keys and the ceremonies' checks (WebAuthn L3 §7).
         .target(name: "WebAuthn", dependencies: ["COpenSSL", "AuthCrypto", "JOSE", "StrictJSON"]),
         // The application, in layers the compiler holds apart (ARCHITECTURE.md): the domain

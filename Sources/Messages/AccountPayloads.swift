@@ -295,13 +295,13 @@ public struct AccountExportPayload: Decodable, Sendable, Equatable {
 extension SessionInfoPayload: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("created_at", createdAt)
-            out.member("current", current)
-            out.member("device", device)
-            out.member("expires_at", expiresAt)
-            out.member("id", id)
-            out.member("last_used_at", lastUsedAt)
-            out.member("method", method)
+            out.member(CodingKeys.createdAt, createdAt)
+            out.member(CodingKeys.current, current)
+            out.member(CodingKeys.device, device)
+            out.member(CodingKeys.expiresAt, expiresAt)
+            out.member(CodingKeys.id, id)
+            out.member(CodingKeys.lastUsedAt, lastUsedAt)
+            out.member(CodingKeys.method, method)
         }
     }
 }
@@ -309,20 +309,20 @@ extension SessionInfoPayload: JSONWritable {
 extension AccountExportPayload: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("audit", audit)
-            out.member("console_role", consoleRole)
-            out.member("console_sessions", consoleSessions)
-            out.member("disabled_at", disabledAt)
-            out.member("exported_at", exportedAt)
-            out.member("identities", identities)
-            out.member("one_time_codes", oneTimeCodes)
-            out.member("passkey_challenges", passkeyChallenges)
-            out.member("passkey_handle", passkeyHandle)
-            out.member("passkeys", passkeys)
-            out.member("requests", requests)
-            out.member("second_factor", secondFactor)
-            out.member("sessions", sessions)
-            out.member("user", user)
+            out.member(CodingKeys.audit, audit)
+            out.member(CodingKeys.consoleRole, consoleRole)
+            out.member(CodingKeys.consoleSessions, consoleSessions)
+            out.member(CodingKeys.disabledAt, disabledAt)
+            out.member(CodingKeys.exportedAt, exportedAt)
+            out.member(CodingKeys.identities, identities)
+            out.member(CodingKeys.oneTimeCodes, oneTimeCodes)
+            out.member(CodingKeys.passkeyChallenges, passkeyChallenges)
+            out.member(CodingKeys.passkeyHandle, passkeyHandle)
+            out.member(CodingKeys.passkeys, passkeys)
+            out.member(CodingKeys.requests, requests)
+            out.member(CodingKeys.secondFactor, secondFactor)
+            out.member(CodingKeys.sessions, sessions)
+            out.member(CodingKeys.user, user)
         }
     }
 }
@@ -330,9 +330,9 @@ extension AccountExportPayload: JSONWritable {
 extension AccountExportPayload.ConsoleSession: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("client", client)
-            out.member("created_at", createdAt)
-            out.member("last_seen_at", lastSeenAt)
+            out.member(CodingKeys.client, client)
+            out.member(CodingKeys.createdAt, createdAt)
+            out.member(CodingKeys.lastSeenAt, lastSeenAt)
         }
     }
 }
@@ -340,9 +340,9 @@ extension AccountExportPayload.ConsoleSession: JSONWritable {
 extension AccountExportPayload.PasskeyChallenge: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("created_at", createdAt)
-            out.member("expires_at", expiresAt)
-            out.member("purpose", purpose)
+            out.member(CodingKeys.createdAt, createdAt)
+            out.member(CodingKeys.expiresAt, expiresAt)
+            out.member(CodingKeys.purpose, purpose)
         }
     }
 }
@@ -350,15 +350,15 @@ extension AccountExportPayload.PasskeyChallenge: JSONWritable {
 extension AccountExportPayload.AuditRecord: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("action", action)
-            out.member("actor", actor)
-            out.member("at", at)
-            out.member("client_id", clientId)
-            out.member("device", device)
-            out.member("ip", ip)
-            out.member("outcome", outcome)
-            out.member("request_id", requestId)
-            out.member("user_agent", userAgent)
+            out.member(CodingKeys.action, action)
+            out.member(CodingKeys.actor, actor)
+            out.member(CodingKeys.at, at)
+            out.member(CodingKeys.clientId, clientId)
+            out.member(CodingKeys.device, device)
+            out.member(CodingKeys.ip, ip)
+            out.member(CodingKeys.outcome, outcome)
+            out.member(CodingKeys.requestId, requestId)
+            out.member(CodingKeys.userAgent, userAgent)
         }
     }
 }
@@ -366,13 +366,13 @@ extension AccountExportPayload.AuditRecord: JSONWritable {
 extension AccountExportPayload.Identity: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("created_at", createdAt)
-            out.member("email", email)
-            out.member("email_verified", emailVerified)
-            out.member("has_password", hasPassword)
-            out.member("last_login_at", lastLoginAt)
-            out.member("provider", provider)
-            out.member("subject", subject)
+            out.member(CodingKeys.createdAt, createdAt)
+            out.member(CodingKeys.email, email)
+            out.member(CodingKeys.emailVerified, emailVerified)
+            out.member(CodingKeys.hasPassword, hasPassword)
+            out.member(CodingKeys.lastLoginAt, lastLoginAt)
+            out.member(CodingKeys.provider, provider)
+            out.member(CodingKeys.subject, subject)
         }
     }
 }
@@ -380,13 +380,13 @@ extension AccountExportPayload.Identity: JSONWritable {
 extension AccountExportPayload.Session: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("created_at", createdAt)
-            out.member("device", device)
-            out.member("expires_at", expiresAt)
-            out.member("id", id)
-            out.member("method", method)
-            out.member("revoked_at", revokedAt)
-            out.member("revoked_reason", revokedReason)
+            out.member(CodingKeys.createdAt, createdAt)
+            out.member(CodingKeys.device, device)
+            out.member(CodingKeys.expiresAt, expiresAt)
+            out.member(CodingKeys.id, id)
+            out.member(CodingKeys.method, method)
+            out.member(CodingKeys.revokedAt, revokedAt)
+            out.member(CodingKeys.revokedReason, revokedReason)
         }
     }
 }
@@ -394,11 +394,11 @@ extension AccountExportPayload.Session: JSONWritable {
 extension AccountExportPayload.SecondFactor: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("active", active)
-            out.member("created_at", createdAt)
-            out.member("enabled_at", enabledAt)
-            out.member("kind", kind)
-            out.member("recovery_codes_left", Int64(recoveryCodesLeft))
+            out.member(CodingKeys.active, active)
+            out.member(CodingKeys.createdAt, createdAt)
+            out.member(CodingKeys.enabledAt, enabledAt)
+            out.member(CodingKeys.kind, kind)
+            out.member(CodingKeys.recoveryCodesLeft, Int64(recoveryCodesLeft))
         }
     }
 }
@@ -406,11 +406,11 @@ extension AccountExportPayload.SecondFactor: JSONWritable {
 extension AccountExportPayload.OneTimeCode: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("created_at", createdAt)
-            out.member("email", email)
-            out.member("expires_at", expiresAt)
-            out.member("purpose", purpose)
-            out.member("used_at", usedAt)
+            out.member(CodingKeys.createdAt, createdAt)
+            out.member(CodingKeys.email, email)
+            out.member(CodingKeys.expiresAt, expiresAt)
+            out.member(CodingKeys.purpose, purpose)
+            out.member(CodingKeys.usedAt, usedAt)
         }
     }
 }
@@ -418,9 +418,9 @@ extension AccountExportPayload.OneTimeCode: JSONWritable {
 extension AccountExportPayload.Request: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("method", method)
-            out.member("processed_at", processedAt)
-            out.member("status", status)
+            out.member(CodingKeys.method, method)
+            out.member(CodingKeys.processedAt, processedAt)
+            out.member(CodingKeys.status, status)
         }
     }
 }

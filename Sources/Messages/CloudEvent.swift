@@ -72,3 +72,40 @@ public enum MessageCoding {
         try JSONDecoder().decode(type, from: Data(bytes))
     }
 }
+
+// Written here, beside the type: its `CodingKeys` (synthesized) are its own.
+extension CloudEvent: JSONWritable where Payload: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member(CodingKeys.data, data)
+            out.member(CodingKeys.datacontenttype, datacontenttype)
+            out.member(CodingKeys.id, id)
+            out.member(CodingKeys.source, source)
+            out.member(CodingKeys.specversion, specversion)
+            out.member(CodingKeys.time, time)
+            out.member(CodingKeys.traceparent, traceparent)
+            out.member(CodingKeys.type, type)
+        }
+    }
+}
+
+extension CloudEvent {
+    /// The event's JSON with `data` given as JSON already written, the same bytes as encoding the
+    /// whole event with `data` would give.
+    public static func json(
+        id: String, source: String, type: String, time: Date?, traceparent: String?, data: [UInt8]
+    ) -> [UInt8] {
+        var writer = JSONWriter(capacity: data.count + 256)
+        writer.object { out in
+            out.member(CodingKeys.data, raw: data)
+            out.member(CodingKeys.datacontenttype, "application/json")
+            out.member(CodingKeys.id, id)
+            out.member(CodingKeys.source, source)
+            out.member(CodingKeys.specversion, "1.0")
+            out.member(CodingKeys.time, time.map(Timestamp.format))
+            out.member(CodingKeys.traceparent, traceparent)
+            out.member(CodingKeys.type, type)
+        }
+        return writer.bytes
+    }
+}

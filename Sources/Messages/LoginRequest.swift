@@ -1,3 +1,5 @@
+import StrictJSON
+
 /// The `data` of an `auth.login.request` event.
 ///
 /// Holds secrets (passwords, provider and refresh tokens): its descriptions redact them, so an
@@ -170,4 +172,13 @@ public struct RequestValidationError: Error, Equatable, Sendable, CustomStringCo
     }
 
     public var description: String { "\(field): \(reason)" }
+}
+
+extension LoginRequestData.Device: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member(CodingKeys.name, name)
+            out.member(CodingKeys.platform, platform)
+        }
+    }
 }

@@ -3,60 +3,24 @@ import StrictJSON
 
 // MARK: - The messages of every request
 
-extension CloudEvent: JSONWritable where Payload: JSONWritable {
-    public func write(to writer: inout JSONWriter) {
-        writer.object { out in
-            out.member("data", data)
-            out.member("datacontenttype", datacontenttype)
-            out.member("id", id)
-            out.member("source", source)
-            out.member("specversion", specversion)
-            out.member("time", time)
-            out.member("traceparent", traceparent)
-            out.member("type", type)
-        }
-    }
-}
-
-extension CloudEvent {
-    /// The event's JSON with `data` given as JSON already written, the same bytes as encoding the
-    /// whole event with `data` would give.
-    public static func json(
-        id: String, source: String, type: String, time: Date?, traceparent: String?, data: [UInt8]
-    ) -> [UInt8] {
-        var writer = JSONWriter(capacity: data.count + 256)
-        writer.object { out in
-            out.member("data", raw: data)
-            out.member("datacontenttype", "application/json")
-            out.member("id", id)
-            out.member("source", source)
-            out.member("specversion", "1.0")
-            out.member("time", time.map(Timestamp.format))
-            out.member("traceparent", traceparent)
-            out.member("type", type)
-        }
-        return writer.bytes
-    }
-}
-
 extension LoginResultData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("error", error)
-            out.member("introspection", introspection)
-            out.member("mfa", mfa)
-            out.member("new_user", newUser)
-            out.member("passkey", passkey)
-            out.member("passkey_options", passkeyOptions)
-            out.member("passkeys", passkeys)
-            out.member("request_id", requestId)
-            out.member("sealed_export", sealedExport)
-            out.member("sealed_mfa", sealedMFA)
-            out.member("sealed_session", sealedSession)
-            out.member("session", session)
-            out.member("sessions", sessions)
-            out.member("status", status)
-            out.member("user", user)
+            out.member(CodingKeys.error, error)
+            out.member(CodingKeys.introspection, introspection)
+            out.member(CodingKeys.mfa, mfa)
+            out.member(CodingKeys.newUser, newUser)
+            out.member(CodingKeys.passkey, passkey)
+            out.member(CodingKeys.passkeyOptions, passkeyOptions)
+            out.member(CodingKeys.passkeys, passkeys)
+            out.member(CodingKeys.requestId, requestId)
+            out.member(CodingKeys.sealedExport, sealedExport)
+            out.member(CodingKeys.sealedMFA, sealedMFA)
+            out.member(CodingKeys.sealedSession, sealedSession)
+            out.member(CodingKeys.session, session)
+            out.member(CodingKeys.sessions, sessions)
+            out.member(CodingKeys.status, status)
+            out.member(CodingKeys.user, user)
         }
     }
 }
@@ -64,9 +28,9 @@ extension LoginResultData: JSONWritable {
 extension MFAPayload: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("otpauth_uri", otpauthURI)
-            if let recoveryCodes { out.member("recovery_codes", recoveryCodes) }
-            out.member("secret", secret)
+            out.member(CodingKeys.otpauthURI, otpauthURI)
+            if let recoveryCodes { out.member(CodingKeys.recoveryCodes, recoveryCodes) }
+            out.member(CodingKeys.secret, secret)
         }
     }
 }
@@ -74,15 +38,15 @@ extension MFAPayload: JSONWritable {
 extension UserPayload: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("created_at", createdAt)
-            out.member("email", email)
-            out.member("email_verified", emailVerified)
-            out.member("handle", handle)
-            out.member("id", id)
-            out.member("is_guest", isGuest)
-            out.member("is_private_email", isPrivateEmail)
-            out.member("name", name)
-            out.member("providers", providers)
+            out.member(CodingKeys.createdAt, createdAt)
+            out.member(CodingKeys.email, email)
+            out.member(CodingKeys.emailVerified, emailVerified)
+            out.member(CodingKeys.handle, handle)
+            out.member(CodingKeys.id, id)
+            out.member(CodingKeys.isGuest, isGuest)
+            out.member(CodingKeys.isPrivateEmail, isPrivateEmail)
+            out.member(CodingKeys.name, name)
+            out.member(CodingKeys.providers, providers)
         }
     }
 }
@@ -90,12 +54,12 @@ extension UserPayload: JSONWritable {
 extension SessionPayload: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("abilities", abilities)
-            out.member("access_token", accessToken)
-            out.member("expires_at", expiresAt)
-            out.member("refresh_expires_at", refreshExpiresAt)
-            out.member("refresh_token", refreshToken)
-            out.member("token_type", tokenType)
+            out.member(CodingKeys.abilities, abilities)
+            out.member(CodingKeys.accessToken, accessToken)
+            out.member(CodingKeys.expiresAt, expiresAt)
+            out.member(CodingKeys.refreshExpiresAt, refreshExpiresAt)
+            out.member(CodingKeys.refreshToken, refreshToken)
+            out.member(CodingKeys.tokenType, tokenType)
         }
     }
 }
@@ -103,13 +67,13 @@ extension SessionPayload: JSONWritable {
 extension IntrospectionPayload: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            if let abilities { out.member("abilities", abilities) }
-            out.member("active", active)
-            if let exp { out.member("exp", exp) }
-            out.member("guest", guest)
-            out.member("sid", sid)
-            out.member("sub", sub)
-            out.member("token_type", tokenType)
+            if let abilities { out.member(CodingKeys.abilities, abilities) }
+            out.member(CodingKeys.active, active)
+            if let exp { out.member(CodingKeys.exp, exp) }
+            out.member(CodingKeys.guest, guest)
+            out.member(CodingKeys.sid, sid)
+            out.member(CodingKeys.sub, sub)
+            out.member(CodingKeys.tokenType, tokenType)
         }
     }
 }
@@ -117,14 +81,14 @@ extension IntrospectionPayload: JSONWritable {
 extension ErrorPayload: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("code", code.rawValue)
-            out.member("field", field)
-            out.member("message", message)
-            out.member("mfa_token", mfaToken)
-            out.member("retriable", retriable)
-            out.member("retry_after", retryAfter)
-            if let retryAfterSeconds { out.member("retry_after_seconds", retryAfterSeconds) }
-            out.member("sealed_mfa_token", sealedMFAToken)
+            out.member(CodingKeys.code, code.rawValue)
+            out.member(CodingKeys.field, field)
+            out.member(CodingKeys.message, message)
+            out.member(CodingKeys.mfaToken, mfaToken)
+            out.member(CodingKeys.retriable, retriable)
+            out.member(CodingKeys.retryAfter, retryAfter)
+            if let retryAfterSeconds { out.member(CodingKeys.retryAfterSeconds, retryAfterSeconds) }
+            out.member(CodingKeys.sealedMFAToken, sealedMFAToken)
         }
     }
 }
@@ -132,15 +96,15 @@ extension ErrorPayload: JSONWritable {
 extension UserCreatedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("created_at", createdAt)
-            out.member("email", email)
-            out.member("email_verified", emailVerified)
-            out.member("handle", handle)
-            out.member("is_guest", isGuest)
-            out.member("is_private_email", isPrivateEmail)
-            out.member("name", name)
-            out.member("provider", provider)
-            out.member("user_id", userId)
+            out.member(CodingKeys.createdAt, createdAt)
+            out.member(CodingKeys.email, email)
+            out.member(CodingKeys.emailVerified, emailVerified)
+            out.member(CodingKeys.handle, handle)
+            out.member(CodingKeys.isGuest, isGuest)
+            out.member(CodingKeys.isPrivateEmail, isPrivateEmail)
+            out.member(CodingKeys.name, name)
+            out.member(CodingKeys.provider, provider)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }
@@ -148,10 +112,10 @@ extension UserCreatedData: JSONWritable {
 extension UserUpgradedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("email", email)
-            out.member("name", name)
-            out.member("provider", provider)
-            out.member("user_id", userId)
+            out.member(CodingKeys.email, email)
+            out.member(CodingKeys.name, name)
+            out.member(CodingKeys.provider, provider)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }
@@ -159,9 +123,9 @@ extension UserUpgradedData: JSONWritable {
 extension IdentityLinkedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("provider", provider)
-            out.member("subject", subject)
-            out.member("user_id", userId)
+            out.member(CodingKeys.provider, provider)
+            out.member(CodingKeys.subject, subject)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }
@@ -169,9 +133,9 @@ extension IdentityLinkedData: JSONWritable {
 extension SessionRevokedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("reason", reason)
-            out.member("session_id", sessionId)
-            out.member("user_id", userId)
+            out.member(CodingKeys.reason, reason)
+            out.member(CodingKeys.sessionId, sessionId)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }
@@ -179,8 +143,8 @@ extension SessionRevokedData: JSONWritable {
 extension UserDeletedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("reason", reason)
-            out.member("user_id", userId)
+            out.member(CodingKeys.reason, reason)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }
@@ -188,31 +152,31 @@ extension UserDeletedData: JSONWritable {
 extension LoginRequestData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("access_token", accessToken)
-            out.member("authorization_code", authorizationCode)
-            out.member("client_id", clientID)
-            out.member("code", code)
-            out.member("context", context)
-            out.member("credential", credential)
-            out.member("device", device)
-            out.member("email", email)
-            out.member("identity_token", identityToken)
-            out.member("link_to", linkTo)
-            out.member("link_token", linkToken)
-            out.member("method", method)
-            out.member("mfa_token", mfaToken)
-            out.member("name", name)
-            out.member("new_password", newPassword)
-            out.member("nonce", nonce)
-            out.member("passkey_id", passkeyID)
-            out.member("password", password)
-            out.member("profile", profile)
-            out.member("provider", provider)
-            out.member("recovery_code", recoveryCode)
-            out.member("refresh_token", refreshToken)
-            out.member("reply_key", replyKey)
-            out.member("scope", scope)
-            out.member("session_id", sessionID)
+            out.member(CodingKeys.accessToken, accessToken)
+            out.member(CodingKeys.authorizationCode, authorizationCode)
+            out.member(CodingKeys.clientID, clientID)
+            out.member(CodingKeys.code, code)
+            out.member(CodingKeys.context, context)
+            out.member(CodingKeys.credential, credential)
+            out.member(CodingKeys.device, device)
+            out.member(CodingKeys.email, email)
+            out.member(CodingKeys.identityToken, identityToken)
+            out.member(CodingKeys.linkTo, linkTo)
+            out.member(CodingKeys.linkToken, linkToken)
+            out.member(CodingKeys.method, method)
+            out.member(CodingKeys.mfaToken, mfaToken)
+            out.member(CodingKeys.name, name)
+            out.member(CodingKeys.newPassword, newPassword)
+            out.member(CodingKeys.nonce, nonce)
+            out.member(CodingKeys.passkeyID, passkeyID)
+            out.member(CodingKeys.password, password)
+            out.member(CodingKeys.profile, profile)
+            out.member(CodingKeys.provider, provider)
+            out.member(CodingKeys.recoveryCode, recoveryCode)
+            out.member(CodingKeys.refreshToken, refreshToken)
+            out.member(CodingKeys.replyKey, replyKey)
+            out.member(CodingKeys.scope, scope)
+            out.member(CodingKeys.sessionID, sessionID)
         }
     }
 }
@@ -220,17 +184,8 @@ extension LoginRequestData: JSONWritable {
 extension LoginRequestData.Context: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("ip", ip)
-            out.member("user_agent", userAgent)
-        }
-    }
-}
-
-extension LoginRequestData.Device: JSONWritable {
-    public func write(to writer: inout JSONWriter) {
-        writer.object { out in
-            out.member("name", name)
-            out.member("platform", platform)
+            out.member(CodingKeys.ip, ip)
+            out.member(CodingKeys.userAgent, userAgent)
         }
     }
 }
@@ -238,8 +193,8 @@ extension LoginRequestData.Device: JSONWritable {
 extension LoginRequestData.Profile: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("family_name", familyName)
-            out.member("given_name", givenName)
+            out.member(CodingKeys.familyName, familyName)
+            out.member(CodingKeys.givenName, givenName)
         }
     }
 }

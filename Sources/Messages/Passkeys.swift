@@ -194,11 +194,11 @@ public struct PasskeyEventData: Decodable, Sendable, Equatable {
 extension PasskeyCredential: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("authenticatorAttachment", authenticatorAttachment)
-            out.member("id", id)
-            out.member("rawId", rawId)
-            out.member("response", response)
-            out.member("type", type)
+            out.member(CodingKeys.authenticatorAttachment, authenticatorAttachment)
+            out.member(CodingKeys.id, id)
+            out.member(CodingKeys.rawId, rawId)
+            out.member(CodingKeys.response, response)
+            out.member(CodingKeys.type, type)
         }
     }
 }
@@ -206,12 +206,12 @@ extension PasskeyCredential: JSONWritable {
 extension PasskeyCredential.Response: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("attestationObject", attestationObject)
-            out.member("authenticatorData", authenticatorData)
-            out.member("clientDataJSON", clientDataJSON)
-            out.member("signature", signature)
-            if let transports { out.member("transports", transports) }
-            out.member("userHandle", userHandle)
+            out.member(CodingKeys.attestationObject, attestationObject)
+            out.member(CodingKeys.authenticatorData, authenticatorData)
+            out.member(CodingKeys.clientDataJSON, clientDataJSON)
+            out.member(CodingKeys.signature, signature)
+            if let transports { out.member(CodingKeys.transports, transports) }
+            out.member(CodingKeys.userHandle, userHandle)
         }
     }
 }
@@ -219,19 +219,19 @@ extension PasskeyCredential.Response: JSONWritable {
 extension PasskeyOptionsPayload: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("allowCredentials", allowCredentials)
-            out.member("attestation", attestation)
-            out.member("authenticatorSelection", authenticatorSelection)
-            out.member("challenge", challenge)
-            out.member("excludeCredentials", excludeCredentials)
-            out.member("extensions", extensions)
-            if let hints { out.member("hints", hints) }
-            out.member("pubKeyCredParams", pubKeyCredParams)
-            out.member("rp", rp)
-            out.member("rpId", rpId)
-            out.member("timeout", timeout)
-            out.member("user", user)
-            out.member("userVerification", userVerification)
+            out.member(CodingKeys.allowCredentials, allowCredentials)
+            out.member(CodingKeys.attestation, attestation)
+            out.member(CodingKeys.authenticatorSelection, authenticatorSelection)
+            out.member(CodingKeys.challenge, challenge)
+            out.member(CodingKeys.excludeCredentials, excludeCredentials)
+            out.member(CodingKeys.extensions, extensions)
+            if let hints { out.member(CodingKeys.hints, hints) }
+            out.member(CodingKeys.pubKeyCredParams, pubKeyCredParams)
+            out.member(CodingKeys.rp, rp)
+            out.member(CodingKeys.rpId, rpId)
+            out.member(CodingKeys.timeout, timeout)
+            out.member(CodingKeys.user, user)
+            out.member(CodingKeys.userVerification, userVerification)
         }
     }
 }
@@ -239,8 +239,8 @@ extension PasskeyOptionsPayload: JSONWritable {
 extension PasskeyOptionsPayload.RelyingPartyEntity: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("id", id)
-            out.member("name", name)
+            out.member(CodingKeys.id, id)
+            out.member(CodingKeys.name, name)
         }
     }
 }
@@ -248,9 +248,9 @@ extension PasskeyOptionsPayload.RelyingPartyEntity: JSONWritable {
 extension PasskeyOptionsPayload.UserEntity: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("displayName", displayName)
-            out.member("id", id)
-            out.member("name", name)
+            out.member(CodingKeys.displayName, displayName)
+            out.member(CodingKeys.id, id)
+            out.member(CodingKeys.name, name)
         }
     }
 }
@@ -258,8 +258,8 @@ extension PasskeyOptionsPayload.UserEntity: JSONWritable {
 extension PasskeyOptionsPayload.CredentialParameters: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("alg", alg)
-            out.member("type", type)
+            out.member(CodingKeys.alg, alg)
+            out.member(CodingKeys.type, type)
         }
     }
 }
@@ -267,9 +267,9 @@ extension PasskeyOptionsPayload.CredentialParameters: JSONWritable {
 extension PasskeyOptionsPayload.CredentialDescriptor: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("id", id)
-            if let transports { out.member("transports", transports) }
-            out.member("type", type)
+            out.member(CodingKeys.id, id)
+            if let transports { out.member(CodingKeys.transports, transports) }
+            out.member(CodingKeys.type, type)
         }
     }
 }
@@ -277,9 +277,9 @@ extension PasskeyOptionsPayload.CredentialDescriptor: JSONWritable {
 extension PasskeyOptionsPayload.AuthenticatorSelection: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("requireResidentKey", requireResidentKey)
-            out.member("residentKey", residentKey)
-            out.member("userVerification", userVerification)
+            out.member(CodingKeys.requireResidentKey, requireResidentKey)
+            out.member(CodingKeys.residentKey, residentKey)
+            out.member(CodingKeys.userVerification, userVerification)
         }
     }
 }
@@ -287,7 +287,7 @@ extension PasskeyOptionsPayload.AuthenticatorSelection: JSONWritable {
 extension PasskeyOptionsPayload.Extensions: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("credProps", credProps)
+            out.member(CodingKeys.credProps, credProps)
         }
     }
 }
@@ -295,15 +295,15 @@ extension PasskeyOptionsPayload.Extensions: JSONWritable {
 extension PasskeyPayload: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("algorithm", algorithm)
-            out.member("backed_up", backedUp)
-            out.member("backup_eligible", backupEligible)
-            out.member("created_at", createdAt)
-            out.member("credential_id", credentialId)
-            out.member("id", id)
-            out.member("last_used_at", lastUsedAt)
-            out.member("name", name)
-            out.member("transports", transports)
+            out.member(CodingKeys.algorithm, algorithm)
+            out.member(CodingKeys.backedUp, backedUp)
+            out.member(CodingKeys.backupEligible, backupEligible)
+            out.member(CodingKeys.createdAt, createdAt)
+            out.member(CodingKeys.credentialId, credentialId)
+            out.member(CodingKeys.id, id)
+            out.member(CodingKeys.lastUsedAt, lastUsedAt)
+            out.member(CodingKeys.name, name)
+            out.member(CodingKeys.transports, transports)
         }
     }
 }
@@ -311,10 +311,10 @@ extension PasskeyPayload: JSONWritable {
 extension PasskeyEventData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("name", name)
-            out.member("passkey_id", passkeyId)
-            out.member("reason", reason)
-            out.member("user_id", userId)
+            out.member(CodingKeys.name, name)
+            out.member(CodingKeys.passkeyId, passkeyId)
+            out.member(CodingKeys.reason, reason)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }

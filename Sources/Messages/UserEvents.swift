@@ -303,7 +303,7 @@ public struct ProviderNotificationData: Decodable, Sendable, Equatable {
 extension ProviderNotificationData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("payload", payload)
+            out.member(CodingKeys.payload, payload)
         }
     }
 }
@@ -311,11 +311,11 @@ extension ProviderNotificationData: JSONWritable {
 extension MFALockedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("factor", factor)
-            out.member("failures", Int64(failures))
-            out.member("locked_until", lockedUntil)
-            out.member("lockouts", Int64(lockouts))
-            out.member("user_id", userId)
+            out.member(CodingKeys.factor, factor)
+            out.member(CodingKeys.failures, Int64(failures))
+            out.member(CodingKeys.lockedUntil, lockedUntil)
+            out.member(CodingKeys.lockouts, Int64(lockouts))
+            out.member(CodingKeys.userId, userId)
         }
     }
 }
@@ -323,10 +323,10 @@ extension MFALockedData: JSONWritable {
 extension IdentityUnlinkedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("provider", provider)
-            out.member("reason", reason)
-            out.member("subject", subject)
-            out.member("user_id", userId)
+            out.member(CodingKeys.provider, provider)
+            out.member(CodingKeys.reason, reason)
+            out.member(CodingKeys.subject, subject)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }
@@ -334,8 +334,8 @@ extension IdentityUnlinkedData: JSONWritable {
 extension MFAChangedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("factor", factor)
-            out.member("user_id", userId)
+            out.member(CodingKeys.factor, factor)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }
@@ -343,11 +343,11 @@ extension MFAChangedData: JSONWritable {
 extension EmailCodeRequestedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("email", email)
-            out.member("expires_at", expiresAt)
-            out.member("purpose", purpose)
-            out.member("sealed_secret", sealedSecret)
-            out.member("user_id", userId)
+            out.member(CodingKeys.email, email)
+            out.member(CodingKeys.expiresAt, expiresAt)
+            out.member(CodingKeys.purpose, purpose)
+            out.member(CodingKeys.sealedSecret, sealedSecret)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }
@@ -355,8 +355,8 @@ extension EmailCodeRequestedData: JSONWritable {
 extension EmailCodeSecret: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("code", code)
-            out.member("link_token", linkToken)
+            out.member(CodingKeys.code, code)
+            out.member(CodingKeys.linkToken, linkToken)
         }
     }
 }
@@ -364,8 +364,8 @@ extension EmailCodeSecret: JSONWritable {
 extension EmailVerifiedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("email", email)
-            out.member("user_id", userId)
+            out.member(CodingKeys.email, email)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }
@@ -373,8 +373,8 @@ extension EmailVerifiedData: JSONWritable {
 extension PasswordChangedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
-            out.member("reason", reason)
-            out.member("user_id", userId)
+            out.member(CodingKeys.reason, reason)
+            out.member(CodingKeys.userId, userId)
         }
     }
 }

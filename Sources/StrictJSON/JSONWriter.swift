@@ -57,6 +57,16 @@ public struct JSONWriter {
         bytes.append(UInt8(ascii: ":"))
     }
 
+    /// A member's key from its type's `CodingKeys`, where the member's wire name is spelled, once,
+    /// for reading and writing alike (ASCII, nothing to escape).
+    public mutating func key(_ key: some CodingKey) {
+        separate()
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(contentsOf: key.stringValue.utf8)
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(UInt8(ascii: ":"))
+    }
+
     /// A member's key chosen at run time (escaped like any string).
     public mutating func key(_ key: String) {
         separate()
@@ -115,6 +125,69 @@ public struct JSONWriter {
 
     /// An array of nested values, omitted when nil.
     public mutating func member<Element: JSONWritable>(_ key: StaticString, _ values: [Element]?) {
+        guard let values else { return }
+        self.key(key)
+        bytes.append(UInt8(ascii: "["))
+        for (index, element) in values.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            element.write(to: &self)
+        }
+        bytes.append(UInt8(ascii: "]"))
+    }
+
+    // The same members, keyed by a type's `CodingKeys`.
+
+    public mutating func member(_ key: some CodingKey, _ value: String) {
+        self.key(key)
+        string(value)
+    }
+
+    /// Omitted when nil, as `encodeIfPresent` does.
+    public mutating func member(_ key: some CodingKey, _ value: String?) {
+        guard let value else { return }
+        member(key, value)
+    }
+
+    public mutating func member(_ key: some CodingKey, _ value: Bool) {
+        self.key(key)
+        bytes.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
+    public mutating func member(_ key: some CodingKey, _ value: Bool?) {
+        guard let value else { return }
+        member(key, value)
+    }
+
+    public mutating func member(_ key: some CodingKey, _ value: Int64) {
+        self.key(key)
+        bytes.append(contentsOf: String(value).utf8)
+    }
+
+    public mutating func member(_ key: some CodingKey, _ value: [String]) {
+        self.key(key)
+        bytes.append(UInt8(ascii: "["))
+        for (index, element) in value.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            string(element)
+        }
+        bytes.append(UInt8(ascii: "]"))
+    }
+
+    /// A member whose value is JSON already written (a value encoded once, used twice).
+    public mutating func member(_ key: some CodingKey, raw value: [UInt8]) {
+        self.key(key)
+        bytes.append(contentsOf: value)
+    }
+
+    /// A nested value, omitted when nil.
+    public mutating func member(_ key: some CodingKey, _ value: (some JSONWritable)?) {
+        guard let value else { return }
+        self.key(key)
+        value.write(to: &self)
+    }
+
+    /// An array of nested values, omitted when nil.
+    public mutating func member<Element: JSONWritable>(_ key: some CodingKey, _ values: [Element]?) {
         guard let values else { return }
         self.key(key)
         bytes.append(UInt8(ascii: "["))
