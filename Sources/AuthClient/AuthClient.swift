@@ -199,6 +199,25 @@ public final class AuthClient: Sendable {
         return try await login(request, timeout: timeout)
     }
 
+    // MARK: - OAuth 2.0 providers
+
+    /// `oauth`: the authorization code the app got from `provider` (a configured OAuth 2.0
+    /// entry, such as `github`), with the PKCE verifier the app made for it and the redirect URI it
+    /// was issued for. With `linkTo` (a guest's access token) the guest keeps its id.
+    public func signIn(
+        oauth provider: String, code: String, codeVerifier: String, redirectURI: String, linkTo: String? = nil,
+        device: LoginRequestData.Device? = nil, timeout: Duration? = nil
+    ) async throws -> LoginResult {
+        var request = LoginRequestData(method: LoginMethod.oauth.rawValue)
+        request.provider = provider
+        request.code = code
+        request.codeVerifier = codeVerifier
+        request.redirectURI = redirectURI
+        request.linkTo = linkTo
+        request.device = device
+        return try await login(request, timeout: timeout)
+    }
+
     // MARK: - Passkeys (the gateway relays the W3C WebAuthn JSON forms as they are)
 
     /// `passkey_register_options`: creation options for the signed-in user (a member or a guest),

@@ -14,6 +14,7 @@ public enum CredentialField: String, CaseIterable, Sendable {
     case mfaToken = "mfa_token"
     case recoveryCode = "recovery_code"
     case authorizationCode = "authorization_code"
+    case codeVerifier = "code_verifier"
 
     /// Where the credential sits in a decoded request.
     public var keyPath: WritableKeyPath<LoginRequestData, String?> {
@@ -29,6 +30,7 @@ public enum CredentialField: String, CaseIterable, Sendable {
         case .mfaToken: \.mfaToken
         case .recoveryCode: \.recoveryCode
         case .authorizationCode: \.authorizationCode
+        case .codeVerifier: \.codeVerifier
         }
     }
 

@@ -28,6 +28,10 @@ public struct LoginRequestData: Decodable, Sendable, CustomStringConvertible, Cu
     public var code: String?
     /// The link token from the same e-mail, instead of the code and address.
     public var linkToken: String?
+    /// `oauth`: the PKCE verifier the app made for the authorization request (RFC 7636).
+    public var codeVerifier: String?
+    /// `oauth`: the redirect URI the authorization code was issued for.
+    public var redirectURI: String?
     /// The password to set (`password_reset`, `change_password`).
     public var newPassword: String?
     /// The token of an `mfa_required` answer (`mfa_challenge`).
@@ -100,6 +104,8 @@ public struct LoginRequestData: Decodable, Sendable, CustomStringConvertible, Cu
         case clientID = "client_id"
         case code
         case linkToken = "link_token"
+        case codeVerifier = "code_verifier"
+        case redirectURI = "redirect_uri"
         case newPassword = "new_password"
         case mfaToken = "mfa_token"
         case recoveryCode = "recovery_code"
@@ -132,7 +138,7 @@ public struct LoginRequestData: Decodable, Sendable, CustomStringConvertible, Cu
 
 /// The login methods of the contract.
 public enum LoginMethod: String, Sendable, CaseIterable {
-    case apple, google, oidc, password, register, guest, refresh, logout, introspect
+    case apple, google, oidc, oauth, password, register, guest, refresh, logout, introspect
     case sendVerification = "send_verification"
     case verifyEmail = "verify_email"
     case passwordResetRequest = "password_reset_request"

@@ -14,7 +14,7 @@ enum FieldRule: Sendable {
     /// A text field of the request's `data`.
     enum Field: Sendable {
         case email, password, newPassword, identityToken, provider, refreshToken, accessToken, mfaToken, sessionID
-        case passkeyID, name
+        case passkeyID, name, code, codeVerifier, redirectURI
 
         var path: String {
             switch self {
@@ -29,6 +29,9 @@ enum FieldRule: Sendable {
             case .sessionID: "session_id"
             case .passkeyID: "passkey_id"
             case .name: "name"
+            case .code: "code"
+            case .codeVerifier: "code_verifier"
+            case .redirectURI: "redirect_uri"
             }
         }
 
@@ -45,6 +48,9 @@ enum FieldRule: Sendable {
             case .sessionID: data.sessionID
             case .passkeyID: data.passkeyID
             case .name: data.name
+            case .code: data.code
+            case .codeVerifier: data.codeVerifier
+            case .redirectURI: data.redirectURI
             }
         }
     }
@@ -75,6 +81,10 @@ extension FieldRule {
     static let providerToken: [FieldRule] = [.required(.provider, .field), .required(.identityToken, .token)]
     static let emailAndPassword: [FieldRule] = [.required(.email, .field), .required(.password, .field)]
     static let refreshToken: [FieldRule] = [.required(.refreshToken, .field)]
+    static let oauth: [FieldRule] = [
+        .required(.provider, .field), .required(.code, .field), .required(.codeVerifier, .field),
+        .required(.redirectURI, .field),
+    ]
     static let accessToken: [FieldRule] = [.required(.accessToken, .token)]
     static let logout: [FieldRule] = [.required(.accessToken, .token), .scope]
     static let codeOrLinkOnly: [FieldRule] = [.codeOrLink]

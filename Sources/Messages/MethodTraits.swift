@@ -23,6 +23,7 @@ extension LoginMethod {
         case .guest: MethodTraits.guest
         case .apple, .google: MethodTraits.provider
         case .oidc: MethodTraits.oidc
+        case .oauth: MethodTraits.oauth
         case .register: MethodTraits.register
         case .password: MethodTraits.password
         case .refresh: MethodTraits.refresh
@@ -65,6 +66,7 @@ extension MethodTraits {
     static let guest = MethodTraits([], secret: true)
     static let provider = MethodTraits(FieldRule.identityToken, secret: true)
     static let oidc = MethodTraits(FieldRule.providerToken, secret: true)
+    static let oauth = MethodTraits(FieldRule.oauth, secret: true)
     static let register = MethodTraits(FieldRule.emailAndPassword, secret: true)
     static let password = MethodTraits(
         FieldRule.emailAndPassword, secret: true)

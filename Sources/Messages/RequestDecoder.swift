@@ -161,6 +161,8 @@ public struct RequestDecoder: Sendable {
         request.clientID = try data.optional("client_id")
         request.code = try data.optional("code")
         request.linkToken = try data.optional("link_token")
+        request.codeVerifier = try data.optional("code_verifier")
+        request.redirectURI = try data.optional("redirect_uri")
         request.newPassword = try data.optional("new_password")
         request.mfaToken = try data.optional("mfa_token")
         request.recoveryCode = try data.optional("recovery_code")

@@ -40,6 +40,18 @@ public enum JSONReader {
         }
     }
 
+    /// Parses bytes that must hold exactly one JSON value of any kind (an API's list, say).
+    public static func value(_ bytes: [UInt8]) throws -> JSONValue {
+        try bytes.withUnsafeBufferPointer { buffer in
+            var parser = Parser(bytes: buffer)
+            parser.skipWhitespace()
+            let value = try parser.value(depth: 0)
+            parser.skipWhitespace()
+            guard parser.index == buffer.count else { throw parser.failure("trailing data") }
+            return value
+        }
+    }
+
     /// The top-level string member `name` of an object, read without building the rest: other
     /// members' values are skipped however deeply they nest. For answering a value the strict
     /// reader refuses (nested too deeply, a duplicate name inside) when its id can still be read.

@@ -176,6 +176,7 @@ extension JSONWriterTests {
         request.sessionID = "0193"
         request.context = .init(ip: "203.0.113.7", userAgent: "Mozilla/5.0 (X11)")
         request.passkeyID = "0194"
+        request.redirectURI = "com.example.app://oauth"
         var credentialResponse = PasskeyCredential.Response(clientDataJSON: "cd")
         credentialResponse.attestationObject = "ao"
         credentialResponse.authenticatorData = "ad"
@@ -187,7 +188,7 @@ extension JSONWriterTests {
         request.credential = credential
         try Self.sameAgain(request)
         let encoded = try Self.members(request.jsonBytes)
-        #expect(encoded.count == 25, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
+        #expect(encoded.count == 27, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
 
         var error = ErrorPayload(
             code: .mfaRequired, message: "m", retriable: false, field: "f", retryAfter: "t", retryAfterSeconds: 1)

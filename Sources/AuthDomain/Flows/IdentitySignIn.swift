@@ -64,7 +64,7 @@ extension LoginFlows {
     }
 
     /// A verified provider identity's sign-in: found, linked or created.
-    private func providerSignIn(
+    func providerSignIn(
         _ request: LoginRequest, verified: VerifiedIdentity, linkTo: PresentedAccessToken?, at now: Date
     ) throws -> any PreparedWrite {
         let data = request.data

@@ -70,6 +70,7 @@ extension LoginMethod {
         switch self {
         case .guest: .guest
         case .apple, .google, .oidc: .providerSignIn
+        case .oauth: .oauthSignIn
         case .register: .register
         case .password: .password
         case .refresh: .refresh

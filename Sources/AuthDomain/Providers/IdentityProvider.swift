@@ -110,40 +110,50 @@ public struct IdentityProvider: Sendable {
     }
 }
 
-/// The enabled providers by name.
+/// The enabled providers by name: those that issue ID tokens (Apple, Google, OpenID Connect) and
+/// the OAuth 2.0 ones whose codes the worker exchanges.
 public struct IdentityProviders: Sendable {
     private let providers: [String: IdentityProvider]
+    private let oauthProviders: [String: OAuthProvider]
 
-    public init(_ providers: [IdentityProvider]) {
+    public init(_ providers: [IdentityProvider], oauth: [OAuthProvider] = []) {
         self.providers = Dictionary(
             providers.map { ($0.configuration.name, $0) }, uniquingKeysWith: { first, _ in first })
+        oauthProviders = Dictionary(oauth.map { ($0.configuration.name, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
     /// Builds every provider the configuration enables, fetching keys with `fetcher`.
     public static func build(
         configuration: WorkerConfiguration, fetcher: any DocumentFetcher, clock: any WorkerClock, logger: Logger
     ) throws -> IdentityProviders {
-        IdentityProviders(
-            try configuration.identityProviders().map { provider in
-                let source: KeySetCache.Source =
-                    if let url = provider.keysURL {
-                        .keysURL(url)
-                    } else if let discovery = provider.discoveryURL {
-                        .discovery(discovery, issuers: provider.issuers)
-                    } else {
-                        throw ConfigurationError(
-                            variable: Setting.oidcProviders.name, reason: "\(provider.name) has no keys")
-                    }
-                let cache = KeySetCache(
-                    source: source, fetcher: fetcher, clock: clock, settings: configuration.keySets,
-                    logger: logger.child(label: "auth.keys.\(provider.name)"))
-                return IdentityProvider(configuration: provider, keySet: cache, clock: clock)
-            })
+        let file = try configuration.providersFile()
+        let withTokens = try configuration.identityProviders(file: file).map { provider in
+            let source: KeySetCache.Source =
+                if let url = provider.keysURL {
+                    .keysURL(url)
+                } else if let discovery = provider.discoveryURL {
+                    .discovery(discovery, issuers: provider.issuers)
+                } else {
+                    throw ConfigurationError(
+                        variable: Setting.oidcProviders.name, reason: "\(provider.name) has no keys")
+                }
+            let cache = KeySetCache(
+                source: source, fetcher: fetcher, clock: clock, settings: configuration.keySets,
+                logger: logger.child(label: "auth.keys.\(provider.name)"))
+            return IdentityProvider(configuration: provider, keySet: cache, clock: clock)
+        }
+        let oauth = file.oauth.map {
+            OAuthProvider(configuration: $0, logger: logger.child(label: "auth.oauth.\($0.name)"))
+        }
+        return IdentityProviders(withTokens, oauth: oauth)
     }
 
     public subscript(name: String) -> IdentityProvider? { providers[name] }
 
-    public var names: [String] { providers.keys.sorted() }
+    /// The OAuth 2.0 provider an `oauth` request names.
+    public func oauth(_ name: String) -> OAuthProvider? { oauthProviders[name] }
+
+    public var names: [String] { (Array(providers.keys) + Array(oauthProviders.keys)).sorted() }
 }
 
 extension LoginError {

@@ -162,10 +162,111 @@ struct OIDCProviderEntry: Decodable {
     }
 }
 
+/// What the providers file (`AUTH_OIDC_PROVIDERS`) declares: providers that issue ID tokens
+/// (`"type": "oidc"`, the default) and OAuth 2.0 ones (`"type": "oauth2"`).
+public struct ProvidersFile: Sendable {
+    public var oidc: [IdentityProviderConfiguration] = []
+    public var oauth: [OAuthProviderConfiguration] = []
+
+    public init() {}
+
+    /// Decodes the file strictly: a field this release does not know (a typo such as
+    /// `algoritms`) is refused rather than ignored, and every error names the file and the
+    /// field's path (`[1].audiences`).
+    static func decode(_ data: Data, path: String) throws -> ProvidersFile {
+        func refuse(_ reason: String) -> ConfigurationError {
+            ConfigurationError(variable: Setting.oidcProviders.name, reason: "\(path): \(reason)")
+        }
+        guard let array = try? JSONSerialization.jsonObject(with: data) as? [Any] else {
+            throw refuse("is not a JSON array of provider objects")
+        }
+        var file = ProvidersFile()
+        for (index, element) in array.enumerated() {
+            guard let object = element as? [String: Any] else { throw refuse("[\(index)] is not an object") }
+            let type = object["type"] as? String ?? "oidc"
+            let known: Set<String>
+            switch type {
+            case "oidc": known = Set(OIDCProviderEntry.CodingKeys.allCases.map(\.rawValue))
+            case "oauth2": known = Set(OAuthProviderEntry.CodingKeys.allCases.map(\.rawValue))
+            default: throw refuse("[\(index)].type is oidc or oauth2")
+            }
+            if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
+                throw refuse(
+                    "[\(index)].\(unknown) is not a known field of an \(type) provider (known: \(known.sorted().joined(separator: ", ")))"
+                )
+            }
+            if type == "oauth2", let claims = object["claims"] as? [String: Any] {
+                let knownClaims = Set(OAuthProviderEntry.ClaimsEntry.CodingKeys.allCases.map(\.rawValue))
+                if let unknown = claims.keys.sorted().first(where: { !knownClaims.contains($0) }) {
+                    throw refuse(
+                        "[\(index)].claims.\(unknown) is not a known claim (known: \(knownClaims.sorted().joined(separator: ", ")))"
+                    )
+                }
+            }
+            let single = try JSONSerialization.data(withJSONObject: object)
+            do {
+                if type == "oauth2" {
+                    file.oauth.append(try JSONDecoder().decode(OAuthProviderEntry.self, from: single).configuration())
+                } else {
+                    file.oidc.append(try JSONDecoder().decode(OIDCProviderEntry.self, from: single).configuration())
+                }
+            } catch let error as DecodingError {
+                throw refuse(Self.explain(error, at: "[\(index)]"))
+            }
+        }
+        return file
+    }
+
+    /// A decoding error in the file's words: where, and what was expected.
+    private static func explain(_ error: DecodingError, at prefix: String) -> String {
+        func location(_ codingPath: [any CodingKey], _ last: (any CodingKey)? = nil) -> String {
+            prefix
+                + (codingPath + (last.map { [$0] } ?? [])).map { key in
+                    key.intValue.map { "[\($0)]" } ?? ".\(key.stringValue)"
+                }.joined()
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            return "\(location(context.codingPath, key)) is required"
+        case .typeMismatch(let type, let context), .valueNotFound(let type, let context):
+            let expected =
+                type == String.self
+                ? "a string"
+                : type == Bool.self
+                    ? "true or false" : type == Double.self || type == Int.self ? "a number" : "a list of strings"
+            return "\(location(context.codingPath)) must be \(expected)"
+        case .dataCorrupted(let context):
+            return "\(location(context.codingPath)) is not valid: \(context.debugDescription)"
+        @unknown default:
+            return "is not a JSON array of providers"
+        }
+    }
+}
+
 extension WorkerConfiguration {
-    /// Every enabled provider: Apple and Google when they have audiences, plus the OIDC file's.
+    /// The providers file's declarations; empty without `AUTH_OIDC_PROVIDERS`.
     /// - Throws: `ConfigurationError` for an unreadable file or an unusable provider.
-    public func identityProviders() throws -> [IdentityProviderConfiguration] {
+    public func providersFile() throws -> ProvidersFile {
+        guard let path = oidcProvidersPath else { return ProvidersFile() }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigurationError(variable: Setting.oidcProviders.name, reason: "cannot read \(path)")
+        }
+        let file = try ProvidersFile.decode(data, path: path)
+        var names = Set((appleAudiences.isEmpty ? [] : ["apple"]) + (googleAudiences.isEmpty ? [] : ["google"]))
+        for name in file.oidc.map(\.name) + file.oauth.map(\.name) {
+            guard names.insert(name).inserted else {
+                throw ConfigurationError(
+                    variable: Setting.oidcProviders.name,
+                    reason: "provider \(name) is defined twice")
+            }
+        }
+        return file
+    }
+
+    /// Every enabled provider that issues ID tokens: Apple and Google when they have audiences,
+    /// plus the providers file's OpenID Connect ones.
+    /// - Throws: `ConfigurationError` for an unreadable file or an unusable provider.
+    public func identityProviders(file: ProvidersFile? = nil) throws -> [IdentityProviderConfiguration] {
         var providers: [IdentityProviderConfiguration] = []
         if !appleAudiences.isEmpty {
             guard let url = URL(string: appleKeysURL) else {
@@ -181,66 +282,6 @@ extension WorkerConfiguration {
             if !googleHostedDomains.isEmpty { google.hostedDomains = googleHostedDomains }
             providers.append(google)
         }
-        if let path = oidcProvidersPath {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw ConfigurationError(variable: Setting.oidcProviders.name, reason: "cannot read \(path)")
-            }
-            let entries = try OIDCProviderEntry.decodeFile(data, path: path)
-            for entry in entries {
-                let configuration = try entry.configuration()
-                guard !providers.contains(where: { $0.name == configuration.name }) else {
-                    throw ConfigurationError(
-                        variable: Setting.oidcProviders.name, reason: "provider \(configuration.name) is defined twice")
-                }
-                providers.append(configuration)
-            }
-        }
-        return providers
-    }
-}
-
-extension OIDCProviderEntry {
-    /// Decodes the providers file strictly: a field this release does not know (a typo such as
-    /// `algoritms`) is refused rather than ignored, and every error names the file and the field's
-    /// path (`[1].audiences`).
-    static func decodeFile(_ data: Data, path: String) throws -> [OIDCProviderEntry] {
-        func refuse(_ reason: String) -> ConfigurationError {
-            ConfigurationError(variable: Setting.oidcProviders.name, reason: "\(path): \(reason)")
-        }
-        guard let array = try? JSONSerialization.jsonObject(with: data) as? [Any] else {
-            throw refuse("is not a JSON array of provider objects")
-        }
-        let known = Set(CodingKeys.allCases.map(\.rawValue))
-        for (index, element) in array.enumerated() {
-            guard let object = element as? [String: Any] else { throw refuse("[\(index)] is not an object") }
-            if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
-                throw refuse(
-                    "[\(index)].\(unknown) is not a known field (known: \(known.sorted().joined(separator: ", ")))")
-            }
-        }
-        do {
-            return try JSONDecoder().decode([OIDCProviderEntry].self, from: data)
-        } catch let error as DecodingError {
-            func location(_ codingPath: [any CodingKey], _ last: (any CodingKey)? = nil) -> String {
-                (codingPath + (last.map { [$0] } ?? [])).map { key in
-                    key.intValue.map { "[\($0)]" } ?? ".\(key.stringValue)"
-                }.joined().trimmingPrefix(".").description
-            }
-            switch error {
-            case .keyNotFound(let key, let context):
-                throw refuse("\(location(context.codingPath, key)) is required")
-            case .typeMismatch(let type, let context), .valueNotFound(let type, let context):
-                let expected =
-                    type == String.self
-                    ? "a string"
-                    : type == Bool.self
-                        ? "true or false" : type == Double.self ? "a number" : "a list of strings"
-                throw refuse("\(location(context.codingPath)) must be \(expected)")
-            case .dataCorrupted(let context):
-                throw refuse("\(location(context.codingPath)) is not valid: \(context.debugDescription)")
-            @unknown default:
-                throw refuse("is not a JSON array of providers")
-            }
-        }
+        return providers + (try file ?? providersFile()).oidc
     }
 }
