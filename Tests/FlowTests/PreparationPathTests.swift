@@ -49,6 +49,7 @@ import Testing
             })
         #expect(declaredProviders == Self.atOnceWithCachedKeys)
         #expect(Set(LoginMethod.allCases.filter { $0.handler.hashes }) == [.register, .password])
+        #expect(Set(LoginMethod.allCases.filter { $0.handler.preparesAlone }) == [.register, .password, .oauth])
         #expect(Set(LoginMethod.allCases.filter { $0.handler.isGuestSignUp }) == [.guest])
     }
 

@@ -23,6 +23,9 @@ public struct MethodHandler: Sendable {
         case hashing(@Sendable (LoginFlows, LoginRequest) async throws -> any PreparedWrite)
         /// A read before the transaction, or a password only sometimes: in a task.
         case waits(@Sendable (LoginFlows, LoginRequest) async throws -> any PreparedWrite)
+        /// A call to a provider over the network, which may take up to its timeout: in a task of
+        /// its own, so no other request waits for the provider.
+        case callsOut(@Sendable (LoginFlows, LoginRequest) async throws -> any PreparedWrite)
     }
 
     /// When preparing reads the account (a password verified against the stored hash), so the
@@ -50,16 +53,25 @@ public struct MethodHandler: Sendable {
         self.isGuestSignUp = guestSignUp
     }
 
-    /// Its preparation hashes or verifies a password: the loop hands it to a task at once.
+    /// Its preparation hashes or verifies a password.
     public var hashes: Bool {
         if case .hashing = preparation { true } else { false }
+    }
+
+    /// Its preparation may take long (a password hash, a provider's answer): the loop gives it a
+    /// task of its own, never a share of one that prepares other requests after it.
+    public var preparesAlone: Bool {
+        switch preparation {
+        case .hashing, .callsOut: true
+        case .atOnce, .atOnceWithCachedKeys, .waits: false
+        }
     }
 
     /// Its preparation may wait (a hash, a read): the loop never prepares it in place.
     public var mayWait: Bool {
         switch preparation {
         case .atOnce, .atOnceWithCachedKeys: false
-        case .hashing, .waits: true
+        case .hashing, .waits, .callsOut: true
         }
     }
 }
@@ -116,7 +128,7 @@ extension LoginFlows {
         case .atOnceWithCachedKeys(let atOnce, let otherwise):
             if let prepared = try atOnce(self, request) { return prepared }
             return try await otherwise(self, request)
-        case .hashing(let prepare), .waits(let prepare):
+        case .hashing(let prepare), .waits(let prepare), .callsOut(let prepare):
             return try await prepare(self, request)
         }
     }
@@ -131,7 +143,7 @@ extension LoginFlows {
         switch request.method.handler.preparation {
         case .atOnce(let prepare): try prepare(self, request)
         case .atOnceWithCachedKeys(let atOnce, _): try atOnce(self, request)
-        case .hashing, .waits: nil
+        case .hashing, .waits, .callsOut: nil
         }
     }
 }

@@ -55,6 +55,6 @@ extension LoginFlows {
 // MARK: - Handlers (registered in `LoginMethod.handler`)
 
 extension MethodHandler {
-    /// Calls the provider: in a task, beside the pipeline.
-    static let oauthSignIn = MethodHandler(audited: true, .waits { try await $0.prepareOAuthSignIn($1) })
+    /// Calls the provider: in a task of its own, beside the pipeline.
+    static let oauthSignIn = MethodHandler(audited: true, .callsOut { try await $0.prepareOAuthSignIn($1) })
 }

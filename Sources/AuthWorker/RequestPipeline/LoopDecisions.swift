@@ -174,14 +174,15 @@ extension LoopState {
 
     /// The jobs about to be looked up, as requests the lookup's task may prepare and write; nil
     /// when any of them needs the loop between the lookup and the write: a notification, a
-    /// password to hash, an account to read first, a reply key refused, a job sent back to look
+    /// password to hash or a provider to call (each prepared in a task of its own), an account to
+    /// read first, a reply key refused, a job sent back to look
     /// up again, or one whose lane holds a job before it that is not written yet (its order is
     /// the loop's to keep).
     func writableWithLookup(_ jobs: [Job]) -> [RequestPipeline.WritableWithLookup]? {
         var writable: [RequestPipeline.WritableWithLookup] = []
         var before: Set<Int> = []
         for job in jobs {
-            guard let request = job.request, !job.lookedUpAgain, !request.method.handler.hashes,
+            guard let request = job.request, !job.lookedUpAgain, !request.method.handler.preparesAlone,
                 !request.readsAccountWhilePreparing,
                 isClearToWrite(job, after: before)
             else { return nil }

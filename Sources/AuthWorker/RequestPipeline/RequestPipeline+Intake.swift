@@ -263,10 +263,11 @@ extension RequestPipeline {
                 continue
             }
             state.move(job, to: .preparing)
-            // Password hashing waits on its own pool: each such request on its own, so none waits
-            // for another's hash. The rest is CPU work of tens of microseconds: in a few chunks, one
-            // task each, spread over the cores.
-            if request.method.handler.hashes {
+            // Password hashing waits on its own pool, a provider's call for its answer: each such
+            // request in a task of its own, so none waits for another's hash or provider. The rest
+            // is CPU work of tens of microseconds: in a few chunks, one task each, spread over the
+            // cores.
+            if request.method.handler.preparesAlone {
                 prepare([preparation])
             } else if preparesHere, let outcome = prepareAtOnce(preparation) {
                 state.move(job, to: step(for: outcome, job: job))

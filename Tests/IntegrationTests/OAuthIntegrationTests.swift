@@ -1,0 +1,113 @@
+import AuthCrypto
+import Foundation
+import Messages
+import Testing
+
+@testable import AuthDomain
+@testable import AuthWorker
+@testable import TestSupport
+
+/// `oauth` through the whole worker: the broker, PostgreSQL, the providers file, and the stand-in
+/// provider (`scripts/oauth-stand-in.py`) on loopback.
+@Suite(.requiresServices, .serialized, .timeLimit(.minutes(3))) struct OAuthIntegrationTests {
+    /// The providers file an operator would write for the stand-in: the worker reads it at start.
+    func providersFile(_ standIn: OAuthStandIn, timeoutSeconds: Double) throws -> String {
+        let entry: [String: Any] = [
+            "type": "oauth2", "name": "github", "token_endpoint": standIn.url + "/login/oauth/access_token",
+            "userinfo_endpoint": standIn.url + "/user", "emails_endpoint": standIn.url + "/user/emails",
+            "client_id": standIn.clientID, "client_secret_file": standIn.secretPath,
+            "token_endpoint_auth": "client_secret_post", "claims": ["subject": "id", "name": "name"],
+            "api_accept": "application/vnd.github+json", "api_headers": ["X-GitHub-Api-Version": "2022-11-28"],
+            "redirect_uris": [OAuthStandIn.redirectURI], "timeout_seconds": timeoutSeconds,
+            "breaker_failures": 1000,
+        ]
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("providers-\(UUID()).json").path
+        try JSONSerialization.data(withJSONObject: [entry]).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    /// A GitHub sign-in end to end, and guests answered as before while every call to the provider
+    /// runs into its timeout: the calls run beside the pipeline, never in its way.
+    @Test func gitHubSignsInAndASlowProviderHoldsUpNobodyElse() async throws {
+        let github = try await OAuthStandIn(.github)
+        defer { github.stop() }
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        config.oidcProvidersPath = try providersFile(github, timeoutSeconds: 2)
+        let worker = try await RunningWorker(config)
+        let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
+
+        func oauth() async throws -> LoginRequestData {
+            let pkce = OAuthStandIn.pkce()
+            let code = try await github.authorize(
+                user: ["id": 583_231, "login": "octocat", "name": "The Octocat"],
+                emails: [["email": "octocat@example.com", "primary": true, "verified": true]], challenge: pkce.challenge
+            )
+            var data = LoginRequestData(method: "oauth")
+            data.provider = "github"
+            data.code = code
+            data.codeVerifier = pkce.verifier
+            data.redirectURI = OAuthStandIn.redirectURI
+            return data
+        }
+        let signedIn = try #require(try await gateway.login(oauth()))
+        #expect(signedIn.status == "ok")
+        #expect(signedIn.newUser == true)
+        #expect(signedIn.user?.email == "octocat@example.com")
+        #expect(signedIn.user?.providers == ["github"])
+        #expect(signedIn.session != nil)
+
+        // Bursts of guests published together, each guest's time from its publication to its
+        // result's (the result's broker timestamp, in milliseconds), read from the results topic.
+        let results = try TopicReader(topic: topics.results)
+        func burst(guests count: Int, with slow: [LoginRequestData] = []) async throws -> [Int64] {
+            let slowIDs = slow.map { _ in UUID().uuidString.lowercased() }
+            let guestIDs = (0..<count).map { _ in UUID().uuidString.lowercased() }
+            let all = Set(slowIDs + guestIDs)
+            // Published at once, so the worker takes them in together.
+            let published = Int64(Date().timeIntervalSince1970 * 1000)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (id, data) in zip(slowIDs, slow) {
+                    group.addTask { try await gateway.publish(requestID: id, data: data) }
+                }
+                for id in guestIDs {
+                    group.addTask { try await gateway.publish(requestID: id, data: LoginRequestData(method: "guest")) }
+                }
+                try await group.waitForAll()
+            }
+            let seen = try await results.waitUntil { messages in
+                all.isSubset(of: Set(messages.map(\.keyString)))
+            }
+            var latencies: [Int64] = []
+            for message in seen {
+                guard all.contains(message.keyString) else { continue }
+                if !guestIDs.contains(message.keyString) {
+                    #expect(
+                        message.data["error"].flatMap { ($0 as? [String: Any])?["code"] as? String }
+                            == "provider_unavailable")
+                    continue
+                }
+                #expect(message.data["status"] as? String == "ok")
+                if let answered = message.timestamp { latencies.append(answered - published) }
+            }
+            #expect(latencies.count == count)
+            return latencies.sorted()
+        }
+        let before = try await burst(guests: 40)
+
+        // Every call to the provider now takes longer than the entry's 2 s timeout; the slow
+        // sign-ins arrive in the same burst as the guests.
+        try await github.set(delay: 5)
+        var slow: [LoginRequestData] = []
+        for _ in 0..<8 { slow.append(try await oauth()) }
+        let during = try await burst(guests: 40, with: slow)
+        // Had a provider's call held the pipeline, or a task preparing guests, guests would have
+        // waited for its 2 s timeout.
+        let p99 = during[min(during.count - 1, during.count * 99 / 100)]
+        #expect(p99 < 1000, "guest p99 \(p99) ms while the provider times out (before: \(before.last ?? -1) ms)")
+        await results.close()
+        gateway.close()
+        try await worker.stop()
+    }
+}
