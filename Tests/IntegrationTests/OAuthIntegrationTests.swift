@@ -10,22 +10,6 @@ import Testing
 /// `oauth` through the whole worker: the broker, PostgreSQL, the providers file, and the stand-in
 /// provider (`scripts/oauth-stand-in.py`) on loopback.
 @Suite(.requiresServices, .serialized, .timeLimit(.minutes(3))) struct OAuthIntegrationTests {
-    /// The providers file an operator would write for the stand-in: the worker reads it at start.
-    func providersFile(_ standIn: OAuthStandIn, timeoutSeconds: Double) throws -> String {
-        let entry: [String: Any] = [
-            "type": "oauth2", "name": "github", "token_endpoint": standIn.url + "/login/oauth/access_token",
-            "userinfo_endpoint": standIn.url + "/user", "emails_endpoint": standIn.url + "/user/emails",
-            "client_id": standIn.clientID, "client_secret_file": standIn.secretPath,
-            "token_endpoint_auth": "client_secret_post", "claims": ["subject": "id", "name": "name"],
-            "api_accept": "application/vnd.github+json", "api_headers": ["X-GitHub-Api-Version": "2022-11-28"],
-            "redirect_uris": [OAuthStandIn.redirectURI], "timeout_seconds": timeoutSeconds,
-            "breaker_failures": 1000,
-        ]
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("providers-\(UUID()).json").path
-        try JSONSerialization.data(withJSONObject: [entry]).write(to: URL(fileURLWithPath: path))
-        return path
-    }
-
     /// A GitHub sign-in end to end, and guests answered as before while every call to the provider
     /// runs into its timeout: the calls run beside the pipeline, never in its way.
     @Test func gitHubSignsInAndASlowProviderHoldsUpNobodyElse() async throws {
@@ -34,7 +18,7 @@ import Testing
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
-        config.oidcProvidersPath = try providersFile(github, timeoutSeconds: 2)
+        config.oidcProvidersPath = try github.providersFile(timeoutSeconds: 2)
         let worker = try await RunningWorker(config)
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
 

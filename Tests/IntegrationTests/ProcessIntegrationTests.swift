@@ -216,13 +216,16 @@ import Testing
     /// The Python gateway example (`examples/python-gateway`, confluent-kafka + jwcrypto) against
     /// the real binary: a guest login with a sealed session, the token verified against the
     /// worker's JWK Set over HTTP, a passkey added and signed in with (the software authenticator
-    /// in the browser's place), introspected, logged out.
+    /// in the browser's place), a GitHub sign-in (the stand-in provider in GitHub's place),
+    /// introspected, logged out.
     @Test(.requiresIndependentJOSE, .requiresSoftAuthenticator) func thePythonGatewayExampleRuns() async throws {
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         let (keyPath, _) = try TestKeys.temporaryKeyFile(.es256)
         defer { try? FileManager.default.removeItem(atPath: keyPath) }
         let brokers = try #require(IntegrationEnvironment.kafkaBrokers)
+        let github = try await OAuthStandIn(.github)
+        defer { github.stop() }
         let (process, output, _) = try launch(
             ["run"],
             environment: [
@@ -232,7 +235,7 @@ import Testing
                 "AUTH_TOPIC_NOTIFICATIONS": topics.notifications, "AUTH_TOPIC_DLQ": topics.deadLetters,
                 "AUTH_SIGNING_KEYS": keyPath, "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000", "AUTH_HEALTH_PORT": "0",
                 "AUTH_HEALTH_ADDRESS": "127.0.0.1", "AUTH_REQUIRE_REPLY_KEY": "true", "AUTH_KAFKA_FETCH_WAIT_MS": "5",
-                "AUTH_WEBAUTHN_RP_ID": "example.com",
+                "AUTH_WEBAUTHN_RP_ID": "example.com", "AUTH_OIDC_PROVIDERS": try github.providersFile(),
             ])
         let logs = LogCollector(output)
         // Stopped, not waited for: a wait in `defer` would hold a cooperative thread for the
@@ -245,6 +248,7 @@ import Testing
             environment: ProcessInfo.processInfo.environment.merging([
                 "AUTH_KAFKA_BROKERS": brokers, "AUTH_WORKER_URL": "http://127.0.0.1:\(port)",
                 "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
+                "AUTH_EXAMPLE_GITHUB_STAND_IN": github.url, "AUTH_EXAMPLE_REDIRECT_URI": OAuthStandIn.redirectURI,
                 "AUTH_EXAMPLE_AUTHENTICATOR": DevEnvironmentTests.root.appendingPathComponent(
                     "Tests/Tools/soft-authenticator.py"
                 ).path,
@@ -255,7 +259,8 @@ import Testing
             (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
         }
         #expect(
-            steps.map { $0["step"] as? String } == ["login", "verify", "passkey", "introspect", "logout"], "\(report)")
+            steps.map { $0["step"] as? String } == ["login", "verify", "passkey", "github", "introspect", "logout"],
+            "\(report)")
         #expect(steps.first?["session_opened"] as? Bool == true)
     }
 

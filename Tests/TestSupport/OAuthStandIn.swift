@@ -99,6 +99,23 @@ final class OAuthStandIn: Sendable {
         return configuration
     }
 
+    /// A providers file (`AUTH_OIDC_PROVIDERS`) with this stand-in as `github` (a github flavor), as an
+    /// operator would write it: the worker reads it at start.
+    func providersFile(timeoutSeconds: Double = 10) throws -> String {
+        let entry: [String: Any] = [
+            "type": "oauth2", "name": "github", "token_endpoint": url + "/login/oauth/access_token",
+            "userinfo_endpoint": url + "/user", "emails_endpoint": url + "/user/emails",
+            "client_id": clientID, "client_secret_file": secretPath,
+            "token_endpoint_auth": "client_secret_post", "claims": ["subject": "id", "name": "name"],
+            "api_accept": "application/vnd.github+json", "api_headers": ["X-GitHub-Api-Version": "2022-11-28"],
+            "redirect_uris": [OAuthStandIn.redirectURI], "timeout_seconds": timeoutSeconds,
+            "breaker_failures": 1000,
+        ]
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("providers-\(UUID()).json").path
+        try JSONSerialization.data(withJSONObject: [entry]).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
     /// A PKCE pair: a verifier of 43 unreserved characters and its S256 challenge.
     static func pkce() -> (verifier: String, challenge: String) {
         let verifier = Base64URL.encode(Array(UUID().uuidString.utf8) + Array(UUID().uuidString.utf8)).prefix(60)

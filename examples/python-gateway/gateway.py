@@ -14,9 +14,18 @@ project's software authenticator, Tests/Tools/soft-authenticator.py, reads the o
 answers the credential), the guest also adds a passkey and signs in with it. A real gateway relays
 `passkey_options` to the page (`PublicKeyCredential.parseCreationOptionsFromJSON`) and the page's
 `credential.toJSON()` back, unchanged, as `data.credential`.
+
+GitHub: with AUTH_EXAMPLE_GITHUB_STAND_IN set to the URL of the project's stand-in provider
+(scripts/oauth-stand-in.py, flavor github, configured in the worker's providers file as `github`),
+the example also signs in with GitHub: it makes a PKCE verifier and its S256 challenge, has the
+stand-in's consent step issue a code for them (a real app opens GitHub's authorization page and
+gets the code at its redirect URI), and sends the `oauth` request.
 """
+import base64
+import hashlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -34,6 +43,30 @@ ISSUER = os.environ.get("AUTH_TOKEN_ISSUER", "auth-worker")
 AUDIENCE = os.environ.get("AUTH_TOKEN_AUDIENCE", "api")
 AUTHENTICATOR = os.environ.get("AUTH_EXAMPLE_AUTHENTICATOR")
 ORIGIN = os.environ.get("AUTH_EXAMPLE_ORIGIN", "https://example.com")
+GITHUB_STAND_IN = os.environ.get("AUTH_EXAMPLE_GITHUB_STAND_IN")
+REDIRECT_URI = os.environ.get("AUTH_EXAMPLE_REDIRECT_URI", "com.example.app://oauth/callback")
+
+
+def github_sign_in(gateway):
+    """An `oauth` sign-in: the app's PKCE pair, the code the consent step gives, the worker's answer."""
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    consent = urllib.request.Request(
+        GITHUB_STAND_IN.rstrip("/") + "/control/authorize", method="POST",
+        data=json.dumps({"user": {"id": 583231, "login": "octocat", "name": "The Octocat"},
+                         "emails": [{"email": "octocat@example.com", "primary": True, "verified": True}],
+                         "redirect_uri": REDIRECT_URI, "code_challenge": challenge,
+                         "code_challenge_method": "S256"}).encode())
+    code = json.loads(urllib.request.urlopen(consent, timeout=5).read())["code"]
+    signed_in = gateway.call({"method": "oauth", "provider": "github", "code": code, "code_verifier": verifier,
+                              "redirect_uri": REDIRECT_URI, "device": {"name": "Python example", "platform": "cli"}})
+    assert signed_in["status"] == "ok", signed_in
+    assert signed_in["user"]["providers"] == ["github"], signed_in["user"]
+    # The same code again (a redelivery after the exchange): the provider refuses it, once spent.
+    again = gateway.call({"method": "oauth", "provider": "github", "code": code, "code_verifier": verifier,
+                          "redirect_uri": REDIRECT_URI})
+    assert again["error"]["code"] == "invalid_code", again
+    return {"user": signed_in["user"]["id"], "email": signed_in["user"]["email"], "reused_code": "invalid_code"}
 
 
 def browser(command):
@@ -132,6 +165,9 @@ def main():
 
         if AUTHENTICATOR:
             steps["passkey"] = passkey_sign_up_and_sign_in(gateway, access_token)
+
+        if GITHUB_STAND_IN:
+            steps["github"] = github_sign_in(gateway)
 
         introspected = gateway.call({"method": "introspect", "access_token": access_token})["introspection"]
         assert introspected["active"] and introspected["sid"] == claims["sid"], introspected
