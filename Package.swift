@@ -144,8 +144,8 @@ let package = Package(
         .testTarget(
             name: "FlowTests",
             dependencies: [
-                "AuthDomain", "AuthStore", "AuthCrypto", "JOSE", "JOSEFixtures", "Messages", "PGStore", "Passwords",
-                "ServiceKit", "StrictJSON", "TestSupport",
+                "AdminConsole", "AuthDomain", "AuthStore", "AuthCrypto", "JOSE", "JOSEFixtures", "Messages", "PGStore",
+                "Passwords", "ServiceKit", "StrictJSON", "TestSupport",
             ]),
         .testTarget(
             name: "StoreTests",

@@ -20,6 +20,7 @@ public final class AdminConsole: Sendable {
     static let factorCookie = "__Host-console-mfa"
 
     let configuration: WorkerConfiguration
+    let settings: ConsoleSettings
     let store: PostgresStore
     let flows: LoginFlows
     let clock: any WorkerClock
@@ -27,10 +28,11 @@ public final class AdminConsole: Sendable {
     let pageSize = 20
 
     public init(
-        configuration: WorkerConfiguration, store: PostgresStore, flows: LoginFlows, clock: any WorkerClock,
-        logger: Logger
+        configuration: WorkerConfiguration, settings: ConsoleSettings = ConsoleSettings(), store: PostgresStore,
+        flows: LoginFlows, clock: any WorkerClock, logger: Logger
     ) {
         self.configuration = configuration
+        self.settings = settings
         self.store = store
         self.flows = flows
         self.clock = clock
@@ -112,7 +114,7 @@ public final class AdminConsole: Sendable {
     /// The console session the request's cookie names, if it is good.
     func session(_ request: HTTPRequest) async throws -> PostgresStore.ConsoleSession? {
         guard let id = request.cookie(Self.sessionCookie).flatMap(Self.sessionID) else { return nil }
-        let console = configuration.console
+        let console = settings
         let hash = SHA256.hash(id)
         if let session = try await store.consoleSession(
             idHash: hash, at: clock.now(), absoluteLifetime: console.absoluteLifetime,
@@ -255,7 +257,7 @@ public final class AdminConsole: Sendable {
             _ = try await store.endConsoleSession(idHash: SHA256.hash(planted))
         }
         let id = try SecureRandom.bytes(32)
-        let console = configuration.console
+        let console = settings
         guard
             let role = try await store.openConsoleSession(
                 idHash: SHA256.hash(id), userID: user, sessionID: session, client: request.client, at: clock.now(),

@@ -182,7 +182,7 @@ extension CommandLineInterface {
     func publishNow(store: PostgresStore, configuration: WorkerConfiguration) async {
         let logger = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
         do {
-            var producerConfiguration = configuration.producerConfiguration
+            var producerConfiguration = try kafka().producerConfiguration
             producerConfiguration.deliveryTimeout = .seconds(10)
             let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
             let relay = OutboxRelay(store: store, producer: producer, clock: SystemClock(), logger: logger, grace: -60)

@@ -32,7 +32,7 @@ extension CommandLineInterface {
         }
         let configuration = try configuration(needs: [.brokers])
         let quiet = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
-        let producer = try KafkaProducer(configuration: configuration.producerConfiguration, logger: quiet)
+        let producer = try KafkaProducer(configuration: try kafka().producerConfiguration, logger: quiet)
         let topics = configuration.topics.all
         do {
             try await producer.createTopics(topics, partitions: partitions)
@@ -59,11 +59,12 @@ extension CommandLineInterface {
         }
         let configuration = try configuration(needs: [.brokers])
         let quiet = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
-        var clientConfiguration = AuthClient.Configuration(brokers: configuration.kafkaBrokers)
+        let kafka = try kafka()
+        var clientConfiguration = AuthClient.Configuration(brokers: kafka.brokers)
         clientConfiguration.requestsTopic = configuration.topics.requests
         clientConfiguration.resultsTopic = configuration.topics.results
         clientConfiguration.source = "/gateway/cli"
-        clientConfiguration.kafkaProperties = configuration.kafkaProperties
+        clientConfiguration.kafkaProperties = kafka.properties
         let client = try await AuthClient.connect(clientConfiguration, logger: quiet)
         var data = LoginRequestData(method: "guest")
         data.device = device

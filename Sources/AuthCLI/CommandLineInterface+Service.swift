@@ -83,7 +83,7 @@ extension CommandLineInterface {
         let configuration = try configuration(needs: [.database])
         try configuration.validate()
         let logger = logger(configuration)
-        let console = configuration.console
+        let console = try ConsoleSettings.fromEnvironment(environment)
         guard configuration.resultsKey != nil else {
             throw ConfigurationError(
                 variable: Setting.resultsKeyFile.name,
@@ -122,7 +122,7 @@ extension CommandLineInterface {
             logger: logger.child(label: "auth.flows"))
         let service = try ConsoleService(
             console: AdminConsole(
-                configuration: configuration, store: store, flows: flows, clock: clock,
+                configuration: configuration, settings: console, store: store, flows: flows, clock: clock,
                 logger: logger.child(label: "auth.console")),
             host: console.address, port: console.port, logger: logger.child(label: "auth.console.http"))
         logger.info(
@@ -133,15 +133,15 @@ extension CommandLineInterface {
 
     func runWorker() async throws {
         let configuration = try configuration()
+        let kafka = try kafka()
         let logger = logger(configuration)
         logger.info(
             "Starting",
             metadata: [
-                "kafka.brokers": configuration.kafkaBrokers.joined(separator: ","),
-                "kafka.group": configuration.kafkaGroup, "auth.token_format": configuration.accessTokenFormat.rawValue,
-                "allocator": Allocator.description,
+                "kafka.brokers": kafka.brokers.joined(separator: ","), "kafka.group": kafka.group,
+                "auth.token_format": configuration.accessTokenFormat.rawValue, "allocator": Allocator.description,
             ])
-        let application = try await WorkerApplication.build(configuration: configuration, logger: logger)
+        let application = try await WorkerApplication.build(configuration: configuration, kafka: kafka, logger: logger)
         try await application.run()
     }
 
@@ -149,10 +149,13 @@ extension CommandLineInterface {
     /// variables, the key files, the providers file, the librdkafka properties.
     func checkConfiguration() throws {
         let configuration = try configuration()
+        let kafka = try kafka()
+        try kafka.validate()
         try configuration.validate()
+        _ = try ConsoleSettings.fromEnvironment(environment)
         do {
-            try configuration.producerConfiguration.check()
-            try configuration.consumerConfiguration.check()
+            try kafka.producerConfiguration.check()
+            try kafka.consumerConfiguration.check()
         } catch let error as KafkaError {
             throw ConfigurationError(variable: Setting.kafkaPropertiesFile.name, reason: "librdkafka refuses \(error)")
         }
@@ -167,7 +170,9 @@ extension CommandLineInterface {
                 } + issuer.nextKeys.map { "\($0.algorithm.rawValue) \($0.keyID) (next)" }
         }
         let credentials = try CredentialKeys(paths: configuration.credentialKeyPaths).keys.map(\.keyID)
-        let providers = try configuration.identityProviders().map(\.name)
+        let file = try configuration.providersFile()
+        let providers =
+            try configuration.identityProviders(file: file).map(\.name) + file.oauth.map { "\($0.name) (oauth2)" }
         var database = "set"
         if let url = URLComponents(string: configuration.databaseURL) {
             // Where it points, never the password.
@@ -176,7 +181,7 @@ extension CommandLineInterface {
         output(
             """
             configuration is valid
-              brokers: \(configuration.kafkaBrokers.joined(separator: ",")) (group \(configuration.kafkaGroup))
+              brokers: \(kafka.brokers.joined(separator: ",")) (group \(kafka.group))
               database: \(database)
               topics: \(configuration.topics.all.joined(separator: ", "))
               access tokens: \(configuration.accessTokenFormat.rawValue); signing keys: \(signing.isEmpty ? "none" : signing.joined(separator: ", "))
@@ -218,11 +223,15 @@ extension CommandLineInterface {
 }
 
 extension CommandLineInterface {
-    /// Every setting, a table a section, from their declarations (`Setting.all`).
+    /// Every setting the service reads: the Kafka client's, the domain's and the console's, each
+    /// declared by its module.
+    static let allSettings = KafkaSettings.declared + Setting.domain + ConsoleSettings.declared
+
+    /// Every setting, a table a section, from their declarations.
     static var configurationReference: String {
         var lines: [String] = []
         for section in Setting.Section.allCases {
-            let settings = Setting.all.filter { $0.section == section }
+            let settings = allSettings.filter { $0.section == section }
             guard !settings.isEmpty else { continue }
             if !lines.isEmpty { lines.append("") }
             lines += ["### \(section.rawValue)", "", "| variable | meaning | default |", "|---|---|---|"]

@@ -293,8 +293,13 @@ public struct CommandLineInterface: Sendable {
     func configuration(needs endpoints: Set<Endpoint> = []) throws -> WorkerConfiguration {
         let configuration = try WorkerConfiguration.fromEnvironment(environment)
         if endpoints.contains(.database) { try configuration.validateDatabase() }
-        if endpoints.contains(.brokers) { try configuration.validateBrokers() }
+        if endpoints.contains(.brokers) { try kafka().validateBrokers() }
         return configuration
+    }
+
+    /// The Kafka client's settings (AuthWorker declares and reads them).
+    func kafka() throws -> KafkaSettings {
+        try KafkaSettings.fromEnvironment(environment)
     }
 
     func logger(_ configuration: WorkerConfiguration) -> Logger {

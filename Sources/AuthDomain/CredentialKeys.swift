@@ -2,6 +2,7 @@ import AuthCrypto
 import Foundation
 import JOSE
 import Messages
+import ServiceKit
 
 /// The worker's credential-encryption keys (X25519): gateways seal passwords and tokens to the
 /// current one (`ECDH-ES` + `A256GCM` compact JWE), so no credential sits readable in the

@@ -2,6 +2,7 @@ import AuthCrypto
 import Foundation
 import JOSE
 import Messages
+import ServiceKit
 import StrictJSON
 
 /// Signs access tokens as JWTs (RFC 9068 profile: `typ` `at+jwt`) with the newest configured key.

@@ -31,8 +31,10 @@ public struct WorkerApplication: Sendable {
     /// Validates the configuration, migrates when configured, and creates every part.
     /// - Throws: `ConfigurationError`, `PGError` (database unreachable or migration failed), `KafkaError`.
     public static func build(
-        configuration: WorkerConfiguration, logger: Logger, clock: any WorkerClock = SystemClock()
+        configuration: WorkerConfiguration, kafka: KafkaSettings, logger: Logger,
+        clock: any WorkerClock = SystemClock()
     ) async throws -> WorkerApplication {
+        try kafka.validate()
         try configuration.validate()
         let identifiers = Identifiers(clock: clock)
         let accessTokens = try makeAccessTokenIssuer(configuration, identifiers: identifiers)
@@ -67,9 +69,9 @@ public struct WorkerApplication: Sendable {
             configuration: configuration, accessTokens: accessTokens, providers: providers, passwords: passwords,
             attempts: store, clock: clock, identifiers: identifiers, logger: logger.child(label: "auth.flows"))
         let producer = try KafkaProducer(
-            configuration: configuration.producerConfiguration, logger: logger.child(label: "kafka.producer"))
+            configuration: kafka.producerConfiguration, logger: logger.child(label: "kafka.producer"))
         let consumer = try KafkaConsumer(
-            configuration: configuration.consumerConfiguration,
+            configuration: kafka.consumerConfiguration,
             topics: [configuration.topics.requests, configuration.topics.notifications],
             logger: logger.child(label: "kafka.consumer"))
         let metrics = WorkerMetrics(passwordVerifications: passwords.verifications)

@@ -1,8 +1,10 @@
+import AdminConsole
 import AuthDomain
 import AuthStore
 import AuthWorker
 import Foundation
 import Kafka
+import ServiceKit
 import Testing
 
 @testable import AuthCLI
@@ -11,8 +13,9 @@ import Testing
 @Suite struct ConfigurationTests {
     @Test func defaultsAreTheContractsAndTheEndpointsHaveNone() throws {
         let config = try WorkerConfiguration.fromEnvironment([:])
-        #expect(config.kafkaBrokers.isEmpty && config.databaseURL.isEmpty, "no development default")
-        #expect(config.kafkaGroup == "auth-worker")
+        let kafka = try KafkaSettings.fromEnvironment([:])
+        #expect(kafka.brokers.isEmpty && config.databaseURL.isEmpty, "no development default")
+        #expect(kafka.group == "auth-worker")
         #expect(config.topics.requests == "auth.login.requests")
         #expect(config.topics.results == "auth.login.results")
         #expect(config.topics.events == "auth.user.events")
@@ -24,7 +27,7 @@ import Testing
     }
 
     @Test func readsTheOperatorInterface() throws {
-        let config = try WorkerConfiguration.fromEnvironment([
+        let environment = [
             "AUTH_KAFKA_BROKERS": "k1:9092, k2:9092", "AUTH_KAFKA_GROUP": "g", "AUTH_DATABASE_URL": "postgres://db/x",
             "AUTH_TOPIC_REQUESTS": "r", "AUTH_TOPIC_RESULTS": "s", "AUTH_TOPIC_EVENTS": "e",
             "AUTH_TOPIC_NOTIFICATIONS": "n", "AUTH_TOPIC_DLQ": "d", "AUTH_APPLE_AUDIENCES": "com.example.app",
@@ -32,9 +35,11 @@ import Testing
             "AUTH_SIGNING_KEYS": "/k/new.pem,/k/old.pem", "AUTH_LOG_LEVEL": "debug", "AUTH_BATCH_MAX": "64",
             "AUTH_GUEST_ABILITIES": "guest,read", "AUTH_MIGRATE_ON_START": "false",
             "AUTH_DB_PREPARED_STATEMENTS": "false",
-        ])
-        #expect(config.kafkaBrokers == ["k1:9092", "k2:9092"])
-        #expect(config.kafkaGroup == "g")
+        ]
+        let config = try WorkerConfiguration.fromEnvironment(environment)
+        let kafka = try KafkaSettings.fromEnvironment(environment)
+        #expect(kafka.brokers == ["k1:9092", "k2:9092"])
+        #expect(kafka.group == "g")
         #expect(config.databaseURL == "postgres://db/x")
         #expect(config.topics.requests == "r" && config.topics.results == "s" && config.topics.events == "e")
         #expect(config.topics.notifications == "n" && config.topics.deadLetters == "d")
@@ -55,12 +60,19 @@ import Testing
         ("AUTH_MIGRATE_ON_START", "maybe"), ("AUTH_KAFKA_PROPERTIES_FILE", "/nonexistent/file"),
         ("AUTH_GUEST_GLOBAL_RATE_LIMIT", "100"), ("AUTH_REGISTER_RATE_LIMIT", "10/0"),
         ("AUTH_REGISTER_GLOBAL_RATE_LIMIT", "-1/60"), ("AUTH_REQUIRE_SEALED_CREDENTIALS", "perhaps"),
-        ("AUTH_DB_PREPARED_STATEMENTS", "sometimes"),
+        ("AUTH_DB_PREPARED_STATEMENTS", "sometimes"), ("AUTH_KAFKA_SESSION_TIMEOUT_MS", "soon"),
+        ("AUTH_CONSOLE_PORT", "http"),
     ])
     func badValuesNameTheirVariable(variable: String, value: String) {
-        #expect(throws: ConfigurationError.self) { try WorkerConfiguration.fromEnvironment([variable: value]) }
+        // Each module reads its own settings, as `auth-worker config check` reads them all.
+        func readAll(_ environment: [String: String]) throws {
+            _ = try KafkaSettings.fromEnvironment(environment)
+            _ = try WorkerConfiguration.fromEnvironment(environment)
+            _ = try ConsoleSettings.fromEnvironment(environment)
+        }
+        #expect(throws: ConfigurationError.self) { try readAll([variable: value]) }
         do {
-            _ = try WorkerConfiguration.fromEnvironment([variable: value])
+            try readAll([variable: value])
         } catch let error as ConfigurationError {
             #expect(error.variable == variable)
         } catch {
@@ -72,9 +84,8 @@ import Testing
     /// `AUTH_KAFKA_BROKERS=` used to fall back to the local setup's broker.
     @Test func theEndpointsMustBeSetNotDefaulted() throws {
         for environment in [[:], ["AUTH_KAFKA_BROKERS": "", "AUTH_DATABASE_URL": "postgres://db/x"]] {
-            let config = try WorkerConfiguration.fromEnvironment(
-                environment.merging(["AUTH_ACCESS_TOKEN_FORMAT": "opaque"]) { $1 })
-            #expect(throws: ConfigurationError(variable: "AUTH_KAFKA_BROKERS", reason: "")) { try config.validate() }
+            let kafka = try KafkaSettings.fromEnvironment(environment)
+            #expect(throws: ConfigurationError(variable: "AUTH_KAFKA_BROKERS", reason: "")) { try kafka.validate() }
         }
         let noDatabase = try WorkerConfiguration.fromEnvironment([
             "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": " ", "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
@@ -180,7 +191,7 @@ import Testing
     }
 
     @Test func validationRefusesConfigurationsThatCannotWork() throws {
-        var config = WorkerConfiguration(kafkaBrokers: ["k:9092"], databaseURL: "postgres://db/x")
+        var config = WorkerConfiguration(databaseURL: "postgres://db/x")
         #expect(throws: ConfigurationError(variable: "AUTH_SIGNING_KEYS", reason: "")) { try config.validate() }
         config.accessTokenFormat = .opaque
         try config.validate()
@@ -198,7 +209,7 @@ import Testing
         #expect(config.accounts.registerGlobalRateLimit.count == 0)
         #expect(config.accounts.passwordContextWords == ["Acme", "acme-auth"])
         #expect(config.accounts.longestRateLimitWindow == 3600, "the guest limit's hour")
-        var sealed = WorkerConfiguration(kafkaBrokers: ["k:9092"], databaseURL: "postgres://db/x")
+        var sealed = WorkerConfiguration(databaseURL: "postgres://db/x")
         sealed.accessTokenFormat = .opaque
         sealed.requireSealedCredentials = true
         #expect(throws: ConfigurationError(variable: "AUTH_REQUIRE_SEALED_CREDENTIALS", reason: "")) {
@@ -213,8 +224,8 @@ import Testing
         try "# TLS\nsecurity.protocol = SASL_SSL\nsasl.mechanisms=PLAIN\nlinger.ms=50\n".write(
             toFile: path, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let config = try WorkerConfiguration.fromEnvironment(["AUTH_KAFKA_PROPERTIES_FILE": path])
-        let producer = config.producerConfiguration.librdkafkaProperties
+        let kafka = try KafkaSettings.fromEnvironment(["AUTH_KAFKA_PROPERTIES_FILE": path])
+        let producer = kafka.producerConfiguration.librdkafkaProperties
         #expect(producer["security.protocol"] == "SASL_SSL")
         #expect(producer["sasl.mechanisms"] == "PLAIN")
         #expect(producer["linger.ms"] == "50")
@@ -246,21 +257,22 @@ import Testing
     /// The worker is interactive: no linger, and a fetch wait that a broker answering early (Apache
     /// Kafka) cuts short when data arrives, long enough that an idle worker rarely asks; both adjustable.
     @Test func theWorkersKafkaSettingsAreForAnInteractiveService() throws {
-        let defaults = WorkerConfiguration()
+        let defaults = KafkaSettings()
         #expect(defaults.consumerConfiguration.librdkafkaProperties["fetch.wait.max.ms"] == "100")
         #expect(defaults.producerConfiguration.librdkafkaProperties["linger.ms"] == "0")
-        let tuned = try WorkerConfiguration.fromEnvironment([
-            "AUTH_KAFKA_FETCH_WAIT_MS": "50", "AUTH_KAFKA_LINGER_MS": "10", "AUTH_BATCH_SIZE": "32",
-        ])
+        let environment = ["AUTH_KAFKA_FETCH_WAIT_MS": "50", "AUTH_KAFKA_LINGER_MS": "10", "AUTH_BATCH_SIZE": "32"]
+        let tuned = try KafkaSettings.fromEnvironment(environment)
         #expect(tuned.consumerConfiguration.librdkafkaProperties["fetch.wait.max.ms"] == "50")
         #expect(tuned.producerConfiguration.librdkafkaProperties["linger.ms"] == "10")
-        #expect(tuned.processing.batchMax == 32, "the earlier name of AUTH_BATCH_MAX still works")
+        #expect(
+            try WorkerConfiguration.fromEnvironment(environment).processing.batchMax == 32,
+            "the earlier name of AUTH_BATCH_MAX still works")
         #expect(defaults.consumerConfiguration.librdkafkaProperties["max.poll.interval.ms"] == "300000")
-        let shortRebalances = try WorkerConfiguration.fromEnvironment([
+        let shortRebalances = try KafkaSettings.fromEnvironment([
             "AUTH_KAFKA_MAX_POLL_INTERVAL_MS": "30000", "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
         ])
         #expect(shortRebalances.consumerConfiguration.librdkafkaProperties["max.poll.interval.ms"] == "30000")
-        let belowTheSession = try WorkerConfiguration.fromEnvironment([
+        let belowTheSession = try KafkaSettings.fromEnvironment([
             "AUTH_KAFKA_MAX_POLL_INTERVAL_MS": "5000", "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000",
             "AUTH_KAFKA_BROKERS": "k:9092", "AUTH_DATABASE_URL": "postgres://db/x",
             "AUTH_ACCESS_TOKEN_FORMAT": "opaque",
@@ -355,24 +367,27 @@ import Testing
     /// Each variable is declared once, and the reference lists every declaration under its
     /// section: what `scripts/check-docs.py` compares with docs/operations.md.
     @Test func everySettingIsDeclaredOnceAndListedInTheReference() throws {
-        let names = Setting.all.map(\.name)
+        let all = CommandLineInterface.allSettings
+        let names = all.map(\.name)
         #expect(
             Set(names).count == names.count,
             "declared twice: \(names.filter { name in names.filter { $0 == name }.count > 1 })")
         #expect(names.allSatisfy { $0.hasPrefix("AUTH_") && $0 == $0.uppercased() })
-        #expect(Setting.all.allSatisfy { !$0.meaning.isEmpty && !$0.defaultValue.isEmpty })
+        #expect(all.allSatisfy { !$0.meaning.isEmpty && !$0.defaultValue.isEmpty })
         let reference = CommandLineInterface.configurationReference
-        for setting in Setting.all {
+        for setting in all {
             #expect(reference.components(separatedBy: "| `\(setting.name)` |").count == 2, "\(setting.name)")
         }
         for section in Setting.Section.allCases {
             #expect(reference.contains("### \(section.rawValue)\n"), "\(section.rawValue)")
         }
         // Read by its declaration: a value set under the declared name arrives.
-        let configuration = try WorkerConfiguration.fromEnvironment([
+        let environment = [
             Setting.kafkaGroup.name: "group-from-the-declaration", Setting.batchMax.name: "42",
-        ])
-        #expect(configuration.kafkaGroup == "group-from-the-declaration")
-        #expect(configuration.processing.batchMax == 42)
+            Setting.consolePort.name: "9443",
+        ]
+        #expect(try KafkaSettings.fromEnvironment(environment).group == "group-from-the-declaration")
+        #expect(try WorkerConfiguration.fromEnvironment(environment).processing.batchMax == 42)
+        #expect(try ConsoleSettings.fromEnvironment(environment).port == 9443)
     }
 }

@@ -1,5 +1,6 @@
 import AuthCrypto
 import Foundation
+import ServiceKit
 import Testing
 
 @testable import AuthCLI

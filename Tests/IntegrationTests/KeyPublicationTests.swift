@@ -86,7 +86,7 @@ struct KeyPublicationTests {
             config.signingKeyPaths = current
             config.nextSigningKeyPaths = next
             let application = try await WorkerApplication.build(
-                configuration: config, logger: IntegrationEnvironment.quietLogger)
+                configuration: config.worker, kafka: config.kafka, logger: IntegrationEnvironment.quietLogger)
             let group = application.makeServiceGroup(signals: [])
             let task = Task { [application, group] in try await application.run(group) }
             let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)

@@ -20,13 +20,13 @@ import Testing
 @Suite(.requiresServices, .serialized, .timeLimit(.minutes(4))) struct PipelineInvariantTests {
     /// A worker, a gateway, and readers of its output topics, for one test.
     struct Harness {
-        let config: WorkerConfiguration
+        let config: WorkerSetup
         let worker: RunningWorker
         let gateway: GatewayClient
         let producer: KafkaProducer
         let databaseURL: String
 
-        init(_ configure: (inout WorkerConfiguration) throws -> Void = { _ in }) async throws {
+        init(_ configure: (inout WorkerSetup) throws -> Void = { _ in }) async throws {
             databaseURL = try await IntegrationEnvironment.makeDatabase()
             let topics = try await IntegrationEnvironment.makeTopics()
             var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
@@ -36,7 +36,7 @@ import Testing
             worker = try await RunningWorker(config)
             gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
             producer = try KafkaProducer(
-                configuration: config.producerConfiguration, logger: IntegrationEnvironment.quietLogger)
+                configuration: config.kafka.producerConfiguration, logger: IntegrationEnvironment.quietLogger)
             // A request that changes nothing, answered once the worker has joined its group, so the
             // test's own requests are not timed from before the worker could see them.
             let warmUp = "warm-up-\(UUID())"
@@ -312,7 +312,7 @@ import Testing
 
         var rekeyed = config
         rekeyed.resultsKey = try SecureRandom.bytes(32)
-        rekeyed.kafkaGroup = IntegrationEnvironment.uniqueName("group")
+        rekeyed.kafka.group = IntegrationEnvironment.uniqueName("group")
         harness = try await Harness { $0 = rekeyed }
         // The new group reads the requests topic from the start: the request arrives again.
         let results = try TopicReader(topic: config.topics.results)

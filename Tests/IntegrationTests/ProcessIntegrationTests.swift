@@ -112,7 +112,7 @@ import Testing
         let logs = LogCollector(output)
 
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
-        config.kafkaGroup = group
+        config.kafka.group = group
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
         let id = UUID().uuidString.lowercased()
         var data = LoginRequestData(method: "guest")

@@ -155,7 +155,7 @@ import Testing
         let worker = try await RunningWorker(config)
         // The gateway's producer may send what the broker takes, up to 16 MB here.
         var gatewayConfig = config
-        gatewayConfig.kafkaProperties = ["message.max.bytes": "16000000"]
+        gatewayConfig.kafka.properties = ["message.max.bytes": "16000000"]
         let gateway = try GatewayClient(configuration: gatewayConfig, logger: IntegrationEnvironment.quietLogger)
         let deadLetters = try TopicReader(topic: topics.deadLetters)
 
@@ -193,11 +193,11 @@ import Testing
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(
             databaseURL: try await IntegrationEnvironment.makeDatabase(), topics: topics)
-        config.kafkaProperties = ["message.max.bytes": "100000"]
+        config.kafka.properties = ["message.max.bytes": "100000"]
         config.processing.deadLetterMaxBytes = 400_000
         let worker = try await RunningWorker(config)
         var gatewayConfig = config
-        gatewayConfig.kafkaProperties = ["message.max.bytes": "16000000"]
+        gatewayConfig.kafka.properties = ["message.max.bytes": "16000000"]
         let gateway = try GatewayClient(configuration: gatewayConfig, logger: IntegrationEnvironment.quietLogger)
         let deadLetters = try TopicReader(topic: topics.deadLetters)
 
@@ -225,7 +225,8 @@ import Testing
         let config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         let logs = InMemoryLogHandler()
         let application = try await WorkerApplication.build(
-            configuration: config, logger: Logger(label: "test", level: .info, handler: logs))
+            configuration: config.worker, kafka: config.kafka,
+            logger: Logger(label: "test", level: .info, handler: logs))
         let group = application.makeServiceGroup(signals: [])
         let task = Task { [application, group] in try await application.run(group) }
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)

@@ -19,9 +19,9 @@ final class GatewayClient: Sendable {
     private let buffered = Mutex<[[UInt8]: [UInt8]]>([:])
 
     /// - Parameter configuration: brokers and topic names; results are read by a throwaway group.
-    init(configuration: WorkerConfiguration, logger: Logger) throws {
-        producer = try KafkaProducer(configuration: configuration.producerConfiguration, logger: logger)
-        var consumerConfiguration = configuration.consumerConfiguration
+    init(configuration: WorkerSetup, logger: Logger) throws {
+        producer = try KafkaProducer(configuration: configuration.kafka.producerConfiguration, logger: logger)
+        var consumerConfiguration = configuration.kafka.consumerConfiguration
         consumerConfiguration.groupID = "auth-gateway-\(UUID().uuidString.lowercased())"
         consumerConfiguration.autoOffsetReset = "earliest"
         consumerConfiguration.sessionTimeout = .seconds(6)

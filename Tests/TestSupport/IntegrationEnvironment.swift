@@ -79,17 +79,14 @@ enum IntegrationEnvironment {
 
     /// A worker configuration pointing at the test services, with fast group joins.
     static func workerConfiguration(databaseURL: String, topics: WorkerConfiguration.Topics, group: String? = nil)
-        throws -> WorkerConfiguration
+        throws -> WorkerSetup
     {
         guard let brokers = kafkaBrokers else { throw Skip() }
-        var config = WorkerConfiguration(kafkaBrokers: [brokers], databaseURL: databaseURL)
+        var config = WorkerSetup(worker: WorkerConfiguration(databaseURL: databaseURL), kafka: .forTests(brokers))
         config.topics = topics
-        config.kafkaGroup = group ?? uniqueName("group")
+        config.kafka.group = group ?? uniqueName("group")
         config.accessTokenFormat = .opaque
-        config.processing.kafkaSessionTimeout = .seconds(6)
         config.processing.batchWait = .milliseconds(50)
-        // The local broker holds a fetch for the whole wait: keep it short, as the local setup does.
-        config.processing.kafkaFetchWait = .milliseconds(5)
         // Far above a drain's few milliseconds: in the parallel run the worker's tasks can wait over
         // a minute for the cooperative pool, and a drain cut short fails the test's `stop()`.
         config.shutdownTimeout = .seconds(120)
@@ -166,4 +163,30 @@ extension KafkaMessage {
     var keyString: String { String(decoding: key ?? [], as: UTF8.self) }
     var json: [String: Any] { (try? JSONSerialization.jsonObject(with: Data(value))) as? [String: Any] ?? [:] }
     var data: [String: Any] { json["data"] as? [String: Any] ?? [:] }
+}
+
+/// What a test worker runs with: the domain's configuration and the Kafka client's settings, each
+/// module's own; members of the first read and set as the configuration's own (`config.topics`).
+@dynamicMemberLookup
+struct WorkerSetup: Sendable {
+    var worker: WorkerConfiguration
+    var kafka: KafkaSettings
+
+    subscript<T>(dynamicMember path: WritableKeyPath<WorkerConfiguration, T>) -> T {
+        get { worker[keyPath: path] }
+        set { worker[keyPath: path] = newValue }
+    }
+}
+
+extension KafkaSettings {
+    /// The test services' broker with fast group joins; the local broker holds a fetch for the
+    /// whole wait, so the wait is short, as the local setup's.
+    static func forTests(_ brokers: String, group: String = IntegrationEnvironment.uniqueName("group")) -> KafkaSettings
+    {
+        var settings = KafkaSettings(brokers: [brokers])
+        settings.group = group
+        settings.sessionTimeout = .seconds(6)
+        settings.fetchWait = .milliseconds(5)
+        return settings
+    }
 }

@@ -26,8 +26,9 @@ final class RunningWorker: Sendable {
     let group: ServiceGroup
     let task: Task<Void, any Error>
 
-    init(_ configuration: WorkerConfiguration, logger: Logger = IntegrationEnvironment.quietLogger) async throws {
-        application = try await WorkerApplication.build(configuration: configuration, logger: logger)
+    init(_ setup: WorkerSetup, logger: Logger = IntegrationEnvironment.quietLogger) async throws {
+        application = try await WorkerApplication.build(
+            configuration: setup.worker, kafka: setup.kafka, logger: logger)
         group = application.makeServiceGroup(signals: [])
         task = Task { [application, group] in try await application.run(group) }
     }

@@ -18,10 +18,10 @@ import Testing
     /// A mock cluster with the worker's topics, a database, and a configuration for both.
     struct Setup {
         let cluster: MockKafkaCluster
-        let config: WorkerConfiguration
+        let config: WorkerSetup
         let databaseURL: String
 
-        init(partitions: Int32 = 2, _ configure: (inout WorkerConfiguration) -> Void = { _ in }) async throws {
+        init(partitions: Int32 = 2, _ configure: (inout WorkerSetup) -> Void = { _ in }) async throws {
             cluster = try MockKafkaCluster()
             databaseURL = try await IntegrationEnvironment.makeDatabase()
             let suffix = IntegrationEnvironment.uniqueName("m")
@@ -34,16 +34,14 @@ import Testing
             for topic in [topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters] {
                 try cluster.createTopic(topic, partitions: partitions)
             }
-            var config = WorkerConfiguration(kafkaBrokers: [cluster.bootstrapServers], databaseURL: databaseURL)
+            // The mock cluster holds a fetch for the whole wait: kept short (`forTests`).
+            var config = WorkerSetup(
+                worker: WorkerConfiguration(databaseURL: databaseURL), kafka: .forTests(cluster.bootstrapServers))
             config.topics = topics
-            config.kafkaGroup = IntegrationEnvironment.uniqueName("group")
             config.accessTokenFormat = .opaque
             // Answers are kept (sealed with this key) so a redelivery is answered again.
             config.resultsKey = try SecureRandom.bytes(32)
             config.accounts.argon2 = fastArgon2
-            config.processing.kafkaSessionTimeout = .seconds(6)
-            // The mock cluster holds a fetch for the whole wait: keep it short.
-            config.processing.kafkaFetchWait = .milliseconds(5)
             config.shutdownTimeout = .seconds(120)  // as IntegrationEnvironment's, for the same reason
             config.healthPort = 0
             configure(&config)
@@ -51,7 +49,8 @@ import Testing
         }
 
         func producer() throws -> KafkaProducer {
-            try KafkaProducer(configuration: config.producerConfiguration, logger: IntegrationEnvironment.quietLogger)
+            try KafkaProducer(
+                configuration: config.kafka.producerConfiguration, logger: IntegrationEnvironment.quietLogger)
         }
 
         func resultsReader() throws -> TopicReader {

@@ -1,72 +1,8 @@
-/// An environment variable the service reads, declared once: the reader takes it by this
-/// declaration (`EnvironmentReader`), errors name it by it, and `auth-worker config reference`
-/// prints the configuration reference of `docs/operations.md` from the list (`scripts/check-docs.py`
-/// checks the two are the same, and that every `AUTH_*` name in the code is declared here once).
-public struct Setting: Sendable, Hashable {
-    /// The variable's name, `AUTH_…`.
-    public let name: String
-    /// Where the reference lists it.
-    public let section: Section
-    /// What it sets, in the reference's words (Markdown).
-    public let meaning: String
-    /// Its default, as the reference shows it (Markdown).
-    public let defaultValue: String
-
-    init(_ name: String, _ section: Section, _ meaning: String, default defaultValue: String) {
-        self.name = name
-        self.section = section
-        self.meaning = meaning
-        self.defaultValue = defaultValue
-    }
-
-    /// The reference's sections, in order.
-    public enum Section: String, CaseIterable, Sendable {
-        case kafka = "Kafka"
-        case database = "PostgreSQL"
-        case tokens = "Tokens and keys"
-        case sessions = "Sessions"
-        case providers = "Identity providers"
-        case accounts = "Accounts and passwords"
-        case emailCodes = "E-mail codes"
-        case secondFactor = "Second factor"
-        case passkeys = "Passkeys"
-        case console = "Admin console"
-        case processing = "Processing"
-        case operations = "Health, logs and the build"
-    }
-}
+import ServiceKit
 
 extension Setting {
-    // MARK: - Kafka
+    // MARK: - Kafka topics (the Kafka client's own settings: `KafkaSettings`, AuthWorker)
 
-    public static let kafkaBrokers = Setting(
-        "AUTH_KAFKA_BROKERS", .kafka,
-        "bootstrap servers, comma-separated",
-        default: "none: required (`scripts/run` sets the local setup's; empty counts as unset)")
-    public static let kafkaGroup = Setting(
-        "AUTH_KAFKA_GROUP", .kafka,
-        "consumer group id",
-        default: "`auth-worker`")
-    public static let kafkaPropertiesFile = Setting(
-        "AUTH_KAFKA_PROPERTIES_FILE", .kafka,
-        "file of `key=value` librdkafka properties (SASL, TLS, …), passed through",
-        default: "none")
-    public static let kafkaSessionTimeoutMS = Setting(
-        "AUTH_KAFKA_SESSION_TIMEOUT_MS", .kafka,
-        "consumer group session timeout",
-        default: "`10000`")
-    public static let kafkaMaxPollIntervalMS = Setting(
-        "AUTH_KAFKA_MAX_POLL_INTERVAL_MS", .kafka,
-        "the longest between polls before the consumer leaves its group, and how long a rebalance waits for a member to rejoin (a member that died mid-rebalance can hold the group's partitions that long); at least the session timeout",
-        default: "`300000`")
-    public static let kafkaFetchWaitMS = Setting(
-        "AUTH_KAFKA_FETCH_WAIT_MS", .kafka,
-        "how long the broker may hold a fetch open waiting for data (`fetch.wait.max.ms`); Apache Kafka answers early when data arrives, a broker that holds every fetch (the local one) needs a few milliseconds (`scripts/dev-env env` sets `5`)",
-        default: "`100`")
-    public static let kafkaLingerMS = Setting(
-        "AUTH_KAFKA_LINGER_MS", .kafka,
-        "how long the producer waits to fill a batch (`linger.ms`); a batch's records leave together regardless",
-        default: "`0`")
     public static let topicRequests = Setting(
         "AUTH_TOPIC_REQUESTS", .kafka,
         "the topic gateways publish login requests on",
@@ -404,29 +340,6 @@ extension Setting {
         "`passkey_login_options` from all clients together, shared by every replica (rotating `client_id`s do not get past it)",
         default: "`3000/60`")
 
-    // MARK: - Admin console
-
-    public static let consoleAddress = Setting(
-        "AUTH_CONSOLE_ADDRESS", .console,
-        "the IPv4 address `auth-worker admin` listens on",
-        default: "`127.0.0.1`")
-    public static let consolePort = Setting(
-        "AUTH_CONSOLE_PORT", .console,
-        "the admin console's port",
-        default: "`8090`")
-    public static let consoleBehindTLS = Setting(
-        "AUTH_CONSOLE_BEHIND_TLS", .console,
-        "TLS ends in front of the console (an ingress, a proxy): required to listen on anything but loopback, since its cookies are `Secure`",
-        default: "`false`")
-    public static let consoleIdleSeconds = Setting(
-        "AUTH_CONSOLE_IDLE_SECONDS", .console,
-        "a console sign-in unused this long ends (1–86400)",
-        default: "`900`")
-    public static let consoleAbsoluteSeconds = Setting(
-        "AUTH_CONSOLE_ABSOLUTE_SECONDS", .console,
-        "a console sign-in ends this long after it began, used or not (60–604800)",
-        default: "`28800`")
-
     // MARK: - Processing
 
     public static let batchMax = Setting(
@@ -497,10 +410,10 @@ extension Setting {
         "`auth-bench` only: the PostgreSQL the password benchmark writes to (`scripts/bench` sets it)",
         default: "none")
 
-    /// Every setting, in the reference's order.
-    public static let all: [Setting] = [
-        .kafkaBrokers, .kafkaGroup, .kafkaPropertiesFile, .kafkaSessionTimeoutMS, .kafkaMaxPollIntervalMS,
-        .kafkaFetchWaitMS, .kafkaLingerMS, .topicRequests, .topicResults, .topicEvents, .topicNotifications, .topicDLQ,
+    /// The domain's settings, in the reference's order (the Kafka client's are
+    /// `KafkaSettings.declared`, the console's `ConsoleSettings.declared`).
+    public static let domain: [Setting] = [
+        .topicRequests, .topicResults, .topicEvents, .topicNotifications, .topicDLQ,
         .dlqMaxBytes, .eventSource,
         .databaseURL, .databaseURLFile, .dbPoolSize, .dbWriters, .dbPreparedStatements, .migrateOnStart,
         .accessTokenFormat, .signingKeys, .signingKeysNext, .jwksMaxAgeSeconds, .jwksUri, .tokenIssuer, .tokenAudience,
@@ -519,7 +432,6 @@ extension Setting {
         .mfaIssuer, .mfaTokenTTLSeconds, .mfaRateLimit,
         .webauthnRPID, .webauthnRPName, .webauthnOrigins, .webauthnUserVerification, .webauthnChallengeTTLSeconds,
         .webauthnAttestation, .webauthnOptionsRateLimit, .webauthnOptionsGlobalRateLimit,
-        .consoleAddress, .consolePort, .consoleBehindTLS, .consoleIdleSeconds, .consoleAbsoluteSeconds,
         .batchMax, .batchSize, .maxInFlight, .batchWaitMS, .batchLingerMS, .maxRetryDelayMS, .idempotencyTTLSeconds,
         .requestDeadlineSeconds, .outboxRelayGraceSeconds, .purgeIntervalSeconds, .shutdownTimeoutSeconds,
         .healthPort, .healthAddress, .logLevel, .buildCommit, .benchDatabaseURL,

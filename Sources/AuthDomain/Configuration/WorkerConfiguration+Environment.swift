@@ -14,24 +14,20 @@ extension WorkerConfiguration {
     {
         var config = WorkerConfiguration()
         let reader = EnvironmentReader(environment: environment)
-        try readKafkaAndDatabase(reader, into: &config)
+        try readDatabaseAndTopics(reader, into: &config)
         try readProviders(reader, into: &config)
         try readTokens(reader, into: &config)
         try readProcessing(reader, into: &config)
         try readAccounts(reader, into: &config)
         try readPasskeys(reader, into: &config)
-        try readConsoleAndFactors(reader, into: &config)
+        try readFactors(reader, into: &config)
         return config
     }
 
-    /// Kafka, PostgreSQL and the topics.
-    private static func readKafkaAndDatabase(_ reader: EnvironmentReader, into config: inout WorkerConfiguration) throws
+    /// PostgreSQL and the topics.
+    private static func readDatabaseAndTopics(_ reader: EnvironmentReader, into config: inout WorkerConfiguration)
+        throws
     {
-        if let brokers = reader.list(.kafkaBrokers) { config.kafkaBrokers = brokers }
-        if let group = reader.string(.kafkaGroup) { config.kafkaGroup = group }
-        if let path = reader.string(.kafkaPropertiesFile) {
-            config.kafkaProperties = try Self.readProperties(path: path)
-        }
         if let url = reader.string(.databaseURL) { config.databaseURL = url }
         // The URL carries the password: it may come from a file (a mounted Secret) instead.
         if let path = reader.string(.databaseURLFile) {
@@ -120,12 +116,6 @@ extension WorkerConfiguration {
             config.processing.batchMax = value
         }
         if let value = try reader.integer(.maxInFlight) { config.processing.maxInFlight = value }
-        if let value = try reader.integer(.kafkaFetchWaitMS) {
-            config.processing.kafkaFetchWait = .milliseconds(value)
-        }
-        if let value = try reader.integer(.kafkaLingerMS) {
-            config.processing.kafkaLinger = .milliseconds(value)
-        }
         if let value = try reader.integer(.batchWaitMS) { config.processing.batchWait = .milliseconds(value) }
         if let value = try reader.integer(.batchLingerMS) {
             config.processing.batchLinger = .milliseconds(value)
@@ -136,12 +126,6 @@ extension WorkerConfiguration {
         if let value = try reader.integer(.dlqMaxBytes) { config.processing.deadLetterMaxBytes = value }
         if let value = try reader.integer(.maxRetryDelayMS) {
             config.processing.maxRetryDelay = .milliseconds(value)
-        }
-        if let value = try reader.integer(.kafkaSessionTimeoutMS) {
-            config.processing.kafkaSessionTimeout = .milliseconds(value)
-        }
-        if let value = try reader.integer(.kafkaMaxPollIntervalMS) {
-            config.processing.kafkaMaxPollInterval = .milliseconds(value)
         }
         if let value = try reader.bool(.migrateOnStart) { config.migrateOnStart = value }
         if let path = reader.string(.resultsKeyFile) {
@@ -318,38 +302,10 @@ extension WorkerConfiguration {
         }
     }
 
-    /// The admin console and the second factor.
-    private static func readConsoleAndFactors(_ reader: EnvironmentReader, into config: inout WorkerConfiguration)
+    /// The second factor.
+    private static func readFactors(_ reader: EnvironmentReader, into config: inout WorkerConfiguration)
         throws
     {
-        if let text = reader.string(.consoleAddress) {
-            var address = in_addr()
-            guard inet_pton(AF_INET, text, &address) == 1 else {
-                throw ConfigurationError(variable: Setting.consoleAddress.name, reason: "must be an IPv4 address")
-            }
-            config.console.address = text
-        }
-        if let text = reader.string(.consolePort) {
-            guard let port = UInt16(text) else {
-                throw ConfigurationError(variable: Setting.consolePort.name, reason: "must be a port number")
-            }
-            config.console.port = port
-        }
-        if let value = try reader.bool(.consoleBehindTLS) { config.console.behindTLS = value }
-        if let value = try reader.seconds(.consoleIdleSeconds) {
-            guard value >= 1, value <= 86400 else {
-                throw ConfigurationError(
-                    variable: Setting.consoleIdleSeconds.name, reason: "must be between 1 and 86400")
-            }
-            config.console.idleLifetime = value
-        }
-        if let value = try reader.seconds(.consoleAbsoluteSeconds) {
-            guard value >= 60, value <= 7 * 86400 else {
-                throw ConfigurationError(
-                    variable: Setting.consoleAbsoluteSeconds.name, reason: "must be between 60 and 604800")
-            }
-            config.console.absoluteLifetime = value
-        }
         if let issuer = reader.string(.mfaIssuer) { config.mfa.issuer = issuer }
         if let value = try reader.seconds(.mfaTokenTTLSeconds) {
             guard value >= 30 else {
@@ -362,52 +318,9 @@ extension WorkerConfiguration {
             config.emailCodes.changeEndsOtherSessions = value
         }
     }
-
-    /// Parses a librdkafka properties file: `key=value` lines, `#` comments.
-    static func readProperties(path: String) throws -> [String: String] {
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw ConfigurationError(variable: Setting.kafkaPropertiesFile.name, reason: "cannot read \(path)")
-        }
-        var properties: [String: String] = [:]
-        for line in text.split(whereSeparator: \.isNewline) {
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
-            if trimmed.isEmpty || trimmed.hasPrefix("#") { continue }
-            guard let equals = trimmed.firstIndex(of: "=") else {
-                throw ConfigurationError(variable: Setting.kafkaPropertiesFile.name, reason: "has a line without '='")
-            }
-            properties[trimmed[..<equals].trimmingCharacters(in: .whitespaces)] =
-                trimmed[trimmed.index(after: equals)...].trimmingCharacters(in: .whitespaces)
-        }
-        return properties
-    }
 }
 
-/// Typed access to environment variables; empty values count as unset.
-/// Reads settings by their declarations (`Setting`): no variable is read by a name spelt here.
-struct EnvironmentReader {
-    let environment: [String: String]
-
-    func string(_ setting: Setting) -> String? {
-        guard let value = environment[setting.name]?.trimmingCharacters(in: .whitespaces), !value.isEmpty else {
-            return nil
-        }
-        return value
-    }
-
-    func list(_ setting: Setting) -> [String]? {
-        string(setting).map {
-            $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-        }
-    }
-
-    func integer(_ setting: Setting) throws -> Int? {
-        guard let text = string(setting) else { return nil }
-        guard let value = Int(text), value >= 0 else {
-            throw ConfigurationError(variable: setting.name, reason: "must be a non-negative whole number")
-        }
-        return value
-    }
-
+extension EnvironmentReader {
     /// `COUNT/SECONDS`, e.g. `20/3600`; a count of 0 turns the limit off.
     func rateLimit(_ setting: Setting) throws -> WorkerConfiguration.RateLimit? {
         guard let text = string(setting) else { return nil }
@@ -417,18 +330,5 @@ struct EnvironmentReader {
                 variable: setting.name, reason: "must be COUNT/SECONDS, e.g. 20/3600 (0/60 turns it off)")
         }
         return WorkerConfiguration.RateLimit(count: count, window: TimeInterval(window))
-    }
-
-    func seconds(_ setting: Setting) throws -> TimeInterval? {
-        try integer(setting).map(TimeInterval.init)
-    }
-
-    func bool(_ setting: Setting) throws -> Bool? {
-        guard let text = string(setting)?.lowercased() else { return nil }
-        switch text {
-        case "true", "1", "yes": return true
-        case "false", "0", "no": return false
-        default: throw ConfigurationError(variable: setting.name, reason: "must be true or false")
-        }
     }
 }

@@ -7,13 +7,6 @@ import ServiceKit
 /// Names follow the operator interface of the contract. Secrets come from the environment or
 /// files, never from the command line.
 public struct WorkerConfiguration: Sendable {
-    /// Kafka bootstrap servers. Env: `AUTH_KAFKA_BROKERS`. Required: no default (the local scripts
-    /// set the local setup's), so a forgotten variable never reaches some other broker.
-    public var kafkaBrokers: [String]
-    /// Consumer group id. Env: `AUTH_KAFKA_GROUP`. Default: `auth-worker`.
-    public var kafkaGroup = "auth-worker"
-    /// Raw librdkafka properties (SASL, TLS), from the `key=value` file named by `AUTH_KAFKA_PROPERTIES_FILE`.
-    public var kafkaProperties: [String: String] = [:]
     /// PostgreSQL URL. Env: `AUTH_DATABASE_URL`. Required, like the brokers.
     public var databaseURL: String
     /// Topic names. Env: `AUTH_TOPIC_*`.
@@ -187,26 +180,6 @@ public struct WorkerConfiguration: Sendable {
 
     /// Passkeys (WebAuthn): off until the relying party's id is set.
     public var passkeys = Passkeys()
-
-    /// The admin console (`auth-worker admin`): where it listens and how long its sign-ins last.
-    public var console = Console()
-
-    public struct Console: Sendable, Equatable {
-        /// The IPv4 address it listens on. Env: `AUTH_CONSOLE_ADDRESS`. Default: 127.0.0.1.
-        public var address = "127.0.0.1"
-        /// Env: `AUTH_CONSOLE_PORT`. Default: 8090.
-        public var port: UInt16 = 8090
-        /// Set when TLS ends in front of the console (an ingress, a proxy): required to listen on
-        /// anything but loopback, since its cookies are `Secure`. Env: `AUTH_CONSOLE_BEHIND_TLS`.
-        public var behindTLS = false
-        /// A sign-in unused this long ends. Env: `AUTH_CONSOLE_IDLE_SECONDS`. Default: 15 minutes.
-        public var idleLifetime: TimeInterval = 15 * 60
-        /// A sign-in ends this long after it began, used or not. Env: `AUTH_CONSOLE_ABSOLUTE_SECONDS`. Default: 8 hours.
-        public var absoluteLifetime: TimeInterval = 8 * 3600
-
-        /// Whether the address is a loopback one (plain HTTP there is for development).
-        public var isLoopback: Bool { address.hasPrefix("127.") }
-    }
 
     /// The relying party passkeys are registered to, and the ceremonies' rules.
     public struct Passkeys: Sendable, Equatable {
@@ -393,43 +366,17 @@ public struct WorkerConfiguration: Sendable {
         public var initialRetryDelay: Duration = .milliseconds(200)
         /// Env: `AUTH_MAX_RETRY_DELAY_MS`. Default: 10 s.
         public var maxRetryDelay: Duration = .seconds(10)
-        /// Consumer session timeout. Env: `AUTH_KAFKA_SESSION_TIMEOUT_MS`. Default: 10 s.
-        public var kafkaSessionTimeout: Duration = .seconds(10)
-        /// The longest the consumer may go between polls before it leaves the group, and so how
-        /// long a rebalance waits for a member to rejoin: a member that died mid-rebalance holds
-        /// every partition of the group until then on a broker that does not end its session
-        /// sooner. The loop polls at least every 100 ms while it has room for more requests. At
-        /// least the session timeout.
-        /// Env: `AUTH_KAFKA_MAX_POLL_INTERVAL_MS`. Default: 300 s (librdkafka's).
-        public var kafkaMaxPollInterval: Duration = .seconds(300)
-        /// How long the broker may hold a fetch waiting for data. Apache Kafka (and Redpanda, MSK,
-        /// Confluent Cloud) answers a waiting fetch as soon as data arrives, so there this only sets
-        /// how often an idle consumer asks again (an idle worker: 10 fetches a second, under half a
-        /// percent of a core). A broker that holds every fetch for the whole wait (Tansu, librdkafka's
-        /// mock cluster) makes it each request's latency floor: set a few milliseconds there (the
-        /// local setup uses 5). Env: `AUTH_KAFKA_FETCH_WAIT_MS`. Default: 100 ms.
-        public var kafkaFetchWait: Duration = .milliseconds(100)
-        /// How long the producer waits to fill a batch. A batch's records are handed over together
-        /// and leave in one request regardless, so waiting only delays answers: measured on the local
-        /// setup, 1 ms of linger doubled the time to an acknowledgement. Env: `AUTH_KAFKA_LINGER_MS`.
-        /// Default: 0.
-        public var kafkaLinger: Duration = .zero
         public init() {}
     }
 
-    /// The two endpoints have no default (empty is "not set", refused by `validate()`); everything
-    /// else has its documented default.
-    public init(kafkaBrokers: [String] = [], databaseURL: String = "") {
-        self.kafkaBrokers = kafkaBrokers
+    /// The database has no default (empty is "not set", refused by `validate()`); everything else
+    /// has its documented default. The Kafka client's settings are `KafkaSettings` (AuthWorker).
+    public init(databaseURL: String = "") {
         self.databaseURL = databaseURL
     }
 
     /// Throws a `ConfigurationError` naming the setting that cannot work.
     public func validate() throws {
-        try validateBrokers()
-        guard !kafkaGroup.isEmpty else {
-            throw ConfigurationError(variable: Setting.kafkaGroup.name, reason: "must not be empty")
-        }
         try validateDatabase()
         if requireSealedCredentials, credentialKeyPaths.isEmpty {
             throw ConfigurationError(
@@ -457,10 +404,6 @@ public struct WorkerConfiguration: Sendable {
                 variable: Setting.dlqMaxBytes.name,
                 reason: "must be between 1 and 900000 (the producer's limit is 1000000)"
             )
-        }
-        guard processing.kafkaMaxPollInterval >= processing.kafkaSessionTimeout else {
-            throw ConfigurationError(
-                variable: Setting.kafkaMaxPollIntervalMS.name, reason: "must be at least AUTH_KAFKA_SESSION_TIMEOUT_MS")
         }
         // Acknowledged events leave the outbox with a later transaction, or on their own after a
         // second with none; a relay that took them sooner would publish them a second time.
@@ -501,18 +444,6 @@ public struct WorkerConfiguration: Sendable {
         }
     }
 
-    /// Throws unless `AUTH_KAFKA_BROKERS` is set to host:port pairs.
-    public func validateBrokers() throws {
-        guard !kafkaBrokers.isEmpty else {
-            throw ConfigurationError(
-                variable: Setting.kafkaBrokers.name,
-                reason: "is not set: list the brokers as host:port,host:port (scripts/run sets the local setup's)")
-        }
-        guard kafkaBrokers.allSatisfy({ $0.contains(":") }) else {
-            throw ConfigurationError(variable: Setting.kafkaBrokers.name, reason: "must list host:port pairs")
-        }
-    }
-
     /// Throws unless `AUTH_DATABASE_URL` is set to a `postgres://` URL.
     public func validateDatabase() throws {
         guard !databaseURL.isEmpty else {
@@ -524,20 +455,4 @@ public struct WorkerConfiguration: Sendable {
             throw ConfigurationError(variable: Setting.databaseURL.name, reason: "must be a postgres:// URL")
         }
     }
-}
-
-/// A setting that is missing or cannot work; says which environment variable.
-public struct ConfigurationError: Error, CustomStringConvertible, Equatable {
-    public var variable: String
-    public var reason: String
-
-    public init(variable: String, reason: String) {
-        self.variable = variable
-        self.reason = reason
-    }
-
-    public var description: String { "\(variable) \(reason)" }
-
-    /// Equal by variable: the reason's wording may change.
-    public static func == (lhs: ConfigurationError, rhs: ConfigurationError) -> Bool { lhs.variable == rhs.variable }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import JOSE
+import ServiceKit
 
 /// How one identity provider's ID tokens are verified.
 public struct IdentityProviderConfiguration: Sendable, Equatable {
