@@ -332,6 +332,25 @@ do {
                     result.signatureOnly, result.wholeToken, result.wholeToken / result.openssl))
         }
     }
+    if sections.contains("oauth") {
+        guard let standIn = ProcessInfo.processInfo.environment["OAUTH_STAND_IN_URL"],
+            let secretPath = ProcessInfo.processInfo.environment["OAUTH_STAND_IN_SECRET_FILE"]
+        else {
+            throw BenchmarkFailure(reason: "oauth needs the stand-in provider (scripts/bench oauth starts it)")
+        }
+        let benchmark = OAuthBenchmark(standIn: standIn, secretPath: secretPath)
+        let count = arguments.contains("--rounds") ? rounds * 100 : 500
+        _ = try await benchmark.oauthMicroseconds(count: 50)  // warm up: connections, caches
+        let oauth = try await benchmark.oauthMicroseconds(count: count)
+        _ = try OAuthBenchmark.oidcMicroseconds(count: 200)
+        let oidc = try OAuthBenchmark.oidcMicroseconds(count: count * 4)
+        print("")
+        print("A provider sign-in's own part, CPU of this process (the stand-in provider on loopback not counted)")
+        print("method                                                   CPU µs a login")
+        print(String(format: "oidc: the ID token verified (RS256)                      %14.1f", oidc))
+        print(String(format: "oauth: code exchanged, profile and addresses read (HTTP) %14.1f", oauth))
+        print(String(format: "oauth / oidc: %.2f", oauth / oidc))
+    }
     if wants("passwords") {
         guard let databaseURL = ProcessInfo.processInfo.environment[Setting.benchDatabaseURL.name] else {
             throw BenchmarkFailure(reason: "AUTH_BENCH_DATABASE_URL is not set")
