@@ -72,6 +72,9 @@ import Testing
         config.tokenIssuer = "https://auth.example.com"
         config.sessions.requireReplyKey = true
         config.resultsKey = Array(repeating: 7, count: 32)  // kept answers can be given again
+        let github = try await OAuthStandIn(.github)
+        defer { github.stop() }
+        config.oidcProvidersPath = try github.providersFile()
         let worker = try await RunningWorker(config)
         var clientConfiguration = AuthClient.Configuration(brokers: [try #require(IntegrationEnvironment.kafkaBrokers)])
         clientConfiguration.requestsTopic = topics.requests
@@ -102,6 +105,18 @@ import Testing
             return try await group.reduce(into: Set<String>()) { if let id = $1 { $0.insert(id) } }
         }
         #expect(users.count == 20)
+
+        // A GitHub sign-in, with the app's code and PKCE verifier, the guest keeping its id.
+        let pkce = OAuthStandIn.pkce()
+        let code = try await github.authorize(
+            user: ["id": 583_231, "name": "The Octocat"],
+            emails: [["email": "octocat@example.com", "primary": true, "verified": true]], challenge: pkce.challenge)
+        let upgraded = try await client.signIn(
+            oauth: "github", code: code, codeVerifier: pkce.verifier, redirectURI: OAuthStandIn.redirectURI,
+            linkTo: try #require(try await client.login(guest).session?.accessToken))
+        #expect(upgraded.isOK, "\(String(describing: upgraded.error))")
+        #expect(upgraded.user?.isGuest == false && upgraded.user?.providers == ["github"])
+        #expect(upgraded.session != nil, "the member's sealed session is opened")
 
         // Introspection, live and ended.
         let live = try await client.introspect(session.accessToken)

@@ -38,6 +38,9 @@ struct ContractConformanceTests {
         config.passkeys.origins = ["https://example.com"]
         // One wrong factor code locks for two seconds (auth.mfa.locked), not five minutes.
         config.mfa.attempts = .init(count: 1, window: 1)
+        let github = try await OAuthStandIn(.github)
+        defer { github.stop() }
+        config.oidcProvidersPath = try github.providersFile()
         let worker = try await RunningWorker(config)
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
         let events = try TopicReader(topic: topics.events)
@@ -107,6 +110,18 @@ struct ContractConformanceTests {
         apple.linkTo = ada.session?.accessToken
         let linked = try await send(apple)
         #expect(linked.user?.id == ada.user?.id)
+        // An OAuth 2.0 sign-in: the provider's code is not a six-digit one.
+        let pkce = OAuthStandIn.pkce()
+        var oauth = LoginRequestData(method: "oauth")
+        oauth.provider = "github"
+        oauth.code = try await github.authorize(
+            user: ["id": 583_231, "name": "The Octocat"],
+            emails: [["email": "octocat@example.com", "primary": true, "verified": true]], challenge: pkce.challenge)
+        oauth.codeVerifier = pkce.verifier
+        oauth.redirectURI = OAuthStandIn.redirectURI
+        #expect(try await send(oauth).status == "ok")
+        #expect(try await send(oauth).error?.code == .invalidCode, "a code is single use")
+
         var refresh = LoginRequestData(method: "refresh")
         refresh.refreshToken = linked.session?.refreshToken
         #expect(try await send(refresh).status == "ok")

@@ -10,6 +10,44 @@ import Testing
 /// `oauth` through the whole worker: the broker, PostgreSQL, the providers file, and the stand-in
 /// provider (`scripts/oauth-stand-in.py`) on loopback.
 @Suite(.requiresServices, .serialized, .timeLimit(.minutes(3))) struct OAuthIntegrationTests {
+    /// Discord's and Naver's kinds of entry, read from the providers file, each through Kafka.
+    @Test func discordAndNaverEntriesSignInThroughTheWorker() async throws {
+        let discord = try await OAuthStandIn(.discord)
+        defer { discord.stop() }
+        let naver = try await OAuthStandIn(.naver)
+        defer { naver.stop() }
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
+        let topics = try await IntegrationEnvironment.makeTopics()
+        var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
+        config.oidcProvidersPath = try OAuthStandIn.providersFile([discord.entry(), naver.entry()])
+        let worker = try await RunningWorker(config)
+        let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
+        func signIn(_ standIn: OAuthStandIn, user: [String: Any]) async throws -> LoginResultData {
+            let pkce = OAuthStandIn.pkce()
+            var data = LoginRequestData(method: "oauth")
+            data.provider = standIn.flavor.rawValue
+            data.code = try await standIn.authorize(user: user, challenge: pkce.challenge)
+            data.codeVerifier = pkce.verifier
+            data.redirectURI = OAuthStandIn.redirectURI
+            return try #require(try await gateway.login(data))
+        }
+        let nelly = try await signIn(
+            discord,
+            user: ["id": "80351110224678912", "global_name": "Nelly", "email": "nelly@example.com", "verified": true])
+        #expect(nelly.status == "ok")
+        #expect(nelly.user?.providers == ["discord"])
+        #expect(nelly.user?.emailVerified == true)
+        let jimin = try await signIn(naver, user: ["id": "32742776", "email": "jimin@example.kr", "name": "Jimin"])
+        #expect(jimin.status == "ok")
+        #expect(jimin.user?.providers == ["naver"])
+        #expect(jimin.user?.name == "Jimin")
+        #expect(jimin.user?.emailVerified == false)
+        #expect(try await discord.state().refused.isEmpty)
+        #expect(try await naver.state().refused.isEmpty)
+        gateway.close()
+        try await worker.stop()
+    }
+
     /// A GitHub sign-in end to end, and guests answered as before while every call to the provider
     /// runs into its timeout: the calls run beside the pipeline, never in its way.
     @Test func gitHubSignsInAndASlowProviderHoldsUpNobodyElse() async throws {

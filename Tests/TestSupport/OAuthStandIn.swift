@@ -99,20 +99,44 @@ final class OAuthStandIn: Sendable {
         return configuration
     }
 
-    /// A providers file (`AUTH_OIDC_PROVIDERS`) with this stand-in as `github` (a github flavor), as an
-    /// operator would write it: the worker reads it at start.
-    func providersFile(timeoutSeconds: Double = 10) throws -> String {
-        let entry: [String: Any] = [
-            "type": "oauth2", "name": "github", "token_endpoint": url + "/login/oauth/access_token",
-            "userinfo_endpoint": url + "/user", "emails_endpoint": url + "/user/emails",
-            "client_id": clientID, "client_secret_file": secretPath,
-            "token_endpoint_auth": "client_secret_post", "claims": ["subject": "id", "name": "name"],
-            "api_accept": "application/vnd.github+json", "api_headers": ["X-GitHub-Api-Version": "2022-11-28"],
-            "redirect_uris": [OAuthStandIn.redirectURI], "timeout_seconds": timeoutSeconds,
-            "breaker_failures": 1000,
+    /// This stand-in's entry of a providers file (`AUTH_OIDC_PROVIDERS`), named after its flavor,
+    /// as an operator would write it for the provider it stands in for.
+    func entry(timeoutSeconds: Double = 10) -> [String: Any] {
+        var entry: [String: Any] = [
+            "type": "oauth2", "name": flavor.rawValue, "client_id": clientID, "client_secret_file": secretPath,
+            "redirect_uris": [OAuthStandIn.redirectURI], "timeout_seconds": timeoutSeconds, "breaker_failures": 1000,
         ]
+        switch flavor {
+        case .github:
+            entry["token_endpoint"] = url + "/login/oauth/access_token"
+            entry["userinfo_endpoint"] = url + "/user"
+            entry["emails_endpoint"] = url + "/user/emails"
+            entry["token_endpoint_auth"] = "client_secret_post"
+            entry["claims"] = ["subject": "id", "name": "name"]
+            entry["api_accept"] = "application/vnd.github+json"
+            entry["api_headers"] = ["X-GitHub-Api-Version": "2022-11-28"]
+        case .discord:
+            entry["token_endpoint"] = url + "/api/oauth2/token"
+            entry["userinfo_endpoint"] = url + "/api/users/@me"
+            entry["token_endpoint_auth"] = "client_secret_basic"
+            entry["claims"] = ["subject": "id", "email": "email", "email_verified": "verified", "name": "global_name"]
+        case .naver:
+            entry["token_endpoint"] = url + "/oauth2.0/token"
+            entry["userinfo_endpoint"] = url + "/v1/nid/me"
+            entry["claims"] = ["subject": "response.id", "email": "response.email", "name": "response.name"]
+        }
+        return entry
+    }
+
+    /// A providers file holding this stand-in's entry.
+    func providersFile(timeoutSeconds: Double = 10) throws -> String {
+        try Self.providersFile([entry(timeoutSeconds: timeoutSeconds)])
+    }
+
+    /// A providers file of `entries`, in a temporary file.
+    static func providersFile(_ entries: [[String: Any]]) throws -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("providers-\(UUID()).json").path
-        try JSONSerialization.data(withJSONObject: [entry]).write(to: URL(fileURLWithPath: path))
+        try JSONSerialization.data(withJSONObject: entries).write(to: URL(fileURLWithPath: path))
         return path
     }
 
