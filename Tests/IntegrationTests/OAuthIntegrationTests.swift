@@ -83,47 +83,16 @@ import Testing
         // Bursts of guests published together, each guest's time from its publication to its
         // result's (the result's broker timestamp, in milliseconds), read from the results topic.
         let results = try TopicReader(topic: topics.results)
-        func burst(guests count: Int, with slow: [LoginRequestData] = []) async throws -> [Int64] {
-            let slowIDs = slow.map { _ in UUID().uuidString.lowercased() }
-            let guestIDs = (0..<count).map { _ in UUID().uuidString.lowercased() }
-            let all = Set(slowIDs + guestIDs)
-            // Published at once, so the worker takes them in together.
-            let published = Int64(Date().timeIntervalSince1970 * 1000)
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for (id, data) in zip(slowIDs, slow) {
-                    group.addTask { try await gateway.publish(requestID: id, data: data) }
-                }
-                for id in guestIDs {
-                    group.addTask { try await gateway.publish(requestID: id, data: LoginRequestData(method: "guest")) }
-                }
-                try await group.waitForAll()
-            }
-            let seen = try await results.waitUntil { messages in
-                all.isSubset(of: Set(messages.map(\.keyString)))
-            }
-            var latencies: [Int64] = []
-            for message in seen {
-                guard all.contains(message.keyString) else { continue }
-                if !guestIDs.contains(message.keyString) {
-                    #expect(
-                        message.data["error"].flatMap { ($0 as? [String: Any])?["code"] as? String }
-                            == "provider_unavailable")
-                    continue
-                }
-                #expect(message.data["status"] as? String == "ok")
-                if let answered = message.timestamp { latencies.append(answered - published) }
-            }
-            #expect(latencies.count == count)
-            return latencies.sorted()
-        }
-        let before = try await burst(guests: 40)
+        let before = try await gateway.burst(guests: 40, results: results).guests
 
         // Every call to the provider now takes longer than the entry's 2 s timeout; the slow
         // sign-ins arrive in the same burst as the guests.
         try await github.set(delay: 5)
         var slow: [LoginRequestData] = []
         for _ in 0..<8 { slow.append(try await oauth()) }
-        let during = try await burst(guests: 40, with: slow)
+        let (during, refused) = try await gateway.burst(guests: 40, with: slow, results: results)
+        #expect(refused.count == slow.count)
+        #expect(refused.allSatisfy { $0.error?.code == .providerUnavailable && $0.error?.retriable == true })
         // Had a provider's call held the pipeline, or a task preparing guests, guests would have
         // waited for its 2 s timeout.
         let p99 = during[min(during.count - 1, during.count * 99 / 100)]

@@ -74,3 +74,48 @@ final class GatewayClient: Sendable {
         Task { [resultsConsumer] in await resultsConsumer.close() }
     }
 }
+
+extension GatewayClient {
+    /// Publishes `others` and `count` guest sign-ins all at once, so the worker takes them in
+    /// together, and reads every result from `results` (a reader of the results topic).
+    /// - Returns: each guest's milliseconds from publication to its result (the result's broker
+    ///   timestamp), sorted, every guest answered `ok`; and the other requests' results.
+    func burst(guests count: Int, with others: [LoginRequestData] = [], results: TopicReader) async throws -> (
+        guests: [Int64], others: [LoginResultData]
+    ) {
+        let otherIDs = others.map { _ in UUID().uuidString.lowercased() }
+        let guestIDs = Set((0..<count).map { _ in UUID().uuidString.lowercased() })
+        let all = guestIDs.union(otherIDs)
+        let published = Int64(Date().timeIntervalSince1970 * 1000)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (id, data) in zip(otherIDs, others) {
+                group.addTask { try await self.publish(requestID: id, data: data) }
+            }
+            for id in guestIDs {
+                group.addTask { try await self.publish(requestID: id, data: LoginRequestData(method: "guest")) }
+            }
+            try await group.waitForAll()
+        }
+        let seen = try await results.waitUntil { messages in all.isSubset(of: Set(messages.map(\.keyString))) }
+        var latencies: [Int64] = []
+        var answers: [LoginResultData] = []
+        for message in seen where all.contains(message.keyString) {
+            let result = try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: message.value).data
+            if guestIDs.contains(message.keyString) {
+                guard result.status == "ok", let answered = message.timestamp else {
+                    throw Failure("a guest was not answered ok: \(String(describing: result.error))")
+                }
+                latencies.append(answered - published)
+            } else {
+                answers.append(result)
+            }
+        }
+        guard latencies.count == count, answers.count == others.count else { throw Failure("results missing") }
+        return (latencies.sorted(), answers)
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
+    }
+}

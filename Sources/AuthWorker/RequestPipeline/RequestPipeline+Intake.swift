@@ -328,10 +328,20 @@ extension RequestPipeline {
     }
 
     /// Prepares requests one after the other in a task of their own on the cooperative pool (not
-    /// on the loop's thread, which is the consumer's), posting each outcome.
+    /// on the loop's thread, which is the consumer's), posting each outcome. In a chunk of several,
+    /// one whose preparation would wait (a provider's keys to fetch, a read) is handed a task of its
+    /// own, so the rest of the chunk does not wait for it.
     func prepare(_ preparations: [PendingPreparation]) {
         Task(executorPreference: globalConcurrentExecutor) {
             for preparation in preparations {
+                if preparations.count > 1 {
+                    if let outcome = self.prepareAtOnce(preparation) {
+                        self.board.post(preparation.seq, outcome)
+                    } else {
+                        self.prepare([preparation])
+                    }
+                    continue
+                }
                 let outcome: PreparationOutcome
                 do {
                     let prepared = try await self.retrying(
