@@ -56,7 +56,7 @@ import Testing
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
-        config.oidcProvidersPath = try github.providersFile(timeoutSeconds: 2)
+        config.oidcProvidersPath = try github.providersFile(timeoutSeconds: 5)
         let worker = try await RunningWorker(config)
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
 
@@ -85,18 +85,18 @@ import Testing
         let results = try TopicReader(topic: topics.results)
         let before = try await gateway.burst(guests: 40, results: results).guests
 
-        // Every call to the provider now takes longer than the entry's 2 s timeout; the slow
+        // Every call to the provider now takes longer than the entry's 5 s timeout; the slow
         // sign-ins arrive in the same burst as the guests.
-        try await github.set(delay: 5)
+        try await github.set(delay: 8)
         var slow: [LoginRequestData] = []
         for _ in 0..<8 { slow.append(try await oauth()) }
         let (during, refused) = try await gateway.burst(guests: 40, with: slow, results: results)
         #expect(refused.count == slow.count)
         #expect(refused.allSatisfy { $0.error?.code == .providerUnavailable && $0.error?.retriable == true })
         // Had a provider's call held the pipeline, or a task preparing guests, guests would have
-        // waited for its 2 s timeout.
+        // waited for its 5 s timeout (the bound leaves room for a test run that fills both cores).
         let p99 = during[min(during.count - 1, during.count * 99 / 100)]
-        #expect(p99 < 1000, "guest p99 \(p99) ms while the provider times out (before: \(before.last ?? -1) ms)")
+        #expect(p99 < 2500, "guest p99 \(p99) ms while the provider times out (before: \(before.last ?? -1) ms)")
         await results.close()
         gateway.close()
         try await worker.stop()

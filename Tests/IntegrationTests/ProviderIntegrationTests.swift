@@ -127,12 +127,13 @@ import Testing
     @Test func aKeyFetchHoldsUpNobodyElse() async throws {
         let server = try KeyServer()
         defer { server.stop() }
-        server.serve("/apple/keys", .init(body: TestSigner.keySet([Signers.rsa2048]), delay: .seconds(3)))
+        server.serve("/apple/keys", .init(body: TestSigner.keySet([Signers.rsa2048]), delay: .seconds(5)))
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
         var config = try IntegrationEnvironment.workerConfiguration(databaseURL: databaseURL, topics: topics)
         config.appleAudiences = ["com.example.app"]
         config.appleKeysURL = server.url("/apple/keys").absoluteString
+        config.keySets.fetchTimeout = 10
         let worker = try await RunningWorker(config)
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
         let results = try TopicReader(topic: topics.results)
@@ -151,7 +152,8 @@ import Testing
         let (guests, signedIn) = try await gateway.burst(guests: 40, with: apple, results: results)
         #expect(signedIn.allSatisfy { $0.status == "ok" }, "\(signedIn.map { String(describing: $0.error) })")
         let p99 = guests[min(guests.count - 1, guests.count * 99 / 100)]
-        #expect(p99 < 1500, "guest p99 \(p99) ms while Apple's keys take 3 s to fetch")
+        // Held behind the fetch, they would take its 5 s (room left for a test run filling both cores).
+        #expect(p99 < 2500, "guest p99 \(p99) ms while Apple's keys take 5 s to fetch")
         #expect(server.hits("/apple/keys") == 1, "one fetch for the four")
         await results.close()
         gateway.close()
