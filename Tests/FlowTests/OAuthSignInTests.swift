@@ -320,7 +320,15 @@ import Testing
             #expect(error.code == .providerUnavailable)
         }
         #expect(logs.lines.joined(separator: "\n").contains("refused the worker's client credentials"))
-        #expect(!logs.lines.joined(separator: "\n").contains(try String(contentsOfFile: wrong, encoding: .utf8)))
+        let secret = try String(contentsOfFile: wrong, encoding: .utf8)
+        #expect(!logs.lines.joined(separator: "\n").contains(secret))
+        // Nor does any description of the entry carry it.
+        let configuration = try github.configuration(secretPath: wrong)
+        var dumped = ""
+        dump(configuration, to: &dumped)
+        for text in [String(describing: configuration), String(reflecting: configuration), dumped] {
+            #expect(!text.contains(secret), "\(text)")
+        }
         #expect(try await github.state().refused.first?["error"] == "incorrect_client_credentials")
     }
 }

@@ -227,11 +227,15 @@ struct OAuthProviderEntry: Decodable {
     }
 }
 
-extension OAuthProviderConfiguration: CustomStringConvertible {
-    /// Leaves the client secret out.
+extension OAuthProviderConfiguration: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    /// Leaves the client secret out, as the debug description and the mirror (`dump`) do.
     public var description: String {
         "OAuthProviderConfiguration(\(name), token: \(tokenEndpoint), userinfo: \(userinfoEndpoint))"
     }
+
+    public var debugDescription: String { description }
+
+    public var customMirror: Mirror { Mirror(self, children: ["description": description]) }
 
     /// Throws a `ConfigurationError` when the provider cannot work.
     public func validate(variable: String) throws {
