@@ -244,6 +244,28 @@ import Testing
         _ = try #require(try await service.handle(signIn(github, user: Self.octocat, emails: Self.octocatEmails)))
     }
 
+    /// Nothing listening where the entry points (the provider unreachable): retriable at once, not
+    /// after a timeout, and nothing written.
+    @Test func anUnreachableProviderIsRetriable() async throws {
+        let github = try await OAuthStandIn(.github)
+        var configuration = try github.configuration()
+        let code = try await github.authorize(user: Self.octocat, challenge: OAuthStandIn.pkce().challenge)
+        github.stop()
+        configuration.totalTimeout = .seconds(10)
+        let service = try await service([configuration])
+        let started = ContinuousClock.now
+        do {
+            _ = try await service.handle(request("github", code: code, verifier: OAuthStandIn.pkce().verifier))
+            Issue.record("signed in with nobody answering")
+        } catch let error as LoginError {
+            #expect(error.code == .providerUnavailable)
+            #expect(error.retriable)
+        }
+        #expect(ContinuousClock.now - started < .seconds(5), "a refused connection is not waited out")
+        #expect(try await service.count("users") == 0)
+        #expect(logs.lines.contains { $0.contains("OAuth provider call failed") })
+    }
+
     @Test func signInsPastTheLimitInFlightAreAnsweredAtOnce() async throws {
         let github = try await OAuthStandIn(.github)
         defer { github.stop() }
