@@ -149,6 +149,28 @@ import Testing
         #expect(out.contains("configuration is valid") && out.contains("identity providers: apple"))
         #expect(out.contains("127.0.0.1:1/auth") && !out.contains("hunter2"), "where the database is, not its password")
 
+        // An OAuth 2.0 entry is listed as one; an entry that cannot work names its field, and an
+        // unreadable client secret file stops the check.
+        let secret = directory.appendingPathComponent("github-secret").path
+        try "github-client-secret-value".write(toFile: secret, atomically: true, encoding: .utf8)
+        let oauth = directory.appendingPathComponent("providers.json").path
+        try
+            #"[{"type": "oauth2", "name": "github", "token_endpoint": "https://github.com/login/oauth/access_token", "userinfo_endpoint": "https://api.github.com/user", "client_id": "Iv1.x", "client_secret_file": "\#(secret)", "claims": {"subject": "id"}, "redirect_uris": ["com.example.app://oauth"]}]"#
+            .write(toFile: oauth, atomically: true, encoding: .utf8)
+        let listed = await run(
+            ["config", "check"], environment: environment.merging(["AUTH_OIDC_PROVIDERS": oauth]) { $1 })
+        #expect(listed.0 == 0, "\(listed.2)")
+        #expect(listed.1.contains("identity providers: apple, github (oauth2)"), "\(listed.1)")
+        #expect(!listed.1.contains("github-client-secret-value") && !listed.2.contains("github-client-secret-value"))
+        let plainHTTP = directory.appendingPathComponent("plain.json").path
+        try
+            #"[{"type": "oauth2", "name": "github", "token_endpoint": "http://github.example/token", "userinfo_endpoint": "https://api.github.com/user", "client_id": "Iv1.x", "client_secret_file": "\#(secret)", "claims": {"subject": "id", "picture": "avatar_url"}, "redirect_uris": ["com.example.app://oauth"]}]"#
+            .write(toFile: plainHTTP, atomically: true, encoding: .utf8)
+        let refused = await run(
+            ["config", "check"], environment: environment.merging(["AUTH_OIDC_PROVIDERS": plainHTTP]) { $1 })
+        #expect(refused.0 == 1)
+        #expect(refused.2.contains("[0].claims.picture is not a known claim"), "\(refused.2)")
+
         let typo = directory.appendingPathComponent("oidc.json").path
         try
             #"[{"name": "acme", "issuer": "https://id.acme.test", "jwks_uri": "https://id.acme.test/keys", "audiences": ["x"], "algoritms": ["RS256"]}]"#
