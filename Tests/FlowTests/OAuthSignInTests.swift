@@ -266,6 +266,30 @@ import Testing
         #expect(logs.lines.contains { $0.contains("OAuth provider call failed") })
     }
 
+    /// A token endpoint that redirects is not followed: the client secret and the code go to the
+    /// configured endpoint only.
+    @Test func aRedirectIsNotFollowed() async throws {
+        let github = try await OAuthStandIn(.github)
+        defer { github.stop() }
+        let server = try KeyServer()
+        defer { server.stop() }
+        server.serve(
+            "/token",
+            .init(status: 307, body: Data(), headers: ["Location": github.url + "/login/oauth/access_token"]))
+        var configuration = try github.configuration()
+        configuration.tokenEndpoint = server.url("/token")
+        let service = try await service([configuration])
+        let code = try await github.authorize(user: Self.octocat, challenge: OAuthStandIn.pkce().challenge)
+        do {
+            _ = try await service.handle(request("github", code: code, verifier: OAuthStandIn.pkce().verifier))
+            Issue.record("signed in through a redirect")
+        } catch let error as LoginError {
+            #expect(error.code == .providerUnavailable)
+        }
+        #expect(server.hits("/token") == 1)
+        #expect(try await github.state().requests == 0, "the redirect's target was never asked")
+    }
+
     @Test func signInsPastTheLimitInFlightAreAnsweredAtOnce() async throws {
         let github = try await OAuthStandIn(.github)
         defer { github.stop() }

@@ -16,8 +16,20 @@ public protocol OAuthTransport: Sendable {
 
 /// Over FoundationNetworking, with the provider's timeouts: `connectTimeout` as the longest
 /// without a byte (connecting included), `totalTimeout` for the whole call (`HTTPExchange`).
+/// Redirects are never followed: a 307 would send the client secret, or a bearer token, wherever
+/// the answer points; a redirect is answered as what it is, a status that is not 200.
 public struct URLSessionOAuthTransport: OAuthTransport {
     private let session: URLSession
+
+    /// Refuses every redirect, so its response is the one the caller sees.
+    private final class NoRedirects: NSObject, URLSessionTaskDelegate, Sendable {
+        func urlSession(
+            _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+            newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+        ) {
+            completionHandler(nil)
+        }
+    }
 
     public init(connectTimeout: Duration, totalTimeout: Duration) {
         let configuration = URLSessionConfiguration.ephemeral
@@ -26,7 +38,7 @@ public struct URLSessionOAuthTransport: OAuthTransport {
         configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         configuration.urlCache = nil
         configuration.httpCookieStorage = nil
-        session = URLSession(configuration: configuration)
+        session = URLSession(configuration: configuration, delegate: NoRedirects(), delegateQueue: nil)
     }
 
     private static func seconds(_ duration: Duration) -> TimeInterval {
