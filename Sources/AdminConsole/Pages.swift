@@ -126,7 +126,7 @@ enum Pages {
             rows += """
                 <tr><td><a href="/admin/users/\(user.id.lowercasedString)">\(escape(user.handle))</a></td>
                 <td>\(escape(user.name ?? ""))</td><td>\(escape(user.email ?? ""))</td>
-                <td>\(flags.joined(separator: ", "))</td><td>\(date(user.createdAt))</td></tr>
+                <td>\(escape(user.phone ?? ""))</td><td>\(flags.joined(separator: ", "))</td><td>\(date(user.createdAt))</td></tr>
 
                 """
         }
@@ -142,7 +142,7 @@ enum Pages {
             <input type="search" name="q" id="q" value="\(escape(query))" maxlength="200"
              placeholder="e-mail, handle, user id or provider subject">
             <button type="submit" id="search">Search</button></form>
-            <table id="users"><thead><tr><th>Handle</th><th>Name</th><th>E-mail</th><th></th><th>Created</th></tr></thead>
+            <table id="users"><thead><tr><th>Handle</th><th>Name</th><th>E-mail</th><th>Phone</th><th></th><th>Created</th></tr></thead>
             <tbody>
             \(rows.isEmpty ? "<tr><td colspan=\"5\">No user matches.</td></tr>" : rows)</tbody></table>
             <p class="pager">\(pager)</p>
@@ -225,6 +225,7 @@ enum Pages {
             <dt>Handle</dt><dd id="handle">\(escape(user.handle))</dd>
             <dt>User id</dt><dd class="mono">\(id)</dd>
             <dt>E-mail</dt><dd>\(escape(user.email ?? "—"))\(user.emailVerified ? " (verified)" : user.email == nil ? "" : " (not verified)")</dd>
+            <dt>Phone</dt><dd id="phone">\(escape(user.phone ?? "—"))</dd>
             <dt>Kind</dt><dd>\(user.isGuest ? "guest" : "member")</dd>
             <dt>State</dt><dd id="state">\(user.disabled ? "<span class=\"bad\">disabled</span>" : "active")</dd>
             <dt>Created</dt><dd>\(date(user.createdAt))</dd>

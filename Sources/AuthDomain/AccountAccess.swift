@@ -8,13 +8,14 @@ import Foundation
 public enum AccountAccess: CaseIterable, Sendable {
     /// Sessions, with their refresh and access tokens.
     case sessions
-    /// Password, e-mail and provider identities, with the password hashes.
+    /// Password, e-mail, phone and provider identities, with the password hashes (and the
+    /// user's `phone`, which is its phone identity's number).
     case identities
     /// Passkeys, and the user handle authenticators keep for the account.
     case passkeys
     /// The TOTP factor and its recovery codes.
     case secondFactor
-    /// One-time codes sent by e-mail (verification, reset, sign-in).
+    /// One-time codes sent by e-mail (verification, reset, sign-in) or texted.
     case pendingCodes
     /// Passkey ceremonies' challenges not answered yet.
     case passkeyChallenges

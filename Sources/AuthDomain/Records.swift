@@ -41,10 +41,12 @@ public struct NewUser: Sendable, Equatable {
     public var isPrivateEmail: Bool
     public var isGuest: Bool
     public var createdAt: Date
+    /// A number proven by a texted code (`phone_code`), in E.164 form.
+    public var phone: String?
 
     public init(
         id: UUID, name: String?, email: String?, emailVerified: Bool, isPrivateEmail: Bool, isGuest: Bool,
-        createdAt: Date
+        createdAt: Date, phone: String? = nil
     ) {
         self.id = id
         self.name = name
@@ -53,6 +55,7 @@ public struct NewUser: Sendable, Equatable {
         self.isPrivateEmail = isPrivateEmail
         self.isGuest = isGuest
         self.createdAt = createdAt
+        self.phone = phone
     }
 }
 
@@ -69,6 +72,8 @@ public struct StoredUser: Sendable, Equatable {
     public var createdAt: Date
     /// Disabled by support or an operator: its sign-ins and refreshes answer `account_disabled`.
     public var isDisabled = false
+    /// The account's phone number (E.164), proven by a texted code; its `phone` identity signs in.
+    public var phone: String?
 
     public init(
         id: UUID, handle: String, name: String?, email: String?, emailVerified: Bool, isPrivateEmail: Bool,

@@ -106,6 +106,8 @@ extension PostgresStore {
         public var isGuest: Bool
         public var disabled: Bool
         public var createdAt: Date
+        /// The account's phone number (E.164), when it has one.
+        public var phone: String?
 
         /// From a row of `users` with `disabled` computed (`disabled_at IS NOT NULL`).
         init(row: PGRow) throws {
@@ -117,18 +119,19 @@ extension PostgresStore {
             isGuest = try row.decode("is_guest")
             disabled = try row.decode("disabled")
             createdAt = try row.decode("created_at")
+            phone = try row.decode("phone", as: String?.self)
         }
 
         enum CodingKeys: String, CodingKey {
-            case id, handle, name, email, disabled
+            case id, handle, name, email, disabled, phone
             case emailVerified = "email_verified"
             case isGuest = "is_guest"
             case createdAt = "created_at"
         }
     }
 
-    /// Users whose id, provider subject or address is `query`, or whose handle or address begins
-    /// with it (case-insensitive); all users, newest first, when it is empty.
+    /// Users whose id, provider subject or address is `query`, or whose handle, address or phone
+    /// number begins with it (case-insensitive); all users, newest first, when it is empty.
     /// - Returns: up to `limit` users from `offset`, and whether more follow.
     public func searchUsers(_ query: String, offset: Int, limit: Int) async throws -> (
         users: [UserSummary], more: Bool
@@ -159,7 +162,7 @@ extension PostgresStore {
         let text = query.trimmingCharacters(in: .whitespaces)
         let columns = """
             u.id, u.handle, u.name, u.email, u.email_verified, u.is_guest, u.disabled_at IS NOT NULL AS disabled,
-            u.created_at
+            u.created_at, u.phone
             """
         guard !text.isEmpty else {
             return """
@@ -182,6 +185,7 @@ extension PostgresStore {
                 SELECT id FROM users WHERE id = \(id)
                 UNION SELECT id FROM users WHERE handle LIKE \(prefix)
                 UNION SELECT id FROM users WHERE lower(email) LIKE \(prefix) AND email IS NOT NULL
+                UNION SELECT id FROM users WHERE phone LIKE \(prefix) AND phone IS NOT NULL
                 UNION SELECT user_id FROM identities WHERE lower(email) LIKE \(prefix) AND email IS NOT NULL
                 UNION SELECT user_id FROM identities
                       WHERE subject = \(text) AND provider = ANY(ARRAY(
@@ -309,7 +313,7 @@ extension PostgresStore {
                 let row = try connection.query(
                     """
                     SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_guest,
-                           u.disabled_at IS NOT NULL AS disabled, u.created_at, r.role
+                           u.disabled_at IS NOT NULL AS disabled, u.created_at, u.phone, r.role
                     FROM users u LEFT JOIN admin_roles r ON r.user_id = u.id WHERE u.id = \(id)
                     """
                 ).first

@@ -20,6 +20,7 @@ enum Decode {
             isPrivateEmail: try row.decode("is_private_email"), isGuest: try row.decode("is_guest"),
             providers: try row.decode("providers", as: [String].self), createdAt: try row.decode("created_at"))
         user.isDisabled = try row.decode("disabled")
+        user.phone = try row.decode("phone", as: String?.self)
         return user
     }
 

@@ -8,8 +8,30 @@ public enum Migrations {
         oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens, passkeys,
         accountAdministration, consoleSessions, outboxWithoutPartialIndex, foreignKeysServedByIndexes,
         requestsByUser, finishedAppleJobs, refreshTokensBySessionAndTime, endedSessionsForgetTheirTokens,
-        usersFoundByIndex, staffNamedByID,
+        usersFoundByIndex, staffNamedByID, phoneNumbers, usersFoundByPhone,
     ]
+
+    /// Accounts have a phone number, proven by a texted code (`phone_code`): the number is the
+    /// `phone` identity's subject (which signs in, and keeps two accounts from one number) and the
+    /// user's `phone`, which results show. Adding a column without a default rewrites nothing.
+    /// Texted codes share `one_time_codes`: its `email` column holds a code's destination, a
+    /// number for the phone purposes.
+    static let phoneNumbers = PGMigration(
+        version: 23, name: "phone numbers",
+        sql: """
+            ALTER TABLE users ADD COLUMN IF NOT EXISTS phone text;
+            COMMENT ON COLUMN one_time_codes.email IS
+                'where the code was sent: an e-mail address, or an E.164 number for the phone purposes';
+            """)
+
+    /// The console and `auth-worker users show` find accounts by a number's prefix; built
+    /// `CONCURRENTLY`, so sign-ins go on while it is.
+    static let usersFoundByPhone = PGMigration(
+        version: 24, name: "users found by phone",
+        outsideTransaction: [
+            "DROP INDEX CONCURRENTLY IF EXISTS users_phone",
+            "CREATE INDEX CONCURRENTLY users_phone ON users (phone text_pattern_ops) WHERE phone IS NOT NULL",
+        ])
 
     /// The audit trail named the console user who acted by their sign-in address
     /// (`admin:<email>`), which the account's export showed its user: half of the agent's

@@ -144,9 +144,11 @@ extension PostgresUnitOfWork {
         handlesInUse.insert(handle)
         current.users.append(NewUserRow(user: user, handle: handle))
         cache.users[user.id] = nil
-        return StoredUser(
+        var stored = StoredUser(
             id: user.id, handle: handle, name: user.name, email: user.email, emailVerified: user.emailVerified,
             isPrivateEmail: user.isPrivateEmail, isGuest: user.isGuest, providers: [], createdAt: user.createdAt)
+        stored.phone = user.phone
+        return stored
     }
 
     func insertIdentity(_ identity: NewIdentity, userID: UUID, at date: Date) throws {
@@ -175,7 +177,7 @@ extension PostgresUnitOfWork {
         current.statements.append(
             """
             UPDATE users SET name = \(user.name), email = \(user.email), email_verified = \(user.emailVerified),
-                is_private_email = \(user.isPrivateEmail), is_guest = \(user.isGuest),
+                is_private_email = \(user.isPrivateEmail), is_guest = \(user.isGuest), phone = \(user.phone),
                 upgraded_at = COALESCE(\(upgradedAt), upgraded_at), updated_at = \(date)
             WHERE id = \(user.id)
             """)

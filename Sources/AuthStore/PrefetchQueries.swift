@@ -12,7 +12,7 @@ struct PrefetchQueries {
     /// for each user: as `EXISTS`, the generic plan made while `mfa_factors` was small hashed
     /// the whole table on every run.
     static let userColumns = """
-        SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_private_email, u.is_guest, u.created_at,
+        SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_private_email, u.is_guest, u.created_at, u.phone,
                ARRAY(SELECT provider
                      FROM (SELECT provider, created_at FROM identities
                            WHERE user_id = u.id AND NOT (provider = 'password' AND password_hash IS NULL)

@@ -42,11 +42,15 @@ public struct UserReport: Codable, Sendable {
     var identities: [Identity]
     var sessions: [Session]
 
-    /// The user `load` reports: by id, or the first to sign up of those whose address, or one of
-    /// whose identities' address, is `idOrEmail` in any case. Both addresses by their lower-case
-    /// indexes (`users_email_prefix`, `identities_email`), the users then by their key.
+    /// The user `load` reports: by id, by phone number (`+…`, `users_phone`), or the first to
+    /// sign up of those whose address, or one of whose identities' address, is `idOrEmail` in any
+    /// case. Both addresses by their lower-case indexes (`users_email_prefix`, `identities_email`),
+    /// the users then by their key.
     static func lookup(_ idOrEmail: String) -> PGQuery {
         if let id = UUID(uuidString: idOrEmail) { return "SELECT * FROM users WHERE id = \(id)" }
+        if idOrEmail.hasPrefix("+") {
+            return "SELECT * FROM users WHERE phone = \(idOrEmail) AND phone IS NOT NULL ORDER BY created_at LIMIT 1"
+        }
         return """
             SELECT * FROM users WHERE id = ANY(ARRAY(
                 SELECT id FROM users WHERE lower(email) = lower(\(idOrEmail)) AND email IS NOT NULL

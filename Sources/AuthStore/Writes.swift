@@ -162,15 +162,16 @@ struct Writes {
         let users = users.sorted { $0.handle < $1.handle }
         return """
             INSERT INTO users (id, handle, name, email, email_verified, is_private_email, is_guest, created_at,
-                               updated_at)
-            SELECT id, handle, name, email, verified, private, guest, created, created
+                               updated_at, phone)
+            SELECT id, handle, name, email, verified, private, guest, created, created, phone
             FROM unnest(\(PGArray(users.map(\.user.id))), \(PGArray(users.map(\.handle))),
                         \(PGArray(users.map(\.user.name))), \(PGArray(users.map(\.user.email))),
                         \(PGArray(users.map(\.user.emailVerified))),
                         \(PGArray(users.map(\.user.isPrivateEmail))),
                         \(PGArray(users.map(\.user.isGuest))),
-                        \(PGArray(users.map(\.user.createdAt))))
-                AS t(id, handle, name, email, verified, private, guest, created)
+                        \(PGArray(users.map(\.user.createdAt))),
+                        \(PGArray(users.map(\.user.phone))))
+                AS t(id, handle, name, email, verified, private, guest, created, phone)
             """
     }
 

@@ -13,6 +13,11 @@ public struct LoginRequestData: Decodable, Sendable, CustomStringConvertible, Cu
     public var nonce: String?
     public var profile: Profile?
     public var email: String?
+    /// `phone_code_request`, `phone_code`: a number in E.164 form (`+` and the country calling code).
+    public var phone: String?
+    /// `phone_code_request`: the language to write the text message in (a BCP 47 tag, `ko-KR`),
+    /// passed on to the SMS service.
+    public var locale: String?
     public var password: String?
     public var name: String?
     public var refreshToken: String?
@@ -95,7 +100,7 @@ public struct LoginRequestData: Decodable, Sendable, CustomStringConvertible, Cu
     }
 
     enum CodingKeys: String, CodingKey {
-        case method, provider, nonce, profile, email, password, name, scope, device
+        case method, provider, nonce, profile, email, phone, locale, password, name, scope, device
         case identityToken = "identity_token"
         case refreshToken = "refresh_token"
         case accessToken = "access_token"
@@ -150,6 +155,8 @@ public enum LoginMethod: String, Sendable, CaseIterable {
     case mfaRemove = "mfa_remove"
     case emailCodeRequest = "email_code_request"
     case emailCode = "email_code"
+    case phoneCodeRequest = "phone_code_request"
+    case phoneCode = "phone_code"
     case sessionsList = "sessions_list"
     case sessionRevoke = "session_revoke"
     case accountDelete = "account_delete"

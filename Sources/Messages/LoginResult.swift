@@ -148,10 +148,14 @@ public struct UserPayload: Decodable, Sendable, Equatable {
     public var isGuest: Bool
     public var providers: [String]
     public var createdAt: String
+    /// The account's phone number (E.164), when it has one: absent otherwise.
+    public var phone: String?
+    /// True beside `phone`: the worker keeps a number only once a code sent to it came back.
+    public var phoneVerified: Bool?
 
     public init(
         id: String, handle: String, name: String?, email: String?, emailVerified: Bool, isPrivateEmail: Bool,
-        isGuest: Bool, providers: [String], createdAt: String
+        isGuest: Bool, providers: [String], createdAt: String, phone: String? = nil
     ) {
         self.id = id
         self.handle = handle
@@ -162,10 +166,13 @@ public struct UserPayload: Decodable, Sendable, Equatable {
         self.isGuest = isGuest
         self.providers = providers
         self.createdAt = createdAt
+        self.phone = phone
+        self.phoneVerified = phone.map { _ in true }
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, handle, name, email, providers
+        case id, handle, name, email, providers, phone
+        case phoneVerified = "phone_verified"
         case emailVerified = "email_verified"
         case isPrivateEmail = "is_private_email"
         case isGuest = "is_guest"

@@ -46,6 +46,8 @@ extension UserPayload: JSONWritable {
             out.member(CodingKeys.isGuest, isGuest)
             out.member(CodingKeys.isPrivateEmail, isPrivateEmail)
             out.member(CodingKeys.name, name)
+            out.member(CodingKeys.phone, phone)
+            out.member(CodingKeys.phoneVerified, phoneVerified)
             out.member(CodingKeys.providers, providers)
         }
     }
@@ -103,6 +105,7 @@ extension UserCreatedData: JSONWritable {
             out.member(CodingKeys.isGuest, isGuest)
             out.member(CodingKeys.isPrivateEmail, isPrivateEmail)
             out.member(CodingKeys.name, name)
+            out.member(CodingKeys.phone, phone)
             out.member(CodingKeys.provider, provider)
             out.member(CodingKeys.userId, userId)
         }
@@ -164,6 +167,7 @@ extension LoginRequestData: JSONWritable {
             out.member(CodingKeys.identityToken, identityToken)
             out.member(CodingKeys.linkTo, linkTo)
             out.member(CodingKeys.linkToken, linkToken)
+            out.member(CodingKeys.locale, locale)
             out.member(CodingKeys.method, method)
             out.member(CodingKeys.mfaToken, mfaToken)
             out.member(CodingKeys.name, name)
@@ -171,6 +175,7 @@ extension LoginRequestData: JSONWritable {
             out.member(CodingKeys.nonce, nonce)
             out.member(CodingKeys.passkeyID, passkeyID)
             out.member(CodingKeys.password, password)
+            out.member(CodingKeys.phone, phone)
             out.member(CodingKeys.profile, profile)
             out.member(CodingKeys.provider, provider)
             out.member(CodingKeys.recoveryCode, recoveryCode)

@@ -61,6 +61,12 @@ enum FieldRule: Sendable {
     case limited(Field, Size)
     /// A six-digit e-mail code with its address, or a link token alone.
     case codeOrLink
+    /// A phone number in E.164 form that a country uses (`PhoneNumber`).
+    case phone
+    /// The six digits of a text message (`phone_code`).
+    case textedCode
+    /// When present, a language tag (BCP 47: letters, digits and dashes, at most 35).
+    case locale
     /// A six-digit code from an authenticator app, or (when allowed) a recovery code.
     case factorCode(allowRecovery: Bool)
     /// When present, six digits (a second factor's code beside a deletion).
@@ -89,6 +95,8 @@ extension FieldRule {
     static let logout: [FieldRule] = [.required(.accessToken, .token), .scope]
     static let codeOrLinkOnly: [FieldRule] = [.codeOrLink]
     static let email: [FieldRule] = [.required(.email, .field)]
+    static let phoneCodeRequest: [FieldRule] = [.phone, .locale, .limited(.accessToken, .token)]
+    static let phoneCode: [FieldRule] = [.phone, .textedCode, .limited(.accessToken, .token)]
     static let passwordReset: [FieldRule] = [.codeOrLink, .required(.newPassword, .field)]
     static let changePassword: [FieldRule] = [
         .required(.accessToken, .token), .required(.password, .field), .required(.newPassword, .field),

@@ -36,6 +36,8 @@ extension LoginMethod {
         case .changePassword: MethodTraits.changePassword
         case .emailCodeRequest: MethodTraits.emailCodeRequest
         case .emailCode: MethodTraits.emailCode
+        case .phoneCodeRequest: MethodTraits.phoneCodeRequest
+        case .phoneCode: MethodTraits.phoneCode
         case .mfaEnroll: MethodTraits.mfaEnroll
         case .mfaVerify: MethodTraits.mfaVerify
         case .mfaChallenge: MethodTraits.mfaChallenge
@@ -82,6 +84,8 @@ extension MethodTraits {
         FieldRule.changePassword, secret: false)
     static let emailCodeRequest = MethodTraits(FieldRule.email, secret: false)
     static let emailCode = MethodTraits(FieldRule.codeOrLinkOnly, secret: true)
+    static let phoneCodeRequest = MethodTraits(FieldRule.phoneCodeRequest, secret: false)
+    static let phoneCode = MethodTraits(FieldRule.phoneCode, secret: true)
     static let mfaEnroll = MethodTraits(
         FieldRule.accessToken, secret: true)
     static let mfaVerify = MethodTraits(FieldRule.mfaVerify, secret: true)

@@ -40,6 +40,13 @@ public struct PhoneNumber: Sendable, Hashable, CustomStringConvertible {
         throw .unknownCallingCode
     }
 
+    /// Whether a geographic country has the calling code.
+    public static func isCallingCode(_ code: UInt16) -> Bool { CallingCodes.lengths[code] != nil }
+
+    /// The number without its last three digits: the block of a thousand numbers it is in, which
+    /// SMS pumping walks through.
+    public var block: String { String(e164.dropLast(3)) }
+
     /// `+<calling code><national number>`.
     public var e164: String { "+\(callingCode)\(nationalNumber)" }
 

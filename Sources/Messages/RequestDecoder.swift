@@ -151,6 +151,8 @@ public struct RequestDecoder: Sendable {
         request.identityToken = try data.optional("identity_token")
         request.nonce = try data.optional("nonce")
         request.email = try data.optional("email")
+        request.phone = try data.optional("phone")
+        request.locale = try data.optional("locale")
         request.password = try data.optional("password")
         request.name = try data.optional("name")
         request.refreshToken = try data.optional("refresh_token")
@@ -415,6 +417,17 @@ public struct RequestDecoder: Sendable {
             try limit(field.value(in: data), field.path, max: bytes(size))
         case .codeOrLink:
             try checkCodeOrLink(data, method: method)
+        case .phone:
+            try checkPhone(data, method: method)
+        case .locale:
+            if let locale = data.locale, !Self.isLanguageTag(locale) {
+                throw RequestValidationError(field: "data.locale", reason: "must be a language tag such as en or ko-KR")
+            }
+        case .textedCode:
+            try require(data.code, "code", max: maxFieldBytes, method: method)
+            guard let code = data.code, Self.isSixDigits(code) else {
+                throw RequestValidationError(field: "data.code", reason: "must be the six digits from the text message")
+            }
         case .factorCode(let allowRecovery):
             try checkFactorCode(data, allowRecovery: allowRecovery, method: method)
         case .optionalFactorCode:
@@ -468,6 +481,38 @@ public struct RequestDecoder: Sendable {
         try require(data.code, "code", max: maxFieldBytes, method: method)
         guard let code = data.code, Self.isSixDigits(code) else {
             throw RequestValidationError(field: "data.code", reason: "must be the six digits from the e-mail")
+        }
+    }
+
+    /// A BCP 47 language tag's shape: a 2–8 letter language, then dash-separated subtags of 1–8
+    /// letters or digits; at most 35 characters.
+    static func isLanguageTag(_ text: String) -> Bool {
+        let parts = text.utf8.split(separator: UInt8(ascii: "-"), omittingEmptySubsequences: false)
+        guard text.utf8.count <= 35, let first = parts.first, (2...8).contains(first.count),
+            first.allSatisfy({ ($0 | 0x20) >= UInt8(ascii: "a") && ($0 | 0x20) <= UInt8(ascii: "z") })
+        else { return false }
+        return parts.dropFirst().allSatisfy { part in
+            (1...8).contains(part.count)
+                && part.allSatisfy {
+                    ($0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9"))
+                        || (($0 | 0x20) >= UInt8(ascii: "a") && ($0 | 0x20) <= UInt8(ascii: "z"))
+                }
+        }
+    }
+
+    /// A number in E.164 form, with a calling code and a length a country uses.
+    private func checkPhone(_ data: LoginRequestData, method: LoginMethod) throws {
+        try require(data.phone, "phone", max: maxFieldBytes, method: method)
+        do {
+            _ = try PhoneNumber(e164: data.phone ?? "")
+        } catch {
+            let reason =
+                switch error {
+                case .notE164: "must be a number in E.164 form: + and the country calling code, no spaces"
+                case .unknownCallingCode: "no country uses this calling code"
+                case .wrongLength: "the country of this calling code has no numbers of this length"
+                }
+            throw RequestValidationError(field: "data.phone", reason: reason)
         }
     }
 

@@ -32,6 +32,78 @@ public enum UserEventType {
     /// A passkey sign-in was refused because its signature counter went backwards: the
     /// authenticator may have been cloned.
     public static let passkeyCloneSuspected = "auth.passkey.clone_suspected"
+    /// A code to send by text message (`phone_code`): for the SMS service.
+    public static let phoneCodeRequested = "auth.phone.code_requested"
+    /// An account's phone number was proven: added, or changed to another.
+    public static let phoneVerified = "auth.user.phone_verified"
+}
+
+/// `auth.phone.code_requested`: what the SMS service needs to send the message. The code is in
+/// `sealed_secret`, a compact JWE (`ECDH-ES`, `A256GCM`, X25519) to the SMS service's key
+/// (`AUTH_SMS_KEY`) whose plaintext is `{"code":"123456"}`.
+public struct PhoneCodeRequestedData: Decodable, Sendable, Equatable {
+    /// Nil when the number has no account yet (a sign-up code), or when a sign-in code was asked
+    /// for a number without one: the event is then keyed by the number.
+    public var userId: String?
+    /// Where to send it, in E.164 form.
+    public var phone: String
+    /// `phone_sign_in` (to sign in with) or `verify_phone` (to add or change a signed-in account's number).
+    public var purpose: String
+    public var sealedSecret: String
+    public var expiresAt: String
+    /// The language the request asked the message in (a BCP 47 tag), when it gave one.
+    public var locale: String?
+
+    public init(
+        userId: String?, phone: String, purpose: String, sealedSecret: String, expiresAt: String, locale: String?
+    ) {
+        self.userId = userId
+        self.phone = phone
+        self.purpose = purpose
+        self.sealedSecret = sealedSecret
+        self.expiresAt = expiresAt
+        self.locale = locale
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case phone, purpose, locale
+        case userId = "user_id"
+        case sealedSecret = "sealed_secret"
+        case expiresAt = "expires_at"
+    }
+}
+
+/// The plaintext of `PhoneCodeRequestedData.sealedSecret`.
+public struct PhoneCodeSecret: Decodable, Sendable, Equatable, CustomStringConvertible {
+    public var code: String
+
+    public init(code: String) {
+        self.code = code
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case code
+    }
+
+    public var description: String { "PhoneCodeSecret(<redacted>)" }
+}
+
+/// `auth.user.phone_verified`: the account's number now (`previous` when it replaced another).
+public struct PhoneVerifiedData: Decodable, Sendable, Equatable {
+    public var userId: String
+    public var phone: String
+    public var previous: String?
+
+    public init(userId: String, phone: String, previous: String?) {
+        self.userId = userId
+        self.phone = phone
+        self.previous = previous
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case phone, previous
+        case userId = "user_id"
+    }
 }
 
 /// `auth.mfa.locked`.
@@ -188,10 +260,12 @@ public struct UserCreatedData: Decodable, Sendable, Equatable {
     public var isGuest: Bool
     public var provider: String
     public var createdAt: String
+    /// The verified phone number a `phone_code` sign-up was made with.
+    public var phone: String?
 
     public init(
         userId: String, handle: String, name: String?, email: String?, emailVerified: Bool, isPrivateEmail: Bool,
-        isGuest: Bool, provider: String, createdAt: String
+        isGuest: Bool, provider: String, createdAt: String, phone: String? = nil
     ) {
         self.userId = userId
         self.handle = handle
@@ -202,10 +276,11 @@ public struct UserCreatedData: Decodable, Sendable, Equatable {
         self.isGuest = isGuest
         self.provider = provider
         self.createdAt = createdAt
+        self.phone = phone
     }
 
     enum CodingKeys: String, CodingKey {
-        case handle, name, email, provider
+        case handle, name, email, provider, phone
         case userId = "user_id"
         case emailVerified = "email_verified"
         case isPrivateEmail = "is_private_email"
@@ -335,6 +410,37 @@ extension MFAChangedData: JSONWritable {
     public func write(to writer: inout JSONWriter) {
         writer.object { out in
             out.member(CodingKeys.factor, factor)
+            out.member(CodingKeys.userId, userId)
+        }
+    }
+}
+
+extension PhoneCodeRequestedData: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member(CodingKeys.expiresAt, expiresAt)
+            out.member(CodingKeys.locale, locale)
+            out.member(CodingKeys.phone, phone)
+            out.member(CodingKeys.purpose, purpose)
+            out.member(CodingKeys.sealedSecret, sealedSecret)
+            out.member(CodingKeys.userId, userId)
+        }
+    }
+}
+
+extension PhoneCodeSecret: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member(CodingKeys.code, code)
+        }
+    }
+}
+
+extension PhoneVerifiedData: JSONWritable {
+    public func write(to writer: inout JSONWriter) {
+        writer.object { out in
+            out.member(CodingKeys.phone, phone)
+            out.member(CodingKeys.previous, previous)
             out.member(CodingKeys.userId, userId)
         }
     }

@@ -32,6 +32,7 @@ public struct Setting: Sendable, Hashable {
         case providers = "Identity providers"
         case accounts = "Accounts and passwords"
         case emailCodes = "E-mail codes"
+        case phoneCodes = "Phone codes"
         case secondFactor = "Second factor"
         case passkeys = "Passkeys"
         case console = "Admin console"

@@ -33,6 +33,9 @@ struct ContractConformanceTests {
         config.accounts.guestRateLimit = .init(count: 1, window: 3600)
         let mail = try X25519.generateKeyPair()
         config.emailCodes.mailKey = mail.publicKey
+        let sms = try X25519.generateKeyPair()
+        config.phoneCodes.smsKey = sms.publicKey
+        config.phoneCodes.signUp = true
         config.resultsKey = try SecureRandom.bytes(32)
         config.passkeys.rpID = "example.com"
         config.passkeys.origins = ["https://example.com"]
@@ -157,6 +160,44 @@ struct ContractConformanceTests {
         verify.password = "correct horse battery"
         #expect(try await send(verify).user?.emailVerified == true)
         #expect(try await send(verify).error?.code == .invalidCode, "a code works once")
+        // Phone numbers, the code taken from the event as the SMS service does: a sign-up by
+        // number, then a guest proving another number and becoming a member.
+        func textedCode(to phone: String) async throws -> String {
+            func matches(_ message: KafkaMessage) -> Bool {
+                message.json["type"] as? String == "auth.phone.code_requested"
+                    && (message.json["data"] as? [String: Any])?["phone"] as? String == phone
+            }
+            let seen = try await events.waitUntil { $0.contains(where: matches) }
+            let event = try MessageCoding.decode(
+                CloudEvent<PhoneCodeRequestedData>.self, from: try #require(seen.last(where: matches)).value)
+            let opened = try JWE.openECDHES(event.data.sealedSecret, privateKey: sms.privateKey)
+            return try MessageCoding.decode(PhoneCodeSecret.self, from: opened.plaintext).code
+        }
+        var phoneRequest = LoginRequestData(method: "phone_code_request")
+        phoneRequest.phone = "+821012345678"
+        phoneRequest.locale = "ko-KR"
+        phoneRequest.clientID = "install-phone"
+        let phoneRequested = try await send(phoneRequest)
+        #expect(phoneRequested.status == "ok", "\(String(describing: phoneRequested.error))")
+        var phoneSignIn = LoginRequestData(method: "phone_code")
+        phoneSignIn.phone = "+821012345678"
+        phoneSignIn.code = try await textedCode(to: "+821012345678")
+        let byPhone = try await send(phoneSignIn)
+        #expect(byPhone.user?.phone == "+821012345678" && byPhone.newUser == true)
+        #expect(try await send(phoneSignIn).error?.code == .invalidCode, "a texted code works once")
+        var phoneGuest = LoginRequestData(method: "guest")
+        phoneGuest.clientID = "install-phone-guest"
+        let phoneGuestToken = try await send(phoneGuest).session?.accessToken
+        var addPhone = LoginRequestData(method: "phone_code_request")
+        addPhone.phone = "+14155550100"
+        addPhone.accessToken = phoneGuestToken
+        addPhone.clientID = "install-phone-guest"
+        #expect(try await send(addPhone).status == "ok")
+        var provePhone = LoginRequestData(method: "phone_code")
+        provePhone.phone = "+14155550100"
+        provePhone.accessToken = phoneGuestToken
+        provePhone.code = try await textedCode(to: "+14155550100")
+        #expect(try await send(provePhone).user?.isGuest == false)
         var resend = LoginRequestData(method: "send_verification")
         resend.accessToken = grace.session?.accessToken
         #expect(try await send(resend).status == "ok")
@@ -331,7 +372,8 @@ struct ContractConformanceTests {
             "auth.user.deleted", "auth.email.verification_requested", "auth.password.reset_requested",
             "auth.user.email_verified", "auth.password.changed", "auth.mfa.enabled", "auth.mfa.disabled",
             "auth.email.sign_in_requested", "auth.mfa.locked", "auth.identity.unlinked", "auth.passkey.added",
-            "auth.passkey.removed", "auth.passkey.clone_suspected",
+            "auth.passkey.removed", "auth.passkey.clone_suspected", "auth.phone.code_requested",
+            "auth.user.phone_verified",
         ]
         let seen = try await events.waitUntil { messages in
             Set(messages.compactMap { $0.json["type"] as? String }).isSuperset(of: types)
@@ -346,6 +388,7 @@ struct ContractConformanceTests {
             "auth.mfa.locked": "mfa-locked", "auth.identity.unlinked": "identity-unlinked",
             "auth.passkey.added": "passkey-added", "auth.passkey.removed": "passkey-removed",
             "auth.passkey.clone_suspected": "passkey-clone-suspected",
+            "auth.phone.code_requested": "phone-code-requested", "auth.user.phone_verified": "phone-verified",
         ]
         for message in seen {
             let type = message.json["type"] as? String ?? "?"

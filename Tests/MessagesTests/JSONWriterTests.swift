@@ -132,6 +132,16 @@ import Testing
             UserCreatedData(
                 userId: "u", handle: "h", name: nil, email: "a@b", emailVerified: false, isPrivateEmail: true,
                 isGuest: true, provider: "guest", createdAt: "t"))
+        try Self.same(
+            UserCreatedData(
+                userId: "u", handle: "h", name: nil, email: nil, emailVerified: false, isPrivateEmail: false,
+                isGuest: false, provider: "phone", createdAt: "t", phone: "+821012345678"))
+        try Self.same(
+            PhoneCodeRequestedData(
+                userId: "u", phone: "+14155550100", purpose: "verify_phone", sealedSecret: "a.b.c.d.e", expiresAt: "t",
+                locale: "ko-KR"))
+        try Self.same(PhoneCodeSecret(code: "012345"))
+        try Self.same(PhoneVerifiedData(userId: "u", phone: "+14155550100", previous: "+14155550199"))
         try Self.same(UserUpgradedData(userId: "u", provider: "apple", email: nil, name: "N"))
         try Self.same(IdentityLinkedData(userId: "u", provider: "google", subject: "108"))
         try Self.same(UserDeletedData(userId: "u", reason: "operator"))
@@ -177,6 +187,8 @@ extension JSONWriterTests {
         request.context = .init(ip: "203.0.113.7", userAgent: "Mozilla/5.0 (X11)")
         request.passkeyID = "0194"
         request.redirectURI = "com.example.app://oauth"
+        request.phone = "+14155550100"
+        request.locale = "en-US"
         var credentialResponse = PasskeyCredential.Response(clientDataJSON: "cd")
         credentialResponse.attestationObject = "ao"
         credentialResponse.authenticatorData = "ad"
@@ -188,7 +200,7 @@ extension JSONWriterTests {
         request.credential = credential
         try Self.sameAgain(request)
         let encoded = try Self.members(request.jsonBytes)
-        #expect(encoded.count == 27, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
+        #expect(encoded.count == 29, "every member of LoginRequestData is set above: \(encoded.keys.sorted())")
 
         var error = ErrorPayload(
             code: .mfaRequired, message: "m", retriable: false, field: "f", retryAfter: "t", retryAfterSeconds: 1)
@@ -199,7 +211,7 @@ extension JSONWriterTests {
             requestID: "r",
             user: UserPayload(
                 id: "u", handle: "h", name: "n", email: "e", emailVerified: true, isPrivateEmail: false, isGuest: false,
-                providers: ["password"], createdAt: "t"),
+                providers: ["password"], createdAt: "t", phone: "+14155550100"),
             newUser: false,
             session: SessionPayload(
                 accessToken: "a", expiresAt: "t", refreshToken: "r", refreshExpiresAt: "t", abilities: ["*"]))

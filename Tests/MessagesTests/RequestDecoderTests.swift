@@ -83,6 +83,16 @@ import Testing
         (#"{"method":"mfa_challenge","mfa_token":"mt_x","code":"12345"}"#, "", "data.code"),
         (#"{"method":"mfa_challenge","mfa_token":"mt_x","code":"123456","recovery_code":"x"}"#, "", "data.code"),
         (#"{"method":"mfa_remove","access_token":"t"}"#, "", "data.code"),
+        (#"{"method":"phone_code_request"}"#, "", "data.phone"),
+        (#"{"method":"phone_code_request","phone":"+1 415 555 0100"}"#, "", "data.phone"),
+        (#"{"method":"phone_code_request","phone":"14155550100"}"#, "", "data.phone"),
+        (#"{"method":"phone_code_request","phone":"+9991234567"}"#, "", "data.phone"),
+        (#"{"method":"phone_code_request","phone":"+1415555010"}"#, "", "data.phone"),
+        (#"{"method":"phone_code_request","phone":"+14155550100","locale":"en_US"}"#, "", "data.locale"),
+        (#"{"method":"phone_code_request","phone":"+14155550100","locale":"e"}"#, "", "data.locale"),
+        (#"{"method":"phone_code","phone":"+14155550100"}"#, "", "data.code"),
+        (#"{"method":"phone_code","phone":"+14155550100","code":"12345"}"#, "", "data.code"),
+        (#"{"method":"phone_code","code":"123456"}"#, "", "data.phone"),
     ])
     func invalidRequestsNameTheField(data: String, extra: String, field: String) {
         let value = request(data, extra: extra)
@@ -93,6 +103,22 @@ import Testing
         #expect(id == "req-1")
         #expect(error.field == field)
         #expect(error.code == .malformedRequest)
+    }
+
+    @Test func acceptsPhoneRequests() throws {
+        guard
+            case .valid(let asked) = decoder.decode(
+                request(#"{"method":"phone_code_request","phone":"+821012345678","locale":"ko-KR"}"#)),
+            case .valid(let code) = decoder.decode(
+                request(#"{"method":"phone_code","phone":"+14155550100","code":"012345","access_token":"t"}"#))
+        else {
+            Issue.record("expected valid requests")
+            return
+        }
+        #expect(
+            asked.method == .phoneCodeRequest && asked.data.phone == "+821012345678" && asked.data.locale == "ko-KR")
+        #expect(code.method == .phoneCode && code.data.code == "012345" && code.data.accessToken == "t")
+        #expect(RequestDecoder.isLanguageTag("zh-Hant-TW") && !RequestDecoder.isLanguageTag("en--US"))
     }
 
     /// Objects of a few members are searched name by name, larger ones through their hash table

@@ -290,6 +290,53 @@ extension Setting {
         "`email_code_request` to an address with no account sends a code that creates one",
         default: "`false`")
 
+    // MARK: - Phone codes
+
+    public static let smsKey = Setting(
+        "AUTH_SMS_KEY", .phoneCodes,
+        "the SMS service's X25519 public key (base64url): turns phone codes on (with `AUTH_RESULTS_KEY_FILE`); codes leave sealed to it",
+        default: "none (phone codes off)")
+    public static let phoneCodeTTLSeconds = Setting(
+        "AUTH_PHONE_CODE_TTL_SECONDS", .phoneCodes,
+        "how long a texted code works (60 to 900)",
+        default: "`300`")
+    public static let phoneCodeMaxAttempts = Setting(
+        "AUTH_PHONE_CODE_MAX_ATTEMPTS", .phoneCodes,
+        "wrong guesses a texted code survives (1 to 10)",
+        default: "`3`")
+    public static let phoneCodeSignup = Setting(
+        "AUTH_PHONE_CODE_SIGNUP", .phoneCodes,
+        "`phone_code_request` to a number with no account sends a code that creates one",
+        default: "`false`")
+    public static let smsCountries = Setting(
+        "AUTH_SMS_COUNTRIES", .phoneCodes,
+        "comma-separated country calling codes texts may go to (`1,44,82`); numbers of others are refused; `*` allows every country",
+        default: "`*`")
+    public static let smsNumberRateLimit = Setting(
+        "AUTH_SMS_NUMBER_RATE_LIMIT", .phoneCodes,
+        "codes texted to one number",
+        default: "`3/3600`")
+    public static let smsPrefixRateLimit = Setting(
+        "AUTH_SMS_PREFIX_RATE_LIMIT", .phoneCodes,
+        "codes texted to one block of a thousand numbers (the number without its last three digits): pumping walks a premium range",
+        default: "`10/3600`")
+    public static let smsCountryRateLimit = Setting(
+        "AUTH_SMS_COUNTRY_RATE_LIMIT", .phoneCodes,
+        "codes texted to one country calling code",
+        default: "`200/3600`")
+    public static let smsClientRateLimit = Setting(
+        "AUTH_SMS_CLIENT_RATE_LIMIT", .phoneCodes,
+        "codes asked for by one client (`client_id`, else the Kafka key)",
+        default: "`5/3600`")
+    public static let smsIPRateLimit = Setting(
+        "AUTH_SMS_IP_RATE_LIMIT", .phoneCodes,
+        "codes asked for from one IP address, when the gateway sends `context.ip`",
+        default: "`10/3600`")
+    public static let smsDailyBudget = Setting(
+        "AUTH_SMS_DAILY_BUDGET", .phoneCodes,
+        "codes texted by all replicas together in 24 hours from the first; `0` turns the budget off",
+        default: "`1000`")
+
     // MARK: - Second factor
 
     public static let mfaIssuer = Setting(
@@ -429,6 +476,8 @@ extension Setting {
         .auditRetentionDays,
         .mailKey, .emailCodeTTLSeconds, .emailCodeMaxAttempts, .emailCodeRateLimit, .passwordResetRateLimit,
         .emailCodeSignup,
+        .smsKey, .phoneCodeTTLSeconds, .phoneCodeMaxAttempts, .phoneCodeSignup, .smsCountries, .smsNumberRateLimit,
+        .smsPrefixRateLimit, .smsCountryRateLimit, .smsClientRateLimit, .smsIPRateLimit, .smsDailyBudget,
         .mfaIssuer, .mfaTokenTTLSeconds, .mfaRateLimit,
         .webauthnRPID, .webauthnRPName, .webauthnOrigins, .webauthnUserVerification, .webauthnChallengeTTLSeconds,
         .webauthnAttestation, .webauthnOptionsRateLimit, .webauthnOptionsGlobalRateLimit,

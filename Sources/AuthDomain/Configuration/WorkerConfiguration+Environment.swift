@@ -1,5 +1,6 @@
 import AuthCrypto
 import Foundation
+import Messages
 import ServiceKit
 
 #if canImport(Glibc)
@@ -229,6 +230,7 @@ extension WorkerConfiguration {
         if let limit = try reader.rateLimit(.emailCodeRateLimit) { config.emailCodes.sendLimit = limit }
         if let limit = try reader.rateLimit(.passwordResetRateLimit) { config.emailCodes.resetLimit = limit }
         if let value = try reader.bool(.emailCodeSignup) { config.emailCodes.signUp = value }
+        try readPhoneCodes(reader, into: &config.phoneCodes)
         if let value = try reader.bool(.requireVerifiedEmail) { config.accounts.requireVerifiedEmail = value }
         if let value = try reader.seconds(.reauthMaxAgeSeconds) { config.accounts.reauthMaxAge = value }
         config.appleTokens.teamID = reader.string(.appleTeamID)
@@ -316,6 +318,61 @@ extension WorkerConfiguration {
         if let limit = try reader.rateLimit(.mfaRateLimit) { config.mfa.attempts = limit }
         if let value = try reader.bool(.passwordChangeEndsSessions) {
             config.emailCodes.changeEndsOtherSessions = value
+        }
+    }
+}
+
+extension WorkerConfiguration {
+    private static func readPhoneCodes(_ reader: EnvironmentReader, into phone: inout PhoneCodes) throws {
+        if let text = reader.string(.smsKey) {
+            guard let key = Base64URL.decode(text), key.count == 32, X25519.isUsablePublicKey(key) else {
+                throw ConfigurationError(
+                    variable: Setting.smsKey.name, reason: "must be the SMS service's X25519 public key, base64url")
+            }
+            phone.smsKey = key
+        }
+        if let value = try reader.seconds(.phoneCodeTTLSeconds) {
+            guard value >= 60, value <= 900 else {
+                throw ConfigurationError(variable: Setting.phoneCodeTTLSeconds.name, reason: "must be 60 to 900")
+            }
+            phone.lifetime = value
+        }
+        if let value = try reader.integer(.phoneCodeMaxAttempts) {
+            guard value >= 1, value <= 10 else {
+                throw ConfigurationError(variable: Setting.phoneCodeMaxAttempts.name, reason: "must be 1 to 10")
+            }
+            phone.maxAttempts = value
+        }
+        if let value = try reader.bool(.phoneCodeSignup) { phone.signUp = value }
+        if let text = reader.string(.smsCountries), text != "*" {
+            var codes = Set<UInt16>()
+            for part in text.split(separator: ",") {
+                let trimmed = part.trimmingCharacters(in: .whitespaces)
+                let digits = trimmed.hasPrefix("+") ? String(trimmed.dropFirst()) : trimmed
+                guard let code = UInt16(digits), PhoneNumber.isCallingCode(code) else {
+                    throw ConfigurationError(
+                        variable: Setting.smsCountries.name,
+                        reason: "\"\(trimmed)\" is not a country calling code (e.g. 1,44,82; * for every country)")
+                }
+                codes.insert(code)
+            }
+            guard !codes.isEmpty else {
+                throw ConfigurationError(
+                    variable: Setting.smsCountries.name,
+                    reason: "name at least one calling code, or * for every country")
+            }
+            phone.countries = codes
+        }
+        if let limit = try reader.rateLimit(.smsNumberRateLimit) { phone.perNumber = limit }
+        if let limit = try reader.rateLimit(.smsPrefixRateLimit) { phone.perPrefix = limit }
+        if let limit = try reader.rateLimit(.smsCountryRateLimit) { phone.perCountry = limit }
+        if let limit = try reader.rateLimit(.smsClientRateLimit) { phone.perClient = limit }
+        if let limit = try reader.rateLimit(.smsIPRateLimit) { phone.perIP = limit }
+        if let count = try reader.integer(.smsDailyBudget) {
+            guard count >= 0 else {
+                throw ConfigurationError(variable: Setting.smsDailyBudget.name, reason: "must be 0 or more")
+            }
+            phone.dailyBudget = RateLimit(count: count, window: 86_400)
         }
     }
 }

@@ -75,6 +75,8 @@ public struct WorkerConfiguration: Sendable {
     public var accounts = Accounts()
     /// One-time codes sent by e-mail (verification, password reset).
     public var emailCodes = EmailCodes()
+    /// One-time codes texted to phone numbers.
+    public var phoneCodes = PhoneCodes()
     /// TOTP second factors.
     public var mfa = MFA()
     /// The key that seals stored results, so a redelivered request gets the same answer.
@@ -295,6 +297,36 @@ public struct WorkerConfiguration: Sendable {
         /// creates the account. Env: `AUTH_EMAIL_CODE_SIGNUP`. Default: false (codes only for
         /// existing accounts; the answer is the same either way).
         public var signUp = false
+        public init() {}
+    }
+
+    /// Codes texted to phone numbers (`phone_code_request`, `phone_code`). On only with the SMS
+    /// service's key and `resultsKey`: codes leave the worker sealed to `smsKey` and are stored
+    /// as HMACs. Sending a text costs money, so every limit is on by default (SMS pumping).
+    public struct PhoneCodes: Sendable, Equatable {
+        /// The SMS service's X25519 public key. Env: `AUTH_SMS_KEY`. Default: none (off).
+        public var smsKey: [UInt8]?
+        /// How long a code works. Env: `AUTH_PHONE_CODE_TTL_SECONDS`. Default: 300.
+        public var lifetime: TimeInterval = 300
+        /// Wrong codes one code survives. Env: `AUTH_PHONE_CODE_MAX_ATTEMPTS`. Default: 3.
+        public var maxAttempts = 3
+        /// A code to a number with no account creates one. Env: `AUTH_PHONE_CODE_SIGNUP`. Default: false.
+        public var signUp = false
+        /// The country calling codes codes are texted to; nil allows every country.
+        /// Env: `AUTH_SMS_COUNTRIES`. Default: nil.
+        public var countries: Set<UInt16>?
+        /// Per number. Env: `AUTH_SMS_NUMBER_RATE_LIMIT`. Default: 3 an hour.
+        public var perNumber = RateLimit(count: 3, window: 3600)
+        /// Per block of a thousand numbers. Env: `AUTH_SMS_PREFIX_RATE_LIMIT`. Default: 10 an hour.
+        public var perPrefix = RateLimit(count: 10, window: 3600)
+        /// Per country calling code. Env: `AUTH_SMS_COUNTRY_RATE_LIMIT`. Default: 200 an hour.
+        public var perCountry = RateLimit(count: 200, window: 3600)
+        /// Per client. Env: `AUTH_SMS_CLIENT_RATE_LIMIT`. Default: 5 an hour.
+        public var perClient = RateLimit(count: 5, window: 3600)
+        /// Per IP address the gateway reports. Env: `AUTH_SMS_IP_RATE_LIMIT`. Default: 10 an hour.
+        public var perIP = RateLimit(count: 10, window: 3600)
+        /// All codes in a day. Env: `AUTH_SMS_DAILY_BUDGET`. Default: 1000.
+        public var dailyBudget = RateLimit(count: 1000, window: 86_400)
         public init() {}
     }
 

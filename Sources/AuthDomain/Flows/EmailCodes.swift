@@ -9,23 +9,39 @@ enum CodePurpose: String, Sendable, CaseIterable {
     case verifyEmail = "verify_email"
     case passwordReset = "password_reset"
     case signIn = "email_sign_in"
+    /// Texted: signs in (`phone_code`).
+    case phoneSignIn = "phone_sign_in"
+    /// Texted: proves a number a signed-in account adds or changes to.
+    case verifyPhone = "verify_phone"
 }
 
-/// The keys of e-mail codes: the mail service's public key (codes leave the worker sealed to it)
-/// and the key codes are stored under (an HMAC, derived from the results key).
+/// The keys of one kind of code: the public key of the service that delivers them (they leave
+/// the worker sealed to it) and the key codes are stored under (an HMAC, derived from the
+/// results key).
 struct CodeKeys: Sendable {
-    let mail: [UInt8]
+    /// The mail service's key for e-mail codes, the SMS service's for texted ones.
+    let recipient: [UInt8]
     let hmac: [UInt8]
 
-    /// Nil unless both keys are configured.
-    init?(configuration: WorkerConfiguration) {
-        guard let mail = configuration.emailCodes.mailKey, let results = configuration.resultsKey else { return nil }
-        self.mail = mail
-        hmac = HMACSHA256.mac(key: results, message: Array("auth-worker one-time codes".utf8))
+    init(recipient: [UInt8], resultsKey: [UInt8]) {
+        self.recipient = recipient
+        hmac = HMACSHA256.mac(key: resultsKey, message: Array("auth-worker one-time codes".utf8))
     }
 
-    /// The HMAC a code is stored as: bound to its purpose and address, so a code for one cannot
-    /// be checked against another's row.
+    /// E-mail codes' keys; nil unless both keys are configured.
+    static func mail(_ configuration: WorkerConfiguration) -> CodeKeys? {
+        guard let mail = configuration.emailCodes.mailKey, let results = configuration.resultsKey else { return nil }
+        return CodeKeys(recipient: mail, resultsKey: results)
+    }
+
+    /// Texted codes' keys; nil unless both keys are configured.
+    static func sms(_ configuration: WorkerConfiguration) -> CodeKeys? {
+        guard let sms = configuration.phoneCodes.smsKey, let results = configuration.resultsKey else { return nil }
+        return CodeKeys(recipient: sms, resultsKey: results)
+    }
+
+    /// The HMAC a code is stored as: bound to its purpose and destination (an address, a
+    /// number), so a code for one cannot be checked against another's row.
     func hmac(code: String, purpose: CodePurpose, email: String) -> [UInt8] {
         HMACSHA256.mac(key: hmac, message: Array("\(purpose.rawValue)\u{0}\(email)\u{0}\(code)".utf8))
     }
@@ -48,7 +64,7 @@ extension LoginFlows {
         let code = try Self.sixDigits()
         let linkToken = "lt_" + (try identifiers.secret(characters: 43))
         let sealed = try JWE.sealECDHES(
-            MessageCoding.encode(EmailCodeSecret(code: code, linkToken: linkToken)), to: keys.mail)
+            MessageCoding.encode(EmailCodeSecret(code: code, linkToken: linkToken)), to: keys.recipient)
         return PendingCode(
             id: try identifiers.uuid(), purpose: purpose, code: code, linkHash: SHA256.hash(linkToken), sealed: sealed,
             keys: keys, createdAt: now, expiresAt: now + configuration.emailCodes.lifetime)
@@ -78,7 +94,7 @@ extension LoginFlows {
             throw LoginError(.malformedRequest, "not a valid e-mail address", field: "data.email")
         }
         return PresentedCode(
-            form: .code(email: email, code: data.code ?? ""), purpose: purpose, keys: keys,
+            form: .code(destination: email, code: data.code ?? ""), purpose: purpose, keys: keys,
             maxAttempts: configuration.emailCodes.maxAttempts)
     }
 }
@@ -120,7 +136,8 @@ struct PendingCode: Sendable {
 /// A code or link token brought back, checked inside the write.
 struct PresentedCode: Sendable {
     enum Form: Sendable {
-        case code(email: String, code: String)
+        /// A code with where it was sent: an address, or a number in E.164 form.
+        case code(destination: String, code: String)
         case link(hash: [UInt8])
     }
 
@@ -163,8 +180,8 @@ struct PresentedCode: Sendable {
             else { throw refusal }
             guard record.expiresAt > now else { throw expired }
             return .valid(record)
-        case .code(let email, let code):
-            guard let record = try unit.liveCode(email: email, purpose: purpose.rawValue) else { throw refusal }
+        case .code(let destination, let code):
+            guard let record = try unit.liveCode(email: destination, purpose: purpose.rawValue) else { throw refusal }
             let matches = ConstantTime.equals(
                 keys.hmac(code: code, purpose: purpose, email: record.email), record.codeHMAC)
             guard record.expiresAt > now else { throw matches ? expired : refusal }

@@ -40,7 +40,7 @@ package struct EventFactory: Sendable {
             UserCreatedData(
                 userId: user.id.lowercasedString, handle: user.handle, name: user.name, email: user.email,
                 emailVerified: user.emailVerified, isPrivateEmail: user.isPrivateEmail, isGuest: user.isGuest,
-                provider: provider, createdAt: Timestamp.format(user.createdAt)),
+                provider: provider, createdAt: Timestamp.format(user.createdAt), phone: user.phone),
             user: user.id)
     }
 
@@ -78,6 +78,7 @@ package struct EventFactory: Sendable {
             case .verifyEmail: UserEventType.verificationRequested
             case .passwordReset: UserEventType.passwordResetRequested
             case .signIn: UserEventType.signInRequested
+            case .phoneSignIn, .verifyPhone: UserEventType.phoneCodeRequested
             }
         return try make(
             type,
@@ -85,6 +86,24 @@ package struct EventFactory: Sendable {
                 userId: user?.lowercasedString, email: email, purpose: purpose.rawValue, sealedSecret: sealedSecret,
                 expiresAt: Timestamp.format(expiresAt)),
             key: user?.lowercasedString ?? email)
+    }
+
+    /// `auth.phone.code_requested`, keyed by the user, or by the number when it has no account.
+    func phoneCodeRequested(
+        purpose: CodePurpose, user: UUID?, phone: String, sealedSecret: String, expiresAt: Date, locale: String?
+    ) throws -> OutboxEvent {
+        try make(
+            UserEventType.phoneCodeRequested,
+            PhoneCodeRequestedData(
+                userId: user?.lowercasedString, phone: phone, purpose: purpose.rawValue, sealedSecret: sealedSecret,
+                expiresAt: Timestamp.format(expiresAt), locale: locale),
+            key: user?.lowercasedString ?? phone)
+    }
+
+    func phoneVerified(user: UUID, phone: String, previous: String?) throws -> OutboxEvent {
+        try make(
+            UserEventType.phoneVerified,
+            PhoneVerifiedData(userId: user.lowercasedString, phone: phone, previous: previous), user: user)
     }
 
     func emailVerified(user: UUID, email: String) throws -> OutboxEvent {

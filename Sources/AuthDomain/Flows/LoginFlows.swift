@@ -95,6 +95,7 @@ public struct LoginFlows: Sendable {
     let logger: Logger
     /// Derived once from the configuration's keys (nil when the feature is off), not per request.
     let emailCodeKeys: CodeKeys?
+    let phoneCodeKeys: CodeKeys?
     let secondFactorKeys: FactorKeys?
     /// Seals Apple's authorization codes and refresh tokens; nil unless Apple's REST API is configured.
     let appleTokenKeys: AppleTokenKeys?
@@ -117,7 +118,8 @@ public struct LoginFlows: Sendable {
         self.clock = clock
         self.identifiers = identifiers
         self.logger = logger
-        emailCodeKeys = CodeKeys(configuration: configuration)
+        emailCodeKeys = CodeKeys.mail(configuration)
+        phoneCodeKeys = CodeKeys.sms(configuration)
         secondFactorKeys = FactorKeys(configuration: configuration)
         appleTokenKeys = configuration.appleTokens.isEnabled ? AppleTokenKeys(configuration: configuration) : nil
         passkeyStandIns = configuration.resultsKey.map(PasskeyStandIns.init(resultsKey:))
@@ -301,7 +303,7 @@ extension StoredUser {
         UserPayload(
             id: id.lowercasedString, handle: handle, name: name, email: email, emailVerified: emailVerified,
             isPrivateEmail: isPrivateEmail, isGuest: isGuest, providers: providers,
-            createdAt: Timestamp.format(createdAt))
+            createdAt: Timestamp.format(createdAt), phone: phone)
     }
 }
 

@@ -79,6 +79,8 @@ enum MailboxProof {
             case .identities:
                 claimed.providers = try claimIdentities(
                     of: user.id, email: email, newPasswordHash: newPasswordHash, in: unit, events: events, at: now)
+                // The number was proven by whoever held the account: its identity went with the rest.
+                if !claimed.providers.contains("phone") { claimed.phone = nil }
             case .passkeys:
                 for passkey in try unit.passkeys(userID: user.id) {
                     try unit.deletePasskey(id: passkey.id)

@@ -95,6 +95,8 @@ extension LoginMethod {
         case .changePassword: .changePassword
         case .emailCodeRequest: .emailCodeRequest
         case .emailCode: .emailCode
+        case .phoneCodeRequest: .phoneCodeRequest
+        case .phoneCode: .phoneCode
         case .mfaEnroll: .mfaEnroll
         case .mfaVerify: .mfaVerify
         case .mfaChallenge: .mfaChallenge
