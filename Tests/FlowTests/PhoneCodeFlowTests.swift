@@ -152,6 +152,24 @@ import Testing
         #expect(signedIn.result.user?.id == user.id)
         #expect(try await harness.count("users") == 1)
         #expect(try await harness.count("identities", where: "provider = 'phone'") == 1)
+        // In the audit trail (sign-ins and the refused replay; asking for a code is not a sign-in).
+        #expect(try await harness.count("audit_log", where: "action = 'phone_code' AND outcome = 'ok'") == 2)
+        #expect(try await harness.count("audit_log", where: "action = 'phone_code' AND outcome = 'invalid_code'") == 1)
+        #expect(try await harness.count("audit_log", where: "action = 'phone_code_request'") == 0)
+        // In the account's export: the number on the user, its identity and the codes texted.
+        let gateway = try X25519.generateKeyPair()
+        let exported = try await handle(harness, .accountExport) {
+            $0.accessToken = signedIn.result.session?.accessToken
+            $0.replyKey = Base64URL.encode(gateway.publicKey)
+        }
+        let sealed = try #require(exported.result.sealedExport)
+        let export = try MessageCoding.decode(
+            AccountExportPayload.self, from: try JWE.openECDHES(sealed, privateKey: gateway.privateKey).plaintext)
+        #expect(export.user.phone == number)
+        #expect(export.identities.map(\.provider) == ["phone"] && export.identities.first?.subject == number)
+        // The sign-up's code was sent before the account existed, to nobody's: only the second is its.
+        #expect(export.oneTimeCodes.map(\.purpose) == ["phone_sign_in"])
+        #expect(export.oneTimeCodes.first?.email == number)
     }
 
     @Test func withoutSignUpANumberWithNoAccountIsAnsweredAlikeAndTextedNothing() async throws {

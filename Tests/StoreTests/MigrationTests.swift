@@ -243,7 +243,7 @@ import Testing
     }
 
     /// The console's user search and `auth-worker users show` among thousands of users: every
-    /// way they match (an address in any case or by its beginning, a handle's beginning, a
+    /// way they match (an address in any case or by its beginning, a handle's or a phone number's beginning, a
     /// provider's subject, an id, a page of the newest) read by index, no table whole (a search
     /// read `users` and `identities` whole, 0.7 s at a million accounts), and the matches newest
     /// first.
@@ -255,6 +255,11 @@ import Testing
             try connection.query("SELECT id FROM users WHERE handle = 'h1234'").first?.decode("id", as: UUID.self))
         try connection.query(
             "UPDATE users SET email = 'Person' || handle || '@Mail.example' WHERE handle IN ('h77', 'h778')")
+        try connection.query(
+            """
+            UPDATE users SET phone = '+1415555' || (1000 + substr(handle, 2)::int)
+            WHERE handle IN ('h12', 'h13', 'h500')
+            """)
         try connection.query(
             """
             INSERT INTO identities (provider, subject, user_id, created_at, last_login_at)
@@ -274,6 +279,8 @@ import Testing
         #expect(try Set(found("  h123 ")) == Set(["h123"] + (0...9).map { "h123\($0)" }), "handles by their beginning")
         #expect(try found("h\\") == [] && found("h%") == [] && found("h_") == [], "LIKE's characters are literal")
         #expect(try found("nobody") == [])
+        #expect(try Set(found("+141555510")) == ["h12", "h13"], "phone numbers by their beginning")
+        #expect(try found("+14155551500") == ["h500"])
         let all = try connection.query("SELECT id FROM users ORDER BY id DESC LIMIT 21 OFFSET 40").map {
             try $0.decode("id", as: UUID.self)
         }
@@ -286,6 +293,8 @@ import Testing
         let byIdentity = try #require(try connection.query(UserReport.lookup("u1234@EXAMPLE.com")).first)
         #expect(try byIdentity.decode("id", as: UUID.self) == id)
         #expect(try connection.query(UserReport.lookup(id.uuidString)).count == 1)
+        let byPhone = try #require(try connection.query(UserReport.lookup("+14155551500")).first)
+        #expect(try byPhone.decode("handle", as: String.self) == "h500")
         let scans = try connection.query(
             """
             SELECT relname, seq_scan FROM pg_stat_xact_user_tables
