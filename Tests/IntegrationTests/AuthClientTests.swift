@@ -75,6 +75,10 @@ import Testing
         let github = try await OAuthStandIn(.github)
         defer { github.stop() }
         config.oidcProvidersPath = try github.providersFile()
+        let sms = try X25519.generateKeyPair()
+        config.phoneCodes.smsKey = sms.publicKey
+        config.phoneCodes.signUp = true
+        let events = try TopicReader(topic: topics.events)
         let worker = try await RunningWorker(config)
         var clientConfiguration = AuthClient.Configuration(brokers: [try #require(IntegrationEnvironment.kafkaBrokers)])
         clientConfiguration.requestsTopic = topics.requests
@@ -117,6 +121,23 @@ import Testing
         #expect(upgraded.isOK, "\(String(describing: upgraded.error))")
         #expect(upgraded.user?.isGuest == false && upgraded.user?.providers == ["github"])
         #expect(upgraded.session != nil, "the member's sealed session is opened")
+
+        // A phone sign-up, the code read from the event as the SMS service does.
+        let asked = try await client.requestPhoneCode(
+            phone: "+14155550100", locale: "en", clientID: "install-1", ip: "203.0.113.9")
+        #expect(asked.isOK && asked.user == nil, "\(String(describing: asked.error))")
+        let textedEvents = try await events.waitUntil { messages in
+            messages.contains { $0.json["type"] as? String == "auth.phone.code_requested" }
+        }
+        let text = try MessageCoding.decode(
+            CloudEvent<PhoneCodeRequestedData>.self,
+            from: try #require(textedEvents.first { $0.json["type"] as? String == "auth.phone.code_requested" }).value)
+        let texted = try MessageCoding.decode(
+            PhoneCodeSecret.self, from: try JWE.openECDHES(text.data.sealedSecret, privateKey: sms.privateKey).plaintext)
+        let byPhone = try await client.signIn(phone: "+14155550100", code: texted.code)
+        #expect(byPhone.isOK && byPhone.newUser == true, "\(String(describing: byPhone.error))")
+        #expect(byPhone.user?.phone == "+14155550100" && byPhone.session != nil)
+        await events.close()
 
         // Introspection, live and ended.
         let live = try await client.introspect(session.accessToken)
