@@ -1,3 +1,4 @@
+import AuthCrypto
 import Foundation
 import Messages
 import PGStore
@@ -216,8 +217,9 @@ import Testing
     /// The Python gateway example (`examples/python-gateway`, confluent-kafka + jwcrypto) against
     /// the real binary: a guest login with a sealed session, the token verified against the
     /// worker's JWK Set over HTTP, a passkey added and signed in with (the software authenticator
-    /// in the browser's place), a GitHub sign-in (the stand-in provider in GitHub's place),
-    /// introspected, logged out.
+    /// in the browser's place), a GitHub sign-in (the stand-in provider in GitHub's place), a phone
+    /// sign-up (the example opening the texted code as the SMS service would), introspected,
+    /// logged out.
     @Test(.requiresIndependentJOSE, .requiresSoftAuthenticator) func thePythonGatewayExampleRuns() async throws {
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()
@@ -226,6 +228,19 @@ import Testing
         let brokers = try #require(IntegrationEnvironment.kafkaBrokers)
         let github = try await OAuthStandIn(.github)
         defer { github.stop() }
+        // The SMS service's key pair: its private half as the JWK the example reads.
+        let sms = try X25519.generateKeyPair()
+        let smsKeyFile = FileManager.default.temporaryDirectory.appendingPathComponent("sms-\(UUID()).jwk").path
+        let resultsKeyFile = FileManager.default.temporaryDirectory.appendingPathComponent("results-\(UUID())").path
+        defer {
+            try? FileManager.default.removeItem(atPath: smsKeyFile)
+            try? FileManager.default.removeItem(atPath: resultsKeyFile)
+        }
+        try Data(
+            #"{"kty":"OKP","crv":"X25519","x":"\#(Base64URL.encode(sms.publicKey))","d":"\#(Base64URL.encode(sms.privateKey))"}"#
+                .utf8
+        ).write(to: URL(fileURLWithPath: smsKeyFile))
+        try Data(Hex.encode(try SecureRandom.bytes(32)).utf8).write(to: URL(fileURLWithPath: resultsKeyFile))
         let (process, output, _) = try launch(
             ["run"],
             environment: [
@@ -236,6 +251,8 @@ import Testing
                 "AUTH_SIGNING_KEYS": keyPath, "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000", "AUTH_HEALTH_PORT": "0",
                 "AUTH_HEALTH_ADDRESS": "127.0.0.1", "AUTH_REQUIRE_REPLY_KEY": "true", "AUTH_KAFKA_FETCH_WAIT_MS": "5",
                 "AUTH_WEBAUTHN_RP_ID": "example.com", "AUTH_OIDC_PROVIDERS": try github.providersFile(),
+                "AUTH_SMS_KEY": Base64URL.encode(sms.publicKey), "AUTH_PHONE_CODE_SIGNUP": "true",
+                "AUTH_RESULTS_KEY_FILE": resultsKeyFile,
             ])
         let logs = LogCollector(output)
         // Stopped, not waited for: a wait in `defer` would hold a cooperative thread for the
@@ -249,6 +266,7 @@ import Testing
                 "AUTH_KAFKA_BROKERS": brokers, "AUTH_WORKER_URL": "http://127.0.0.1:\(port)",
                 "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
                 "AUTH_EXAMPLE_GITHUB_STAND_IN": github.url, "AUTH_EXAMPLE_REDIRECT_URI": OAuthStandIn.redirectURI,
+                "AUTH_TOPIC_EVENTS": topics.events, "AUTH_EXAMPLE_SMS_KEY_FILE": smsKeyFile,
                 "AUTH_EXAMPLE_AUTHENTICATOR": DevEnvironmentTests.root.appendingPathComponent(
                     "Tests/Tools/soft-authenticator.py"
                 ).path,
@@ -259,7 +277,9 @@ import Testing
             (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
         }
         #expect(
-            steps.map { $0["step"] as? String } == ["login", "verify", "passkey", "github", "introspect", "logout"],
+            steps.map { $0["step"] as? String } == [
+                "login", "verify", "passkey", "github", "phone", "introspect", "logout",
+            ],
             "\(report)")
         #expect(steps.first?["session_opened"] as? Bool == true)
     }

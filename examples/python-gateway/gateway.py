@@ -20,6 +20,12 @@ GitHub: with AUTH_EXAMPLE_GITHUB_STAND_IN set to the URL of the project's stand-
 the example also signs in with GitHub: it makes a PKCE verifier and its S256 challenge, has the
 stand-in's consent step issue a code for them (a real app opens GitHub's authorization page and
 gets the code at its redirect URI), and sends the `oauth` request.
+
+Phone numbers: with AUTH_EXAMPLE_SMS_KEY_FILE set to the SMS service's private key (an X25519 JWK;
+the worker has its public half as AUTH_SMS_KEY and signs up by phone, AUTH_PHONE_CODE_SIGNUP=true),
+the example also plays the SMS service: it asks for a code for AUTH_EXAMPLE_PHONE, reads
+`auth.phone.code_requested` from the events topic (AUTH_TOPIC_EVENTS), opens the sealed code with
+that key, and signs in with `phone_code`. A real SMS service texts the code instead.
 """
 import base64
 import hashlib
@@ -32,7 +38,7 @@ import time
 import urllib.request
 import uuid
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from jwcrypto import jwe, jwk, jwt
 
 BROKERS = os.environ["AUTH_KAFKA_BROKERS"]
@@ -45,6 +51,50 @@ AUTHENTICATOR = os.environ.get("AUTH_EXAMPLE_AUTHENTICATOR")
 ORIGIN = os.environ.get("AUTH_EXAMPLE_ORIGIN", "https://example.com")
 GITHUB_STAND_IN = os.environ.get("AUTH_EXAMPLE_GITHUB_STAND_IN")
 REDIRECT_URI = os.environ.get("AUTH_EXAMPLE_REDIRECT_URI", "com.example.app://oauth/callback")
+EVENTS = os.environ.get("AUTH_TOPIC_EVENTS", "auth.user.events")
+SMS_KEY_FILE = os.environ.get("AUTH_EXAMPLE_SMS_KEY_FILE")
+PHONE = os.environ.get("AUTH_EXAMPLE_PHONE", "+14155550100")
+
+
+def texted_code(events, phone, timeout=15):
+    """What the SMS service does: the newest `auth.phone.code_requested` for `phone`, its code opened."""
+    key = jwk.JWK.from_json(open(SMS_KEY_FILE).read())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = events.poll(0.2)
+        if message is None or message.error():
+            continue
+        event = json.loads(message.value())
+        if event.get("type") != "auth.phone.code_requested" or event["data"]["phone"] != phone:
+            continue
+        sealed = jwe.JWE()
+        sealed.deserialize(event["data"]["sealed_secret"], key=key)
+        return json.loads(sealed.payload)["code"]
+    raise TimeoutError(f"no code texted to {phone}")
+
+
+def phone_sign_in(gateway):
+    """`phone_code_request`, the code from the SMS service's event, `phone_code`."""
+    events = Consumer({"bootstrap.servers": BROKERS, "group.id": f"sms-{uuid.uuid4()}",
+                       "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
+    # Every partition from its start (an SMS service would subscribe as a consumer group).
+    partitions = events.list_topics(EVENTS, timeout=10).topics[EVENTS].partitions
+    events.assign([TopicPartition(EVENTS, partition, OFFSET_BEGINNING) for partition in partitions])
+    try:
+        asked = gateway.call({"method": "phone_code_request", "phone": PHONE, "locale": "en",
+                              "client_id": "python-example", "context": {"ip": "203.0.113.7"}})
+        assert asked["status"] == "ok" and "user" not in asked, asked
+        code = texted_code(events, PHONE)
+    finally:
+        events.close()
+    signed_in = gateway.call({"method": "phone_code", "phone": PHONE, "code": code,
+                              "device": {"name": "Python example", "platform": "cli"}})
+    assert signed_in["status"] == "ok", signed_in
+    assert signed_in["user"]["phone"] == PHONE and signed_in["user"]["phone_verified"], signed_in["user"]
+    # The same code again: used up.
+    again = gateway.call({"method": "phone_code", "phone": PHONE, "code": code})
+    assert again["error"]["code"] == "invalid_code", again
+    return {"user": signed_in["user"]["id"], "phone": PHONE, "session_opened": "session" in signed_in}
 
 
 def github_sign_in(gateway):
@@ -168,6 +218,9 @@ def main():
 
         if GITHUB_STAND_IN:
             steps["github"] = github_sign_in(gateway)
+
+        if SMS_KEY_FILE:
+            steps["phone"] = phone_sign_in(gateway)
 
         introspected = gateway.call({"method": "introspect", "access_token": access_token})["introspection"]
         assert introspected["active"] and introspected["sid"] == claims["sid"], introspected
