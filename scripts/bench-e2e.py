@@ -501,12 +501,98 @@ def guest_refresh_tokens(services, reader, topic, count, responder):
     return tokens
 
 
+# The SMS service's key pair for the phone phase; its limits off, as the guests' global one is:
+# thousands of texts a second to one country and one block are the point here.
+SMS_KEY = None
+PHONE_LIMITS_OFF = {"AUTH_SMS_NUMBER_RATE_LIMIT": "0/60", "AUTH_SMS_PREFIX_RATE_LIMIT": "0/60",
+                    "AUTH_SMS_COUNTRY_RATE_LIMIT": "0/60", "AUTH_SMS_CLIENT_RATE_LIMIT": "0/60",
+                    "AUTH_SMS_IP_RATE_LIMIT": "0/60", "AUTH_SMS_DAILY_BUDGET": "0", "AUTH_PHONE_CODE_SIGNUP": "true"}
+
+
+def sms_environment():
+    """The worker's phone settings: the SMS service's public key, sign-up on, the limits off."""
+    global SMS_KEY
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+    if SMS_KEY is None:
+        SMS_KEY = X25519PrivateKey.generate()
+    public = SMS_KEY.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return {**PHONE_LIMITS_OFF, "AUTH_SMS_KEY": base64.urlsafe_b64encode(public).rstrip(b"=").decode()}
+
+
+def open_sealed_code(sealed):
+    """What the SMS service does with `sealed_secret`: a compact JWE, ECDH-ES on X25519 with the
+    Concat KDF of RFC 7518 4.6.2 (one round: A256GCM's 256 bits), then AES-256-GCM."""
+    import hashlib
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    def b64(text):
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+    protected, _, iv, ciphertext, tag = sealed.split(".")
+    header = json.loads(b64(protected))
+    shared = SMS_KEY.exchange(X25519PublicKey.from_public_bytes(b64(header["epk"]["x"])))
+
+    def field(value):
+        return len(value).to_bytes(4, "big") + value
+
+    other = (field(header["enc"].encode()) + field(b64(header.get("apu", ""))) + field(b64(header.get("apv", "")))
+             + (256).to_bytes(4, "big"))
+    key = hashlib.sha256(b"\x00\x00\x00\x01" + shared + other).digest()
+    plain = AESGCM(key).decrypt(b64(iv), b64(ciphertext) + b64(tag), protected.encode())
+    return json.loads(plain)["code"]
+
+
+def phone_codes(services, topics, numbers, responder):
+    """`phone_code_request` for each number, answered by `responder` (a running worker), and the
+    codes read from the events topic and opened as the SMS service would: {number: code}."""
+    keys = [str(uuid.uuid4()) for _ in numbers]
+    reader = ResultReader(services, topics["results"])
+    preload(services, topics["requests"], [
+        (key.encode(), request(key, {"method": "phone_code_request", "phone": number}))
+        for key, number in zip(keys, numbers)])
+    try:
+        if not reader.wait_for(keys, timeout=max(120, len(numbers) / 50), responder=responder):
+            raise RuntimeError(f"phone: only {len(reader.stamps)} of {len(numbers)} code requests answered")
+    finally:
+        reader.close()
+    events = Consumer({"bootstrap.servers": services.brokers, "group.id": f"sms-{uuid.uuid4().hex}",
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    events.subscribe([topics["events"]])
+    codes, deadline = {}, time.time() + max(120, len(numbers) / 50)
+    try:
+        while len(codes) < len(numbers) and time.time() < deadline:
+            for message in events.consume(num_messages=1000, timeout=0.2):
+                if message.error() or b"auth.phone.code_requested" not in message.value():
+                    continue
+                data = json.loads(message.value())["data"]
+                codes[data["phone"]] = open_sealed_code(data["sealed_secret"])
+    finally:
+        events.close()
+    if len(codes) < len(numbers):
+        raise RuntimeError(f"phone: only {len(codes)} of {len(numbers)} codes reached the events topic")
+    return codes
+
+
 def run_throughput(services, key_server, kind, count, extra=None, label=None):
     services.fresh()
     suffix = f"{kind.replace('-', '_')}{uuid.uuid4().hex[:6]}"
     database = services.database(f"auth_bench_{suffix}")
     topics = services.topics(suffix)
     tokens = None
+    if kind == "phone":
+        extra = {**(extra or {}), **sms_environment()}
+        # The codes are asked for first, answered by a worker of their own; the sign-ups with them
+        # are then preloaded on a requests topic of their own, so the measured worker reads only them.
+        log(f"{label or kind}: {count} codes asked for first")
+        numbers = [f"+1{415 + index // 10_000_000}{index % 10_000_000:07d}" for index in range(count)]
+        first = Worker(services, database, topics, key_server, extra)
+        try:
+            codes = phone_codes(services, topics, numbers, first)
+        finally:
+            first.stop()
+        topics = {**topics, "requests": services.topics(f"{suffix}p")["requests"]}
     if kind == "refresh":
         # The guests sign up first, answered by a worker of their own; the refreshes are then
         # preloaded on a requests topic of their own, so the measured worker reads only them.
@@ -528,6 +614,8 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
             data = GUEST_DATA
         elif kind == "refresh":
             data = {"method": "refresh", "refresh_token": tokens[index]}
+        elif kind == "phone":
+            data = {"method": "phone_code", "phone": numbers[index], "code": codes[numbers[index]]}
         else:
             import hashlib
             nonce = uuid.uuid4().hex
@@ -1260,6 +1348,10 @@ def report(results):
         f"{results['apple_nameless']['rate']:,.0f}{spread('apple_nameless')} | | "
         f"{results['apple_nameless']['rate'] / max(openssl.get('rsa2048_verify_per_s', 1), 1):.2f} |",
     ]
+    phone = results.get("phone")
+    if phone:
+        lines.append(f"| phone sign-ups/s (preloaded, {phone['count']:,}; each spends a texted code) | "
+                     f"{phone['rate']:,.0f} | | |")
     refresh, refresh_paced = results.get("refresh"), results.get("refresh_latency")
     if refresh:
         lines.append(f"| refreshes/s (preloaded, {refresh['count']:,}; each rotates a guest's token) | "
@@ -1456,6 +1548,9 @@ def main():
     parser.add_argument("--latency-method", choices=("guest", "apple", "refresh"), default="guest",
                         help="with --latency-at: the paced requests' method (apple: first sign-ins with a name; "
                              "refresh: each rotates the refresh token of a guest signed up before the clock starts)")
+    parser.add_argument("--phone-only", action="store_true",
+                        help="only the phone phase: codes asked for and opened as the SMS service would, then "
+                             "the sign-ups with them preloaded and measured")
     parser.add_argument("--refresh-only", action="store_true",
                         help="only the refresh throughput phase (guests sign up, then their tokens are rotated)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
@@ -1503,9 +1598,9 @@ def run(args, services, results):
     if args.idle_only:
         print(json.dumps(run_idle_both(services, key_server, args.idle_seconds)))
         return
-    if args.guest_only or args.apple_only or args.apple_nameless_only or args.refresh_only:
+    if args.guest_only or args.apple_only or args.apple_nameless_only or args.refresh_only or args.phone_only:
         kind = ("guest" if args.guest_only else "apple" if args.apple_only else "refresh" if args.refresh_only
-                else "apple-nameless")
+                else "phone" if args.phone_only else "apple-nameless")
         entry = run_throughput(services, key_server, kind,
                                args.apple_requests if kind.startswith("apple") else args.requests)
         print(json.dumps(entry))
@@ -1519,6 +1614,8 @@ def run(args, services, results):
     # What a signed-in app sends most: a refresh, in full batches and paced at 300/s.
     results["refresh"] = run_throughput_repeated(services, key_server, "refresh", args.apple_requests, args.repeats)
     refresh_paced = run_latency(services, key_server, 300, args.curve_seconds, method="refresh")
+    # Phone sign-ups with the codes the SMS service opened, preloaded.
+    results["phone"] = run_throughput(services, key_server, "phone", args.apple_requests)
     results["refresh_latency"] = {k: v for k, v in refresh_paced.items() if k != "latencies_ms"}
     half = results["guest"]["rate"] / 2
     results["latency"] = run_latency_repeated(services, key_server, half, args.latency_seconds, args.latency_repeats)
