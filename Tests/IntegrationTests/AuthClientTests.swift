@@ -133,7 +133,8 @@ import Testing
             CloudEvent<PhoneCodeRequestedData>.self,
             from: try #require(textedEvents.first { $0.json["type"] as? String == "auth.phone.code_requested" }).value)
         let texted = try MessageCoding.decode(
-            PhoneCodeSecret.self, from: try JWE.openECDHES(text.data.sealedSecret, privateKey: sms.privateKey).plaintext)
+            PhoneCodeSecret.self, from: try JWE.openECDHES(text.data.sealedSecret, privateKey: sms.privateKey).plaintext
+        )
         let byPhone = try await client.signIn(phone: "+14155550100", code: texted.code)
         #expect(byPhone.isOK && byPhone.newUser == true, "\(String(describing: byPhone.error))")
         #expect(byPhone.user?.phone == "+14155550100" && byPhone.session != nil)
