@@ -13,6 +13,8 @@ public struct LoginRequest: Sendable {
     public var data: LoginRequestData
     /// The Kafka key the request arrived with, as text, when it had one.
     public var partitionKey: String?
+    /// How the request came (CloudEvents' Kafka binding): its answer goes back the same way.
+    public var mode: CloudEventMode = .structured
 
     public init(
         id: String, source: String, time: Date?, traceparent: String?, method: LoginMethod, data: LoginRequestData
@@ -23,6 +25,35 @@ public struct LoginRequest: Sendable {
         self.traceparent = traceparent
         self.method = method
         self.data = data
+    }
+}
+
+/// CloudEvents' content modes on Kafka: the event as one JSON value (`structured`,
+/// `content-type: application/cloudevents+json`), or its attributes in `ce_` headers and its data as
+/// the value (`binary`, `content-type: application/json`).
+public enum CloudEventMode: Sendable, Equatable {
+    case structured
+    case binary
+
+    /// The attributes a message's headers carry in binary mode, by their CloudEvents names
+    /// (`ce_id` is `id`; `content-type` is `datacontenttype`); nil for a structured message: one
+    /// whose `content-type` is `application/cloudevents…`, or that has no `ce_specversion`. A header
+    /// that is not UTF-8 is left out (its attribute is then missing, and refused by name).
+    public static func binaryAttributes(_ headers: some Sequence<(key: String, value: [UInt8]?)>) -> [String: String]? {
+        var attributes: [String: String] = [:]
+        var contentType: String?
+        for (key, value) in headers {
+            guard let value, let text = String(validating: value, as: UTF8.self) else { continue }
+            if key.utf8.count > 3, key.hasPrefix("ce_") {
+                attributes[String(key.dropFirst(3))] = text
+            } else if key.lowercased() == "content-type" {
+                contentType = text
+            }
+        }
+        if let contentType, contentType.lowercased().hasPrefix("application/cloudevents") { return nil }
+        guard attributes["specversion"] != nil else { return nil }
+        if let contentType { attributes["datacontenttype"] = contentType }
+        return attributes
     }
 }
 
@@ -91,6 +122,45 @@ public struct RequestDecoder: Sendable {
         if case .string(let text)? = envelope["traceparent"], Self.isValidTraceparent(text) { traceparent = text }
         do {
             return .valid(try validate(envelope, size: value.count, id: id, traceparent: traceparent))
+        } catch let error as RequestValidationError {
+            return .invalid(id: id, traceparent: traceparent, error: error)
+        } catch {
+            return .invalid(
+                id: id, traceparent: traceparent, error: RequestValidationError(field: "value", reason: "\(error)"))
+        }
+    }
+
+    /// A request in CloudEvents' binary content mode: `attributes` from the `ce_` headers
+    /// (`CloudEventMode.binaryAttributes`), the value its `data`. Checked exactly as the structured
+    /// form with the same members would be, so the two modes accept and refuse alike.
+    public func decode(_ value: [UInt8], binaryAttributes attributes: [String: String]) -> DecodedRequest {
+        guard let id = attributes["id"], Self.isUsableID(id, max: maxIDBytes) else {
+            return .unanswerable(reason: "missing_id", message: "binary-mode message has no usable ce_id header")
+        }
+        let traceparent = attributes["traceparent"].flatMap { Self.isValidTraceparent($0) ? $0 : nil }
+        var envelope: [String: JSONValue] = [:]
+        for (name, text) in attributes { envelope[name] = .string(text) }
+        do {
+            envelope["data"] = .object(try JSONReader.object(value))
+        } catch let failure as JSONReader.Failure {
+            return .invalid(
+                id: id, traceparent: traceparent,
+                error: RequestValidationError(field: "data", reason: "is not acceptable JSON: \(failure.reason)"))
+        } catch {
+            return .invalid(
+                id: id, traceparent: traceparent,
+                error: RequestValidationError(field: "data", reason: "the value must be a JSON object"))
+        }
+        guard attributes["datacontenttype"] != nil else {
+            return .invalid(
+                id: id, traceparent: traceparent,
+                error: RequestValidationError(
+                    field: "datacontenttype", reason: "a binary-mode request needs content-type: application/json"))
+        }
+        do {
+            var request = try validate(envelope, size: value.count, id: id, traceparent: traceparent)
+            request.mode = .binary
+            return .valid(request)
         } catch let error as RequestValidationError {
             return .invalid(id: id, traceparent: traceparent, error: error)
         } catch {

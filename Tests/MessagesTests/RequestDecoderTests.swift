@@ -105,6 +105,51 @@ import Testing
         #expect(error.code == .malformedRequest)
     }
 
+    @Test func binaryModeIsTheHeadersSayingSo() {
+        func headers(_ pairs: [(String, String)]) -> [(key: String, value: [UInt8]?)] {
+            pairs.map { (key: $0.0, value: Array($0.1.utf8)) }
+        }
+        let binary = CloudEventMode.binaryAttributes(
+            headers([("ce_specversion", "1.0"), ("ce_id", "r-1"), ("Content-Type", "application/json")]))
+        #expect(binary == ["specversion": "1.0", "id": "r-1", "datacontenttype": "application/json"])
+        #expect(
+            CloudEventMode.binaryAttributes(
+                headers([("ce_specversion", "1.0"), ("content-type", "application/cloudevents+json")])) == nil)
+        #expect(
+            CloudEventMode.binaryAttributes(headers([("content-type", "application/json"), ("ce_id", "r")])) == nil)
+        #expect(CloudEventMode.binaryAttributes(headers([])) == nil)
+        let invalidUTF8 = CloudEventMode.binaryAttributes([
+            (key: "ce_specversion", value: Array("1.0".utf8)), (key: "ce_id", value: [0xFF, 0xFE]),
+        ])
+        #expect(invalidUTF8 == ["specversion": "1.0"], "a header that is not UTF-8 is left out")
+    }
+
+    /// The binary form of a request is accepted and refused exactly as its structured form.
+    @Test(arguments: [
+        #"{"method":"guest","device":{"name":"iPhone","platform":"ios"}}"#, #"{"method":42}"#,
+        #"{"method":"carrier-pigeon"}"#, #"{"method":"phone_code","phone":"+14155550100","code":"12"}"#,
+        #"{"method":"password","email":"a@b.c"}"#,
+    ])
+    func binaryAndStructuredModesDecideAlike(data: String) {
+        let structured = decoder.decode(request(data))
+        let binary = decoder.decode(
+            Array(data.utf8),
+            binaryAttributes: [
+                "specversion": "1.0", "id": "req-1", "source": "/gateway/test", "type": "auth.login.request",
+                "time": "2026-11-29T12:00:00Z", "datacontenttype": "application/json",
+            ])
+        switch (structured, binary) {
+        case (.valid(let one), .valid(let other)):
+            #expect(one.method == other.method && one.data.device == other.data.device)
+            #expect(one.mode == .structured && other.mode == .binary)
+        case (.invalid(_, _, let one), .invalid(let id, _, let other)):
+            #expect(id == "req-1")
+            #expect(one.field == other.field && one.code == other.code && one.reason == other.reason)
+        default:
+            Issue.record("the modes disagree on \(data): \(structured) against \(binary)")
+        }
+    }
+
     @Test func acceptsPhoneRequests() throws {
         guard
             case .valid(let asked) = decoder.decode(

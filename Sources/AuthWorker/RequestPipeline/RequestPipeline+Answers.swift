@@ -41,7 +41,9 @@ extension RequestPipeline {
         }
         logger.info("Request already processed; publishing its result again", metadata: [LogKey.requestID: request.id])
         return [
-            resultRecord(result, requestID: request.id, request.traceparent, tag: Self.answerTag(digest: job.digest))
+            resultRecord(
+                result, requestID: request.id, request.traceparent, mode: request.mode,
+                tag: Self.answerTag(digest: job.digest))
         ]
     }
 
@@ -60,7 +62,7 @@ extension RequestPipeline {
         return [
             resultRecord(
                 .failure(requestID: request.id, error: failure.payload), requestID: request.id, request.traceparent,
-                tag: Self.refusalTag(failure, digest: job.digest))
+                mode: request.mode, tag: Self.refusalTag(failure, digest: job.digest))
         ]
     }
 
@@ -101,13 +103,29 @@ extension RequestPipeline {
     }
 
     func resultRecord(
-        _ result: LoginResultData, json: [UInt8]? = nil, requestID: String, _ traceparent: String?, tag: String
+        _ result: LoginResultData, json: [UInt8]? = nil, requestID: String, _ traceparent: String?,
+        mode: CloudEventMode, tag: String
     ) -> ProducerRecord {
-        let value = CloudEvent<LoginResultData>.json(
-            id: Self.resultEventID(requestID: requestID, tag: tag), source: configuration.eventSource,
-            type: LoginResultData.eventType, time: clock.now(), traceparent: traceparent,
-            data: json ?? result.jsonBytes)
         metrics.count(result)
+        let id = Self.resultEventID(requestID: requestID, tag: tag)
+        guard mode == .structured else {
+            // Binary content mode, as the request came: the attributes in `ce_` headers, the data
+            // as the value.
+            var headers = [
+                KafkaHeader(key: "ce_specversion", string: "1.0"), KafkaHeader(key: "ce_id", string: id),
+                KafkaHeader(key: "ce_source", string: configuration.eventSource),
+                KafkaHeader(key: "ce_type", string: LoginResultData.eventType),
+                KafkaHeader(key: "ce_time", string: Timestamp.format(clock.now())),
+                KafkaHeader(key: "content-type", string: "application/json"),
+            ]
+            if let traceparent { headers.append(KafkaHeader(key: "ce_traceparent", string: traceparent)) }
+            return ProducerRecord(
+                topic: configuration.topics.results, key: Array(requestID.utf8), value: json ?? result.jsonBytes,
+                headers: headers)
+        }
+        let value = CloudEvent<LoginResultData>.json(
+            id: id, source: configuration.eventSource, type: LoginResultData.eventType, time: clock.now(),
+            traceparent: traceparent, data: json ?? result.jsonBytes)
         return ProducerRecord(
             topic: configuration.topics.results, key: Array(requestID.utf8), value: value,
             headers: ProducerRecord.cloudEventHeaders)

@@ -37,7 +37,14 @@ extension RequestPipeline {
     /// Reads a message's request into its job; the phase it starts in.
     func decode(_ job: Job, _ state: inout LoopState) -> Phase {
         let message = job.message
-        switch decoder.decode(message.value) {
+        // CloudEvents' binary content mode when the headers say so (`ce_specversion`, and no
+        // `application/cloudevents` content type); the structured mode otherwise.
+        let binary =
+            message.headers.isEmpty
+            ? nil : CloudEventMode.binaryAttributes(message.headers.lazy.map { (key: $0.key, value: $0.value) })
+        let decoded =
+            binary.map { decoder.decode(message.value, binaryAttributes: $0) } ?? decoder.decode(message.value)
+        switch decoded {
         case .unanswerable(let reason, let text):
             logger.warning(
                 "Request sent to the dead-letter topic",
@@ -54,6 +61,7 @@ extension RequestPipeline {
                     [
                         resultRecord(
                             .failure(requestID: id, error: failure.payload), requestID: id, traceparent,
+                            mode: binary == nil ? .structured : .binary,
                             tag: Self.refusalTag(
                                 failure, digest: HMACSHA256.mac(key: digestKey, message: message.value)))
                     ], outcome: failure.code.rawValue, audit: nil))

@@ -123,7 +123,8 @@ extension RequestPipeline {
     ) {
         let request = work.request
         let record = resultRecord(
-            result, json: json, requestID: request.id, request.traceparent, tag: Self.answerTag(digest: work.digest))
+            result, json: json, requestID: request.id, request.traceparent, mode: request.mode,
+            tag: Self.answerTag(digest: work.digest))
         return (record, result.error?.code.rawValue ?? "ok")
     }
 
