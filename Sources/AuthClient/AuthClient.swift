@@ -35,6 +35,10 @@ public final class AuthClient: Sendable {
         public var timeout: Duration = .seconds(10)
         /// Seal each session to a reply key made for its request. Default: true.
         public var sealSessions = true
+        /// How requests are published (CloudEvents' Kafka binding): one JSON value (`.structured`,
+        /// the default), or the attributes in `ce_` headers and the data as the value (`.binary`).
+        /// The worker answers in the mode asked; this client reads either.
+        public var contentMode: CloudEventMode = .structured
 
         public init(brokers: [String]) {
             self.brokers = brokers
@@ -122,14 +126,31 @@ public final class AuthClient: Sendable {
         let (request, replyKey) = try Self.outgoing(data, sealing: configuration.sealSessions) {
             try requestID.map { try retryKey(for: $0) } ?? X25519.generateKeyPair()
         }
-        let event = CloudEvent(
-            id: id, source: configuration.source, type: "auth.login.request", time: Date(), data: request)
-        let bytes = try await answer(
-            to: id,
-            after: ProducerRecord(
-                topic: configuration.requestsTopic, key: Array(id.utf8), value: MessageCoding.encode(event)),
-            timeout: timeout ?? configuration.timeout)
-        guard let result = try? MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data else {
+        let record: ProducerRecord
+        switch configuration.contentMode {
+        case .structured:
+            let event = CloudEvent(
+                id: id, source: configuration.source, type: "auth.login.request", time: Date(), data: request)
+            record = ProducerRecord(
+                topic: configuration.requestsTopic, key: Array(id.utf8), value: MessageCoding.encode(event),
+                headers: [KafkaHeader(key: "content-type", string: "application/cloudevents+json")])
+        case .binary:
+            record = ProducerRecord(
+                topic: configuration.requestsTopic, key: Array(id.utf8), value: MessageCoding.encode(request),
+                headers: [
+                    KafkaHeader(key: "ce_specversion", string: "1.0"), KafkaHeader(key: "ce_id", string: id),
+                    KafkaHeader(key: "ce_source", string: configuration.source),
+                    KafkaHeader(key: "ce_type", string: "auth.login.request"),
+                    KafkaHeader(key: "ce_time", string: Timestamp.format(Date())),
+                    KafkaHeader(key: "content-type", string: "application/json"),
+                ])
+        }
+        let bytes = try await answer(to: id, after: record, timeout: timeout ?? configuration.timeout)
+        // A structured answer is a whole CloudEvent; a binary one (its attributes in headers) is the data.
+        guard
+            let result = (try? MessageCoding.decode(CloudEvent<LoginResultData>.self, from: bytes).data)
+                ?? (try? MessageCoding.decode(LoginResultData.self, from: bytes))
+        else {
             throw Failure.unreadableResult(requestID: id)
         }
         let opened = try Self.open(result, replyKey: replyKey, requestID: id)

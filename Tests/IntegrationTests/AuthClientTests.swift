@@ -110,6 +110,18 @@ import Testing
         }
         #expect(users.count == 20)
 
+        // The same through CloudEvents' binary content mode: the request's attributes in headers,
+        // the answer read from the worker's binary answer, the session opened.
+        var binaryConfiguration = clientConfiguration
+        binaryConfiguration.contentMode = .binary
+        let binaryClient = try await AuthClient.connect(binaryConfiguration, logger: IntegrationEnvironment.quietLogger)
+        let binarySignedIn = try await binaryClient.login(guest)
+        #expect(binarySignedIn.isOK && binarySignedIn.session != nil, "\(String(describing: binarySignedIn.error))")
+        let binaryID = UUID().uuidString.lowercased()
+        let binaryFirst = try await binaryClient.login(guest, requestID: binaryID)
+        #expect(try await binaryClient.login(guest, requestID: binaryID).user?.id == binaryFirst.user?.id)
+        await binaryClient.close()
+
         // A GitHub sign-in, with the app's code and PKCE verifier, the guest keeping its id.
         let pkce = OAuthStandIn.pkce()
         let code = try await github.authorize(
