@@ -122,11 +122,20 @@ def resolve(document, reference, where):
                 return None
             node = node[part]
         return node
-    path = os.path.normpath(os.path.join(CONTRACT, reference))
+    # A file, or a part of one by a JSON pointer after `#` (`./schemas/login-request.json#/properties/data`).
+    file, _, pointer = reference.partition("#")
+    path = os.path.normpath(os.path.join(CONTRACT, file))
     if not os.path.isfile(path):
         problem(f"asyncapi {where}: $ref {reference} names no file")
         return None
-    return json.load(open(path))
+    node = json.load(open(path))
+    for part in (pointer[1:].split("/") if pointer.startswith("/") else []):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            problem(f"asyncapi {where}: $ref {reference} does not resolve")
+            return None
+        node = node[part]
+    return node
 
 
 def deref(document, value, where):
