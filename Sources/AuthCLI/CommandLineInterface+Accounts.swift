@@ -185,7 +185,9 @@ extension CommandLineInterface {
             var producerConfiguration = try kafka().producerConfiguration
             producerConfiguration.deliveryTimeout = .seconds(10)
             let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
-            let relay = OutboxRelay(store: store, producer: producer, clock: SystemClock(), logger: logger, grace: -60)
+            let relay = OutboxRelay(
+                store: store, producer: producer, clock: SystemClock(), logger: logger, grace: -60,
+                eventMode: configuration.eventsContentMode)
             do {
                 while try await relay.publishPending() > 0 {}
             } catch {

@@ -2,6 +2,7 @@ import AuthDomain
 import AuthStore
 import Foundation
 import Kafka
+import Messages
 import ServiceKit
 import Synchronization
 
@@ -24,6 +25,7 @@ public final class OutboxRelay: Service {
     private let purgeInterval: Duration
     private let purgeLimit: Int
     private let passwords: PasswordService?
+    private let eventMode: CloudEventMode
     private let stopping = Atomic<Bool>(false)
 
     /// - Parameters:
@@ -36,12 +38,15 @@ public final class OutboxRelay: Service {
     ///   - purgeLimit: the most rows of a table one round forgets; a cycle that finds more goes
     ///     on at the next round (every `interval`) until it is through. Default: 50,000, 10,000
     ///     rows a second at the default interval (every replica purges, taking different rows).
+    ///   - eventMode: how events are published (`AUTH_EVENTS_CONTENT_MODE`). Default: structured.
     public init(
         store: PostgresStore, producer: KafkaProducer, clock: any WorkerClock, logger: Logger,
         interval: Duration = .seconds(5), grace: TimeInterval = 30, throttleWindow: TimeInterval = 86400,
         rateLimitWindow: TimeInterval = 3600, auditRetention: TimeInterval = 400 * 86_400,
-        purgeInterval: Duration = .seconds(600), purgeLimit: Int = 50_000, passwords: PasswordService? = nil
+        purgeInterval: Duration = .seconds(600), purgeLimit: Int = 50_000, passwords: PasswordService? = nil,
+        eventMode: CloudEventMode = .structured
     ) {
+        self.eventMode = eventMode
         self.auditRetention = auditRetention
         self.purgeInterval = purgeInterval
         self.purgeLimit = purgeLimit
@@ -134,7 +139,7 @@ public final class OutboxRelay: Service {
     public func publishPending(limit: Int = 500) async throws -> Int {
         let events = try await store.unpublishedEvents(olderThan: clock.now() - grace, limit: limit)
         guard !events.isEmpty else { return 0 }
-        try await producer.send(events.map(\.record))
+        try await producer.send(events.map { $0.record(eventMode) })
         try await store.deletePublished(events.map(\.id))
         return events.count
     }

@@ -87,11 +87,9 @@ public struct WorkerApplication: Sendable {
             store: store, producer: producer, clock: clock, logger: logger.child(label: "auth.outbox"),
             interval: .seconds(max(1, min(5, Int(configuration.outboxRelayGrace)))),
             grace: configuration.outboxRelayGrace, throttleWindow: configuration.accounts.throttle.window,
-            rateLimitWindow: max(
-                configuration.accounts.longestRateLimitWindow, configuration.emailCodes.sendLimit.window,
-                configuration.emailCodes.resetLimit.window, configuration.mfa.attempts.window,
-                configuration.mfa.lockoutHorizon), auditRetention: configuration.auditRetention,
-            purgeInterval: .seconds(configuration.purgeInterval), passwords: passwords)
+            rateLimitWindow: configuration.longestRateLimitWindow, auditRetention: configuration.auditRetention,
+            purgeInterval: .seconds(configuration.purgeInterval), passwords: passwords,
+            eventMode: configuration.eventsContentMode)
         let readiness = Readiness(
             database: DatabaseProbe(conninfo: configuration.databaseURL), producer: producer,
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,

@@ -109,3 +109,99 @@ extension CloudEvent {
         return writer.bytes
     }
 }
+
+/// A structured CloudEvent (as the outbox keeps every event) in binary content mode: each string
+/// attribute as a `ce_` header (`datacontenttype` as `content-type`), the `data` member's bytes,
+/// as written, as the value.
+public struct BinaryCloudEvent: Sendable {
+    /// The Kafka headers, in name order, `content-type` among them.
+    public let headers: [(key: String, value: String)]
+    public let data: [UInt8]
+
+    /// Nil when `structured` is not a CloudEvent with an object `data` (the caller then
+    /// publishes it structured: an event is never lost to its form).
+    public init?(structured: [UInt8]) {
+        guard let members = try? JSONReader.object(structured), case .object = members["data"],
+            let data = Self.memberValue(named: "data", in: structured)
+        else { return nil }
+        var headers: [(key: String, value: String)] = []
+        for (name, value) in members.sorted(by: { $0.key < $1.key }) {
+            guard case .string(let text) = value else { continue }
+            headers.append((key: name == "datacontenttype" ? "content-type" : "ce_" + name, value: text))
+        }
+        if !headers.contains(where: { $0.key == "content-type" }) {
+            headers.append((key: "content-type", value: "application/json"))
+        }
+        self.headers = headers
+        self.data = data
+    }
+
+    /// The bytes of the top-level member `name`'s value in a JSON object (valid JSON: it was
+    /// parsed already), found by walking the object's members: strings with their escapes, nested
+    /// objects and arrays by depth.
+    static func memberValue(named name: String, in json: [UInt8]) -> [UInt8]? {
+        let quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
+        var index = 0
+        func skipSpace() {
+            while index < json.count, [0x20, 0x0A, 0x0D, 0x09].contains(json[index]) { index += 1 }
+        }
+        /// Moves past the string whose opening quote is at `index`; returns its raw bytes.
+        func skipString() -> ArraySlice<UInt8> {
+            index += 1
+            let start = index
+            while index < json.count, json[index] != quote { index += json[index] == backslash ? 2 : 1 }
+            let end = min(index, json.count)
+            index += 1
+            return json[start..<end]
+        }
+        /// Moves past the value starting at `index`, to the `,` or `}` after it.
+        func skipValue() {
+            var depth = 0
+            while index < json.count {
+                switch json[index] {
+                case quote:
+                    _ = skipString()
+                    if depth == 0 { return }
+                    continue
+                case UInt8(ascii: "{"), UInt8(ascii: "["):
+                    depth += 1
+                case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                    if depth == 0 { return }
+                    depth -= 1
+                    if depth == 0 {
+                        index += 1
+                        return
+                    }
+                case UInt8(ascii: ","):
+                    if depth == 0 { return }
+                default:
+                    break
+                }
+                index += 1
+            }
+        }
+        skipSpace()
+        guard index < json.count, json[index] == UInt8(ascii: "{") else { return nil }
+        index += 1
+        while index < json.count {
+            skipSpace()
+            guard index < json.count, json[index] == quote else { return nil }
+            let key = skipString()
+            skipSpace()
+            guard index < json.count, json[index] == UInt8(ascii: ":") else { return nil }
+            index += 1
+            skipSpace()
+            let start = index
+            skipValue()
+            if key.elementsEqual(name.utf8) {
+                var end = index
+                while end > start, [0x20, 0x0A, 0x0D, 0x09].contains(json[end - 1]) { end -= 1 }
+                return Array(json[start..<end])
+            }
+            skipSpace()
+            guard index < json.count, json[index] == UInt8(ascii: ",") else { return nil }
+            index += 1
+        }
+        return nil
+    }
+}

@@ -53,6 +53,18 @@ import Testing
         #expect(!config.migrateOnStart)
         #expect(!config.processing.preparedStatements)
         #expect(try WorkerConfiguration.fromEnvironment([:]).processing.preparedStatements)
+        // Phone codes and the events' content mode.
+        let phone = try WorkerConfiguration.fromEnvironment([
+            "AUTH_SMS_COUNTRIES": "1, +44,82", "AUTH_SMS_DAILY_BUDGET": "50", "AUTH_SMS_PREFIX_RATE_LIMIT": "4/600",
+            "AUTH_PHONE_CODE_SIGNUP": "true", "AUTH_EVENTS_CONTENT_MODE": "binary",
+        ])
+        #expect(phone.phoneCodes.countries == [1, 44, 82] && phone.phoneCodes.signUp)
+        #expect(phone.phoneCodes.dailyBudget == .init(count: 50, window: 86_400))
+        #expect(phone.phoneCodes.perPrefix == .init(count: 4, window: 600))
+        #expect(phone.eventsContentMode == .binary)
+        #expect(try WorkerConfiguration.fromEnvironment(["AUTH_SMS_COUNTRIES": "*"]).phoneCodes.countries == nil)
+        // The purge keeps rate-limit rows as long as the longest window: the day's texting budget.
+        #expect(phone.longestRateLimitWindow == 86_400)
     }
 
     @Test(arguments: [
@@ -61,7 +73,10 @@ import Testing
         ("AUTH_GUEST_GLOBAL_RATE_LIMIT", "100"), ("AUTH_REGISTER_RATE_LIMIT", "10/0"),
         ("AUTH_REGISTER_GLOBAL_RATE_LIMIT", "-1/60"), ("AUTH_REQUIRE_SEALED_CREDENTIALS", "perhaps"),
         ("AUTH_DB_PREPARED_STATEMENTS", "sometimes"), ("AUTH_KAFKA_SESSION_TIMEOUT_MS", "soon"),
-        ("AUTH_CONSOLE_PORT", "http"),
+        ("AUTH_CONSOLE_PORT", "http"), ("AUTH_EVENTS_CONTENT_MODE", "xml"), ("AUTH_SMS_KEY", "not-a-key"),
+        ("AUTH_SMS_COUNTRIES", "1,999"), ("AUTH_SMS_COUNTRIES", ","), ("AUTH_PHONE_CODE_TTL_SECONDS", "3600"),
+        ("AUTH_PHONE_CODE_MAX_ATTEMPTS", "0"), ("AUTH_SMS_NUMBER_RATE_LIMIT", "3"), ("AUTH_SMS_DAILY_BUDGET", "-5"),
+        ("AUTH_PHONE_CODE_SIGNUP", "sometimes"),
     ])
     func badValuesNameTheirVariable(variable: String, value: String) {
         // Each module reads its own settings, as `auth-worker config check` reads them all.

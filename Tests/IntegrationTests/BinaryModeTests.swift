@@ -31,9 +31,11 @@ import Testing
         var config = try IntegrationEnvironment.workerConfiguration(
             databaseURL: try await IntegrationEnvironment.makeDatabase(), topics: topics)
         config.resultsKey = Array(repeating: 7, count: 32)  // kept answers can be given again
+        config.eventsContentMode = .binary
         let worker = try await RunningWorker(config)
         let gateway = try GatewayClient(configuration: config, logger: IntegrationEnvironment.quietLogger)
         let results = try TopicReader(topic: topics.results)
+        let events = try TopicReader(topic: topics.events)
         let deadLetters = try TopicReader(topic: topics.deadLetters)
 
         let guest = "binary-guest-\(UUID())"
@@ -94,6 +96,22 @@ import Testing
         let structuredResult = try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: plain.value)
         #expect(structuredResult.data.status == "ok")
 
+        // Events in binary mode too (`AUTH_EVENTS_CONTENT_MODE=binary`), whichever mode the request
+        // came in: the two guests' `auth.user.created`, the data as the value.
+        let created = try await events.waitUntil { messages in
+            messages.filter { $0.headers.string("ce_type") == "auth.user.created" }.count >= 2
+        }.filter { $0.headers.string("ce_type") == "auth.user.created" }
+        let userIDs = try created.map { try MessageCoding.decode(UserCreatedData.self, from: $0.value).userId }
+        #expect(Set(userIDs).contains(try #require(signedIn.user?.id)))
+        #expect(Set(userIDs).contains(try #require(structuredResult.data.user?.id)))
+        for event in created {
+            #expect(event.headers.string("ce_specversion") == "1.0" && event.headers.string("ce_id") != nil)
+            #expect(event.headers.string("content-type") == "application/json")
+        }
+        #expect(
+            created.contains { $0.headers.string("ce_traceparent") == Self.traceparent },
+            "the binary request's trace goes on into its event")
+
         // A binary request without `ce_id` cannot be answered: the dead-letter topic, as a
         // structured one without an id.
         let dlq = try await deadLetters.waitUntil { $0.contains { $0.keyString == "no-id" } }
@@ -107,6 +125,7 @@ import Testing
         #expect(try MessageCoding.decode(LoginResultData.self, from: replay.value).user?.id == signedIn.user?.id)
 
         await results.close()
+        await events.close()
         await deadLetters.close()
         gateway.close()
         try await worker.stop()

@@ -31,6 +31,10 @@ extension Setting {
         "AUTH_EVENT_SOURCE", .kafka,
         "CloudEvents `source` of what the worker emits",
         default: "`/auth-worker`")
+    public static let eventsContentMode = Setting(
+        "AUTH_EVENTS_CONTENT_MODE", .kafka,
+        "how events are published: `structured` (one CloudEvents JSON value) or `binary` (the attributes in `ce_` headers, the data as the value); results always answer in their request's mode",
+        default: "`structured`")
 
     // MARK: - PostgreSQL
 
@@ -461,7 +465,7 @@ extension Setting {
     /// `KafkaSettings.declared`, the console's `ConsoleSettings.declared`).
     public static let domain: [Setting] = [
         .topicRequests, .topicResults, .topicEvents, .topicNotifications, .topicDLQ,
-        .dlqMaxBytes, .eventSource,
+        .dlqMaxBytes, .eventSource, .eventsContentMode,
         .databaseURL, .databaseURLFile, .dbPoolSize, .dbWriters, .dbPreparedStatements, .migrateOnStart,
         .accessTokenFormat, .signingKeys, .signingKeysNext, .jwksMaxAgeSeconds, .jwksUri, .tokenIssuer, .tokenAudience,
         .credentialKeys, .requireSealedCredentials, .resultsKeyFile, .requireReplyKey,

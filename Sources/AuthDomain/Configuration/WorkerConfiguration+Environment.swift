@@ -93,6 +93,12 @@ extension WorkerConfiguration {
             config.logLevel = level
         }
         if let value = reader.string(.eventSource) { config.eventSource = value }
+        switch reader.string(.eventsContentMode) {
+        case nil, "structured": break
+        case "binary": config.eventsContentMode = .binary
+        default:
+            throw ConfigurationError(variable: Setting.eventsContentMode.name, reason: "must be structured or binary")
+        }
         if let value = try reader.seconds(.accessTokenTTLSeconds) {
             config.sessions.accessTokenLifetime = value
         }

@@ -1,4 +1,5 @@
 import Foundation
+import Messages
 import Passwords
 import ServiceKit
 
@@ -77,6 +78,20 @@ public struct WorkerConfiguration: Sendable {
     public var emailCodes = EmailCodes()
     /// One-time codes texted to phone numbers.
     public var phoneCodes = PhoneCodes()
+
+    /// The longest window any rate limit counts over: the purge keeps `rate_limits` rows this long
+    /// (a shorter keep would restart a daily budget every hour).
+    public var longestRateLimitWindow: TimeInterval {
+        let phone = [
+            phoneCodes.perNumber, phoneCodes.perPrefix, phoneCodes.perCountry, phoneCodes.perClient, phoneCodes.perIP,
+            phoneCodes.dailyBudget,
+        ]
+        let others = [
+            emailCodes.sendLimit, emailCodes.resetLimit, mfa.attempts, passkeys.optionsRateLimit,
+            passkeys.optionsGlobalRateLimit,
+        ]
+        return max(accounts.longestRateLimitWindow, mfa.lockoutHorizon, (phone + others).map(\.window).max() ?? 0)
+    }
     /// TOTP second factors.
     public var mfa = MFA()
     /// The key that seals stored results, so a redelivered request gets the same answer.
@@ -109,6 +124,9 @@ public struct WorkerConfiguration: Sendable {
     public var shutdownTimeout: Duration = .seconds(30)
     /// `source` of emitted CloudEvents. Env: `AUTH_EVENT_SOURCE`. Default: `/auth-worker`.
     public var eventSource = "/auth-worker"
+    /// How events are published: structured (one JSON value, the default) or binary (attributes
+    /// in `ce_` headers, the data as the value). Env: `AUTH_EVENTS_CONTENT_MODE`.
+    public var eventsContentMode: CloudEventMode = .structured
 
     /// Access token formats.
     public enum AccessTokenFormat: String, Sendable {

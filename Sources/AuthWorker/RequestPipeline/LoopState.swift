@@ -445,11 +445,15 @@ struct LoopState {
 }
 
 extension OutboxEvent {
-    /// The Kafka record that publishes this event.
-    var record: ProducerRecord {
-        ProducerRecord(
-            topic: topic, key: Array(key.utf8), value: payload,
-            headers: ProducerRecord.cloudEventHeaders)
+    /// The Kafka record that publishes this event in `mode` (`AUTH_EVENTS_CONTENT_MODE`).
+    func record(_ mode: CloudEventMode) -> ProducerRecord {
+        if mode == .binary, let binary = BinaryCloudEvent(structured: payload) {
+            return ProducerRecord(
+                topic: topic, key: Array(key.utf8), value: binary.data,
+                headers: binary.headers.map { KafkaHeader(key: $0.key, string: $0.value) })
+        }
+        return ProducerRecord(
+            topic: topic, key: Array(key.utf8), value: payload, headers: ProducerRecord.cloudEventHeaders)
     }
 }
 

@@ -106,7 +106,7 @@ extension RequestPipeline {
                 result.written = written
                 if publishesWritten, let answers = self.writtenAnswers(written) {
                     // Delivered, it wakes the loop, which then takes this stage's end too.
-                    let entries = Self.entries(answers.lazy.map { ($0.records, $0.events) })
+                    let entries = self.entries(answers.lazy.map { ($0.records, $0.events) })
                     result.published = PublishedByLookup(stage: self.beginPublish(entries), answers: answers)
                 }
                 return result

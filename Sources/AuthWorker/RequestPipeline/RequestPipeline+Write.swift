@@ -81,18 +81,20 @@ extension RequestPipeline {
     }
 
     /// The records of jobs, with the ids of the events among them.
-    static func entries(_ jobs: [JobRecords]) -> [(record: ProducerRecord, event: UUID?)] {
+    func entries(_ jobs: [JobRecords]) -> [(record: ProducerRecord, event: UUID?)] {
         entries(jobs.lazy.map { ($0.records, $0.events) })
     }
 
-    /// Each job's records then its events' records, with the ids of the events.
-    static func entries(_ jobs: some Sequence<([ProducerRecord], [OutboxEvent])>) -> [(
+    /// Each job's records then its events' records (in `AUTH_EVENTS_CONTENT_MODE`), with the ids
+    /// of the events.
+    func entries(_ jobs: some Sequence<([ProducerRecord], [OutboxEvent])>) -> [(
         record: ProducerRecord, event: UUID?
     )] {
+        let mode = configuration.eventsContentMode
         var entries: [(record: ProducerRecord, event: UUID?)] = []
         for (records, events) in jobs {
             entries += records.map { ($0, nil) }
-            entries += events.map { ($0.record, $0.id) }
+            entries += events.map { ($0.record(mode), $0.id) }
         }
         return entries
     }

@@ -176,7 +176,7 @@ public final class RequestPipeline: Service {
         case .prepare(let preparations):
             for preparation in preparations { prepare([preparation]) }
         case .publish(let jobs):
-            state.stages.publishing.append((beginPublish(Self.entries(jobs)), jobs))
+            state.stages.publishing.append((beginPublish(entries(jobs)), jobs))
         case .write(let plan):
             state.stages.writing[plan.writer] = beginWrite(plan)
             state.stages.writingSince[plan.writer] = .now
