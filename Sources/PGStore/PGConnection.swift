@@ -324,9 +324,12 @@ public final class PGConnection {
         return PGRows(columns: columns, values: values, affectedRows: affected)
     }
 
+    /// libpq's message on one line: it breaks some over lines (`…failed: Connection refused` then
+    /// `\tIs the server running…`), which would make a start's one-line reason two.
     private static func message(_ text: UnsafePointer<CChar>?) -> String {
         guard let text else { return "" }
-        return String(cString: text).trimmingCharacters(in: .whitespacesAndNewlines)
+        return String(cString: text).split(whereSeparator: \.isNewline)
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
     }
 
     /// Text parameters end at their first NUL byte in libpq, and PostgreSQL's text types cannot hold

@@ -46,6 +46,10 @@ extension Setting {
         "AUTH_DATABASE_URL_FILE", .database,
         "a file holding the URL (a mounted Secret: the URL carries the password); not with `AUTH_DATABASE_URL`",
         default: "none")
+    public static let databasePasswordFile = Setting(
+        "AUTH_DATABASE_PASSWORD_FILE", .database,
+        "a file holding the database password (a mounted Secret), for a URL without one: added to the URL's parameters, never logged; wins over a password in the URL",
+        default: "none")
     public static let dbPoolSize = Setting(
         "AUTH_DB_POOL_SIZE", .database,
         "PostgreSQL connections: the writers, one for password attempts, the rest for lookups, the relay and readiness; at least `AUTH_DB_WRITERS` + 2",
@@ -466,7 +470,8 @@ extension Setting {
     public static let domain: [Setting] = [
         .topicRequests, .topicResults, .topicEvents, .topicNotifications, .topicDLQ,
         .dlqMaxBytes, .eventSource, .eventsContentMode,
-        .databaseURL, .databaseURLFile, .dbPoolSize, .dbWriters, .dbPreparedStatements, .migrateOnStart,
+        .databaseURL, .databaseURLFile, .databasePasswordFile, .dbPoolSize, .dbWriters, .dbPreparedStatements,
+        .migrateOnStart,
         .accessTokenFormat, .signingKeys, .signingKeysNext, .jwksMaxAgeSeconds, .jwksUri, .tokenIssuer, .tokenAudience,
         .credentialKeys, .requireSealedCredentials, .resultsKeyFile, .requireReplyKey,
         .accessTokenTTLSeconds, .refreshTokenTTLSeconds, .sessionTTLSeconds, .guestAbilities, .refreshReuseGraceSeconds,

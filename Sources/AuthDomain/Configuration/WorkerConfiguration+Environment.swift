@@ -41,6 +41,17 @@ extension WorkerConfiguration {
             }
             config.databaseURL = text.trimmingCharacters(in: .whitespacesAndNewlines)
         }
+        if let path = reader.string(.databasePasswordFile) {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw ConfigurationError(variable: Setting.databasePasswordFile.name, reason: "cannot read \(path)")
+            }
+            // The file's one line; a trailing line break is the editor's, not the password's.
+            let password = String(text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).first ?? "")
+            guard !password.isEmpty else {
+                throw ConfigurationError(variable: Setting.databasePasswordFile.name, reason: "\(path) is empty")
+            }
+            config.databaseURL = Self.connectionString(config.databaseURL, password: password)
+        }
         if let value = reader.string(.topicRequests) { config.topics.requests = value }
         if let value = reader.string(.topicResults) { config.topics.results = value }
         if let value = reader.string(.topicEvents) { config.topics.events = value }
@@ -329,6 +340,19 @@ extension WorkerConfiguration {
 }
 
 extension WorkerConfiguration {
+    /// `conninfo` with `password` added as the last parameter (libpq takes the last of a repeated
+    /// keyword): to a `postgres://` URL's query, percent-encoded; to a `key=value` string, quoted.
+    static func connectionString(_ conninfo: String, password: String) -> String {
+        if conninfo.hasPrefix("postgres://") || conninfo.hasPrefix("postgresql://") {
+            let allowed = CharacterSet(
+                charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+            let encoded = password.addingPercentEncoding(withAllowedCharacters: allowed) ?? ""
+            return conninfo + (conninfo.contains("?") ? "&" : "?") + "password=" + encoded
+        }
+        let quoted = password.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'")
+        return conninfo + " password='" + quoted + "'"
+    }
+
     private static func readPhoneCodes(_ reader: EnvironmentReader, into phone: inout PhoneCodes) throws {
         if let text = reader.string(.smsKey) {
             guard let key = Base64URL.decode(text), key.count == 32, X25519.isUsablePublicKey(key) else {
