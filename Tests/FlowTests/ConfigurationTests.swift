@@ -1,5 +1,4 @@
 import AdminConsole
-import AuthDomain
 import AuthStore
 import AuthWorker
 import Foundation
@@ -8,6 +7,7 @@ import ServiceKit
 import Testing
 
 @testable import AuthCLI
+@testable import AuthDomain
 @testable import TestSupport
 
 @Suite struct ConfigurationTests {
@@ -63,6 +63,16 @@ import Testing
         #expect(phone.phoneCodes.perPrefix == .init(count: 4, window: 600))
         #expect(phone.eventsContentMode == .binary)
         #expect(try WorkerConfiguration.fromEnvironment(["AUTH_SMS_COUNTRIES": "*"]).phoneCodes.countries == nil)
+        // A password file's password joins the URL's parameters, encoded for each form.
+        #expect(
+            WorkerConfiguration.connectionString("postgres://u@h/db", password: "p&=/ é")
+                == "postgres://u@h/db?password=p%26%3D%2F%20%C3%A9")
+        #expect(
+            WorkerConfiguration.connectionString("postgresql://u@h/db?sslmode=verify-full", password: "x")
+                == "postgresql://u@h/db?sslmode=verify-full&password=x")
+        #expect(
+            WorkerConfiguration.connectionString("host=h dbname=db", password: #"it's \ ok"#)
+                == #"host=h dbname=db password='it\'s \\ ok'"#)
         // The purge keeps rate-limit rows as long as the longest window: the day's texting budget.
         #expect(phone.longestRateLimitWindow == 86_400)
     }

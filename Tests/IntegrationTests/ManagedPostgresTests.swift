@@ -44,6 +44,14 @@ extension ProcessIntegrationTests {
         #expect(guest.result.status == "ok" && guest.result.session != nil)
         #expect(try await harness.count("users") == 1)
 
+        // The same in libpq's key=value form: the password quoted into it.
+        let keyValue = try WorkerConfiguration.fromEnvironment([
+            "AUTH_DATABASE_URL":
+                "host=localhost port=\(server.port) dbname=auth user=postgres sslmode=verify-full sslrootcert=\(server.caFile)",
+            "AUTH_DATABASE_PASSWORD_FILE": passwordFile,
+        ])
+        #expect(try PGConnection(conninfo: keyValue.databaseURL).query("SELECT 1 AS one").count == 1)
+
         // A client certificate instead of a password.
         let certified = try PGConnection(
             conninfo: server.url(user: "certuser", host: "localhost", withPassword: false)
