@@ -243,15 +243,17 @@ public final class AuthClient: Sendable {
 
     /// `phone_code_request`: a code texted to `phone` (E.164) by the SMS service; answered alike
     /// whether the number has an account. With `accessToken`, the code is to make the number that
-    /// account's. `clientID` and `ip` count against the worker's per-client and per-IP limits:
-    /// send the app install's id and the client's address as the gateway saw them.
+    /// account's (a member whose session is not recent sends its `password` too). `clientID` and
+    /// `ip` count against the worker's per-client and per-IP limits: send the app install's id and
+    /// the client's address as the gateway saw them.
     public func requestPhoneCode(
-        phone: String, accessToken: String? = nil, locale: String? = nil, clientID: String? = nil, ip: String? = nil,
-        timeout: Duration? = nil
+        phone: String, accessToken: String? = nil, password: String? = nil, locale: String? = nil,
+        clientID: String? = nil, ip: String? = nil, timeout: Duration? = nil
     ) async throws -> LoginResult {
         var request = LoginRequestData(method: LoginMethod.phoneCodeRequest.rawValue)
         request.phone = phone
         request.accessToken = accessToken
+        request.password = password
         request.locale = locale
         request.clientID = clientID
         if let ip { request.context = .init(ip: ip, userAgent: nil) }
@@ -261,13 +263,14 @@ public final class AuthClient: Sendable {
     /// `phone_code`: the six digits texted to `phone` sign in (or, with `accessToken`, make the
     /// number the signed-in account's: a guest becomes a member with the same id).
     public func signIn(
-        phone: String, code: String, accessToken: String? = nil, device: LoginRequestData.Device? = nil,
-        timeout: Duration? = nil
+        phone: String, code: String, accessToken: String? = nil, password: String? = nil,
+        device: LoginRequestData.Device? = nil, timeout: Duration? = nil
     ) async throws -> LoginResult {
         var request = LoginRequestData(method: LoginMethod.phoneCode.rawValue)
         request.phone = phone
         request.code = code
         request.accessToken = accessToken
+        request.password = password
         request.device = device
         return try await login(request, timeout: timeout)
     }

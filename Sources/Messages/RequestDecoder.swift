@@ -46,7 +46,7 @@ public enum CloudEventMode: Sendable, Equatable {
             guard let value, let text = String(validating: value, as: UTF8.self) else { continue }
             if key.utf8.count > 3, key.hasPrefix("ce_") {
                 attributes[String(key.dropFirst(3))] = text
-            } else if key.lowercased() == "content-type" {
+            } else if key == "content-type" || (key.utf8.count == 12 && key.lowercased() == "content-type") {
                 contentType = text
             }
         }

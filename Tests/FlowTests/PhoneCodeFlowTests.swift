@@ -476,6 +476,40 @@ import Testing
         #expect(try await harness.count("one_time_codes", where: "purpose = 'verify_phone'") == 0)
     }
 
+    /// The refusal's advice holds: a member with a password sends it beside the stale session's
+    /// token, as for the other changes to how an account signs in; a wrong one is refused.
+    @Test func aStaleMembersPasswordStandsInForARecentSignIn() async throws {
+        let harness = try await service()
+        let registered = try await handle(harness, .register) {
+            $0.email = "ada@example.com"
+            $0.password = "correct horse battery"
+        }
+        let token = try #require(registered.result.session?.accessToken)
+        clock.advance(by: harness.configuration.accounts.reauthMaxAge + 1)
+        let next = "+14155550199"
+        let wrong = try await answer(harness, .phoneCodeRequest) {
+            $0.phone = next
+            $0.accessToken = token
+            $0.password = "not the password"
+        }
+        #expect(wrong.error?.code == .invalidCredentials && wrong.error?.field == "data.password")
+        let code = try await code(harness, to: next, token: token) { $0.password = "correct horse battery" }
+        let stale = try await answer(harness, .phoneCode) {
+            $0.phone = next
+            $0.code = code
+            $0.accessToken = token
+        }
+        #expect(stale.error?.code == .reauthenticationRequired, "the code stays good")
+        let proven = try await handle(harness, .phoneCode) {
+            $0.phone = next
+            $0.code = code
+            $0.accessToken = token
+            $0.password = "correct horse battery"
+        }
+        #expect(proven.result.status == "ok" && proven.result.user?.phone == next)
+        #expect(proven.result.user?.id == registered.result.user?.id)
+    }
+
     // MARK: - The pre-hijack
 
     @Test func provingTheMailboxTakesOffANumberTheRegistrantAdded() async throws {

@@ -12,11 +12,12 @@ import Testing
     let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
 
     /// The methods whose preparation may wait: a password hash on its pool, a read of PostgreSQL
-    /// (a texted code's limits are reserved there), a call to an OAuth provider. Anything else must
+    /// (a texted code's limits are reserved there; a member's password beside an access token is
+    /// checked), a call to an OAuth provider. Anything else must
     /// not wait, since the loop prepares it in place.
     static let waiting: Set<LoginMethod> = [
         .register, .password, .verifyEmail, .passwordReset, .changePassword, .mfaEnroll, .mfaVerify, .accountDelete,
-        .passkeyRemove, .oauth, .phoneCodeRequest,
+        .passkeyRemove, .oauth, .phoneCodeRequest, .phoneCode,
     ]
 
     /// The provider sign-ins: prepared at once when they wait for nothing (the provider's keys

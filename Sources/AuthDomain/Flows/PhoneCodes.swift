@@ -46,34 +46,40 @@ extension LoginFlows {
         let keys = try phoneKeys()
         let number = try phoneNumber(request)
         let now = clock.now()
-        let token = try request.data.accessToken.map {
-            try presentedToken($0, field: "data.access_token", allowExpired: false, at: now)
-        }
+        let account = try await phoneAccount(request, at: now)
         try await SMSLimits(configuration.phoneCodes).reserve(for: request, number: number, in: attempts, at: now)
-        let code = try pendingTextedCode(token == nil ? .phoneSignIn : .verifyPhone, to: number, keys: keys, at: now)
+        let code = try pendingTextedCode(account == nil ? .phoneSignIn : .verifyPhone, to: number, keys: keys, at: now)
         return PhoneCodeRequest(
-            requestID: request.id, number: number.e164, token: token, code: code,
+            requestID: request.id, number: number.e164, account: account, code: code,
             signUp: configuration.phoneCodes.signUp, locale: request.data.locale,
-            reauthMaxAge: configuration.accounts.reauthMaxAge, events: events(for: request, at: now), now: now)
+            events: events(for: request, at: now), now: now)
     }
 
     /// `phone_code`: the texted code signs in (or makes the number the signed-in account's).
-    func preparePhoneCode(_ request: LoginRequest) throws -> any PreparedWrite {
+    func preparePhoneCode(_ request: LoginRequest) async throws -> any PreparedWrite {
         let keys = try phoneKeys()
         let number = try phoneNumber(request)
         let now = clock.now()
-        let token = try request.data.accessToken.map {
-            try presentedToken($0, field: "data.access_token", allowExpired: false, at: now)
-        }
+        let account = try await phoneAccount(request, at: now)
         let presented = PresentedCode(
             form: .code(destination: number.e164, code: request.data.code ?? ""),
-            purpose: token == nil ? .phoneSignIn : .verifyPhone, keys: keys,
+            purpose: account == nil ? .phoneSignIn : .verifyPhone, keys: keys,
             maxAttempts: configuration.phoneCodes.maxAttempts)
         return PhoneCodeSignIn(
-            requestID: request.id, number: number.e164, presented: presented, token: token,
+            requestID: request.id, number: number.e164, presented: presented, account: account,
             newUserID: try identifiers.uuid(), handles: try handleCandidates(name: nil, isGuest: false),
             pending: try pendingSession(at: now, isGuest: false), device: request.data.device, mfa: mfaGate(),
-            reauthMaxAge: configuration.accounts.reauthMaxAge, events: events(for: request, at: now), now: now)
+            events: events(for: request, at: now), now: now)
+    }
+
+    /// The signed-in account a request with an `access_token` acts for, with the proof of a
+    /// recent sign-in a member needs (`Reauthentication`: the session's age, or the account's
+    /// `password` in the request, checked here); nil without a token.
+    /// - Throws: `invalid_token`; `invalid_credentials` for a wrong password.
+    func phoneAccount(_ request: LoginRequest, at now: Date) async throws -> PhoneAccount? {
+        guard let text = request.data.accessToken else { return nil }
+        let token = try presentedToken(text, field: "data.access_token", allowExpired: false, at: now)
+        return PhoneAccount(token: token, reauthentication: try await reauthentication(request, token: token, at: now))
     }
 
     /// A new six-digit code for `number`, sealed to the SMS service: made before the write,
@@ -87,6 +93,34 @@ extension LoginFlows {
             id: try identifiers.uuid(), purpose: purpose, number: number.e164,
             codeHMAC: keys.hmac(code: code, purpose: purpose, email: number.e164), sealed: sealed, createdAt: now,
             expiresAt: now + configuration.phoneCodes.lifetime)
+    }
+}
+
+/// The signed-in account a phone request acts for (`LoginFlows.phoneAccount`).
+struct PhoneAccount: Sendable {
+    let token: PresentedAccessToken
+    let reauthentication: Reauthentication
+
+    /// What a request about `number` reads: the number's identity, and the account's session.
+    static func prefetch(number: String, account: PhoneAccount?) -> Prefetch {
+        var prefetch = Prefetch()
+        if let account {
+            prefetch.merge(account.token.prefetch)
+            prefetch.merge(account.reauthentication.prefetch)
+        }
+        prefetch.identities.append(IdentityKey(provider: "phone", subject: number))
+        return prefetch
+    }
+
+    /// The live session and its user, and whether a member's change is refused for want of a
+    /// recent sign-in (a number is a way into the account; a guest needs none, it has nothing to lose).
+    /// - Throws: `invalid_token`.
+    func signedIn(in unit: any UnitOfWork, at now: Date) throws -> (
+        session: SessionRecord, user: StoredUser, stale: Bool
+    ) {
+        let (session, user) = try AuthDomain.signedIn(token, in: unit, at: now)
+        let stale = try !user.isGuest && !reauthentication.holds(for: session, in: unit, at: now)
+        return (session, user, stale)
     }
 }
 
@@ -167,23 +201,18 @@ struct PendingTextedCode: Sendable {
 struct PhoneCodeRequest: PreparedWrite {
     let requestID: String
     let number: String
-    /// The signed-in account's, when the number is to become its.
-    let token: PresentedAccessToken?
+    /// The signed-in account, when the number is to become its.
+    let account: PhoneAccount?
     let code: PendingTextedCode
     let signUp: Bool
     let locale: String?
-    let reauthMaxAge: TimeInterval
     let events: EventFactory
     let now: Date
 
-    var prefetch: Prefetch {
-        var prefetch = token?.prefetch ?? Prefetch()
-        prefetch.identities.append(IdentityKey(provider: "phone", subject: number))
-        return prefetch
-    }
+    var prefetch: Prefetch { PhoneAccount.prefetch(number: number, account: account) }
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
-        guard let token else {
+        guard let account else {
             let answer = FlowAnswer(result: .accepted(requestID: requestID, user: nil), userID: nil, sessionID: nil)
             let owner = try unit.identity(provider: "phone", subject: number)?.userID
             // Without an account (and sign-up by phone off) nothing is sent, and the answer is the same.
@@ -191,9 +220,9 @@ struct PhoneCodeRequest: PreparedWrite {
             try code.issue(to: owner, locale: locale, in: unit, events: events)
             return answer
         }
-        let (session, user) = try signedIn(token, in: unit, at: now)
-        // A way into a full account is a change to how it signs in: a recent sign-in only.
-        if !user.isGuest, now.timeIntervalSince(session.createdAt) > reauthMaxAge {
+        // A way into a full account is a change to how it signs in: refused before a text is paid for.
+        let (session, user, stale) = try account.signedIn(in: unit, at: now)
+        if stale {
             return .refused(Reauthentication.refusal(field: "data.access_token"), requestID: requestID, userID: user.id)
         }
         // The account's number already: there is nothing to prove.
@@ -208,24 +237,19 @@ struct PhoneCodeSignIn: PreparedWrite {
     let requestID: String
     let number: String
     let presented: PresentedCode
-    let token: PresentedAccessToken?
+    let account: PhoneAccount?
     let newUserID: UUID
     let handles: [String]
     let pending: PendingSession
     let device: LoginRequestData.Device?
     let mfa: MFAGate?
-    let reauthMaxAge: TimeInterval
     let events: EventFactory
     let now: Date
 
-    var prefetch: Prefetch {
-        var prefetch = token?.prefetch ?? Prefetch()
-        prefetch.identities.append(IdentityKey(provider: "phone", subject: number))
-        return prefetch
-    }
+    var prefetch: Prefetch { PhoneAccount.prefetch(number: number, account: account) }
 
     func write(_ unit: any UnitOfWork) throws -> FlowAnswer {
-        if let token { return try verify(token, in: unit) }
+        if let account { return try verify(account, in: unit) }
         let record: OneTimeCodeRecord
         switch try presented.spend(in: unit, at: now, requestID: requestID) {
         case .refused(let answer): return answer
@@ -262,9 +286,9 @@ struct PhoneCodeSignIn: PreparedWrite {
 
     /// With an access token: the number becomes the signed-in account's, in place of any other it
     /// had. A guest becomes a member (the same id) and gets a member's session.
-    private func verify(_ token: PresentedAccessToken, in unit: any UnitOfWork) throws -> FlowAnswer {
-        let (session, stored) = try signedIn(token, in: unit, at: now)
-        if !stored.isGuest, now.timeIntervalSince(session.createdAt) > reauthMaxAge {
+    private func verify(_ account: PhoneAccount, in unit: any UnitOfWork) throws -> FlowAnswer {
+        let (session, stored, stale) = try account.signedIn(in: unit, at: now)
+        if stale {
             return .refused(
                 Reauthentication.refusal(field: "data.access_token"), requestID: requestID, userID: stored.id)
         }
@@ -312,7 +336,11 @@ struct PhoneCodeSignIn: PreparedWrite {
 // MARK: - Handlers (registered in `LoginMethod.handler`)
 
 extension MethodHandler {
-    /// Waits for the limits' reservation (a round trip to PostgreSQL) before the write.
-    static let phoneCodeRequest = MethodHandler(audited: false, .waits { try await $0.preparePhoneCodeRequest($1) })
-    static let phoneCode = MethodHandler(audited: true, .atOnce { try $0.preparePhoneCode($1) })
+    /// Waits for the limits' reservation (a round trip to PostgreSQL) before the write, and for
+    /// a member's password when one comes with an `access_token`.
+    static let phoneCodeRequest = MethodHandler(
+        audited: false, .waits { try await $0.preparePhoneCodeRequest($1) }, reads: .withPassword)
+    /// Waits for a member's password when one comes with an `access_token`.
+    static let phoneCode = MethodHandler(
+        audited: true, .waits { try await $0.preparePhoneCode($1) }, reads: .withPassword)
 }
