@@ -152,9 +152,9 @@ import Testing
                 [topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters],
                 partitions: 4)
         }
-        let admin = try PGConnection(conninfo: "\(cluster.databaseServer)/postgres")
+        let admin = try PGConnection(conninfo: cluster.databaseURL("postgres"))
         try admin.execute(unsafeSQL: "CREATE DATABASE auth")
-        let databaseURL = "\(cluster.databaseServer)/auth"
+        let databaseURL = cluster.databaseURL("auth")
 
         let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("results-\(UUID()).key").path
         try Hex.encode(try SecureRandom.bytes(32)).write(toFile: keyFile, atomically: true, encoding: .utf8)

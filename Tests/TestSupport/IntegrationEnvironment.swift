@@ -10,7 +10,10 @@ import Testing
 
 /// The real PostgreSQL server and broker the integration tests use, from the environment:
 ///
-/// - `AUTH_TEST_DATABASE_SERVER`: `postgres://user@host:port` (each test gets a database of its own)
+/// - `AUTH_TEST_DATABASE_SERVER`: `postgres://user:password@host:port` (each test gets a database of its own)
+/// - `AUTH_TEST_DATABASE_OPTIONS`: libpq parameters every database URL ends with (the local
+///   setup's `sslmode=verify-full&sslrootcert=…`: the workers the tests start run with an
+///   environment of their own, without libpq's `PGSSLMODE`)
 /// - `AUTH_TEST_KAFKA_BROKERS`: bootstrap servers (each test gets topics of its own)
 ///
 /// `scripts/test` sets both. Without them the integration suites are skipped, unless
@@ -31,7 +34,8 @@ enum IntegrationEnvironment {
     /// The tests' connections wait up to a minute to connect (the worker's default is 5 s): at the
     /// start of the parallel run dozens of tests create and migrate their databases at once, and on
     /// a slow host a connection once took longer than 5 s to be set up (a test failed on it).
-    static let patientConnect = "connect_timeout=60"
+    static let patientConnect =
+        "connect_timeout=60" + (environment["AUTH_TEST_DATABASE_OPTIONS"].map { $0.isEmpty ? "" : "&" + $0 } ?? "")
 
     /// Creates an empty database and returns its URL (with `patientConnect`).
     static func makeDatabase() async throws -> String {

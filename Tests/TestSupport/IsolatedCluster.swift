@@ -54,7 +54,15 @@ final class IsolatedCluster: @unchecked Sendable {
     /// Whether the broker's process is still there (false once it has exited, or before it started).
     var brokerIsRunning: Bool { brokerProcess?.isRunning ?? false }
 
-    var databaseServer: String { "postgres://postgres@127.0.0.1:\(pgPort)" }
+    /// The server's superuser password (SCRAM-SHA-256; the server takes TLS logins only).
+    let password = UUID().uuidString
+    /// The CA the server's certificate (for 127.0.0.1) is verified against.
+    var caFile: String { directory + "/tls/ca.crt" }
+    var databaseServer: String { "postgres://postgres:\(password)@127.0.0.1:\(pgPort)" }
+    /// A database's URL, verifying the server fully (`sslmode=verify-full`) with the password.
+    func databaseURL(_ database: String) -> String {
+        "\(databaseServer)/\(database)?sslmode=verify-full&sslrootcert=\(caFile)"
+    }
     var brokers: String { broker == .tansu ? "127.0.0.1:\(proxyPort)" : mockBootstrap }
 
     init(broker: Broker = .tansu) throws {
@@ -64,14 +72,21 @@ final class IsolatedCluster: @unchecked Sendable {
         brokerPort = try Self.freePort()
         proxyPort = try Self.freePort()
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        try Self.run("/bin/chown", ["postgres:postgres", directory])
+        // As managed services run it: TLS only, SCRAM passwords (the local trust of the postgres
+        // OS user aside).
+        let authority = try TestCertificateAuthority(directory: directory + "/tls")
+        try authority.issue("server", subject: "/CN=127.0.0.1", extensions: ["subjectAltName=IP:127.0.0.1"])
+        try Data((password + "\n").utf8).write(to: URL(fileURLWithPath: directory + "/tls/pwfile"))
+        try Self.run("/bin/chown", ["-R", "postgres:postgres", directory])
         try Self.run(
             "/usr/sbin/runuser",
             [
                 "-u", "postgres", "--", "\(Self.pgBin)/initdb", "-D", "\(directory)/pg", "-U", "postgres",
-                "--auth=trust", "-E",
+                "--auth-local=trust", "--auth-host=scram-sha-256", "--pwfile", "\(directory)/tls/pwfile", "-E",
                 "UTF8", "--locale=C.UTF-8",
             ])
+        try Data("local all postgres trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n".utf8).write(
+            to: URL(fileURLWithPath: "\(directory)/pg/pg_hba.conf"))
         try startPostgres()
         switch broker {
         case .tansu:
@@ -91,12 +106,13 @@ final class IsolatedCluster: @unchecked Sendable {
             "/usr/sbin/runuser",
             [
                 "-u", "postgres", "--", "\(Self.pgBin)/postgres", "-D", "\(directory)/pg", "-p", String(pgPort), "-k",
-                directory, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                directory, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "ssl=on", "-c",
+                "ssl_cert_file=\(directory)/tls/server.crt", "-c", "ssl_key_file=\(directory)/tls/server.key",
             ])
         try Self.waitForPort(pgPort)
         // Accepting TCP is not yet accepting logins: wait until a connection works.
         for _ in 0..<100 {
-            if (try? PGConnection(conninfo: "\(databaseServer)/postgres")) != nil { return }
+            if (try? PGConnection(conninfo: databaseURL("postgres"))) != nil { return }
             usleep(100_000)
         }
     }

@@ -85,30 +85,11 @@ final class ManagedPostgres: @unchecked Sendable {
     /// A CA, the server's certificate for `localhost` only (not `127.0.0.1`), and certuser's.
     private func makeCertificates() throws {
         let server = directory + "/server", client = directory + "/client"
-        func openssl(_ arguments: [String]) throws { try IsolatedCluster.run("/usr/bin/openssl", arguments) }
-        try openssl(["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", client + "/ca.key"])
-        try openssl([
-            "req", "-x509", "-new", "-key", client + "/ca.key", "-subj", "/CN=test CA", "-days", "2", "-out",
-            client + "/ca.crt",
-        ])
-        for (name, subject, directory, extensions) in [
-            ("server", "/CN=localhost", server, "subjectAltName=DNS:localhost"),
-            ("certuser", "/CN=certuser", client, "extendedKeyUsage=clientAuth"),
-        ] {
-            try openssl(["ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "\(directory)/\(name).key"])
-            try openssl([
-                "req", "-new", "-key", "\(directory)/\(name).key", "-subj", subject, "-out", "\(directory)/\(name).csr",
-            ])
-            let config = "\(directory)/\(name).ext"
-            try Data((extensions + "\n").utf8).write(to: URL(fileURLWithPath: config))
-            try openssl([
-                "x509", "-req", "-in", "\(directory)/\(name).csr", "-CA", client + "/ca.crt", "-CAkey",
-                client + "/ca.key", "-CAcreateserial", "-days", "2", "-extfile", config, "-out",
-                "\(directory)/\(name).crt",
-            ])
-            chmod("\(directory)/\(name).key", 0o600)
-        }
-        try FileManager.default.copyItem(atPath: client + "/ca.crt", toPath: server + "/ca.crt")
+        let authority = try TestCertificateAuthority(directory: client)
+        try authority.issue(
+            "server", subject: "/CN=localhost", extensions: ["subjectAltName=DNS:localhost"], in: server)
+        try authority.issue("certuser", subject: "/CN=certuser", extensions: ["extendedKeyUsage=clientAuth"])
+        try FileManager.default.copyItem(atPath: authority.certificate, toPath: server + "/ca.crt")
     }
 
     func stop() {
