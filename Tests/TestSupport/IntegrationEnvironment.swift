@@ -130,11 +130,13 @@ actor TopicReader {
     private let consumer: KafkaConsumer
     private(set) var messages: [KafkaMessage] = []
 
-    init(topic: String, brokers: String? = IntegrationEnvironment.kafkaBrokers) throws {
+    init(topic: String, brokers: String? = IntegrationEnvironment.kafkaBrokers, properties: [String: String] = [:])
+        throws
+    {
         guard let brokers else { throw IntegrationEnvironment.Skip() }
-        var config = KafkaConsumerConfiguration(
-            kafka: KafkaConfiguration(bootstrapServers: [brokers]), groupID: IntegrationEnvironment.uniqueName("reader")
-        )
+        var kafka = KafkaConfiguration(bootstrapServers: [brokers])
+        kafka.properties = properties
+        var config = KafkaConsumerConfiguration(kafka: kafka, groupID: IntegrationEnvironment.uniqueName("reader"))
         config.sessionTimeout = .seconds(6)
         consumer = try KafkaConsumer(configuration: config, topics: [topic], logger: IntegrationEnvironment.quietLogger)
     }

@@ -6,8 +6,9 @@ verifies the access token against the worker's JWK Set, and asks the worker abou
 
 Environment: AUTH_KAFKA_BROKERS; AUTH_WORKER_URL (the worker's HTTP port, for
 /.well-known/jwks.json); AUTH_TOKEN_ISSUER and AUTH_TOKEN_AUDIENCE as the worker has them;
-AUTH_TOPIC_REQUESTS and AUTH_TOPIC_RESULTS when the topics are renamed. Prints one JSON line per
-step and exits 0 when every step worked.
+AUTH_TOPIC_REQUESTS and AUTH_TOPIC_RESULTS when the topics are renamed; AUTH_KAFKA_PROPERTIES_FILE,
+the same `key=value` file of librdkafka properties (TLS, SASL) the worker reads, for a managed
+broker. Prints one JSON line per step and exits 0 when every step worked.
 
 Passkeys: with AUTH_EXAMPLE_AUTHENTICATOR set to a program that plays the browser's part (the
 project's software authenticator, Tests/Tools/soft-authenticator.py, reads the options on stdin and
@@ -56,6 +57,25 @@ SMS_KEY_FILE = os.environ.get("AUTH_EXAMPLE_SMS_KEY_FILE")
 PHONE = os.environ.get("AUTH_EXAMPLE_PHONE", "+14155550100")
 
 
+def kafka_properties():
+    """The librdkafka properties in AUTH_KAFKA_PROPERTIES_FILE (`key=value` lines, `#` comments):
+    confluent-kafka takes librdkafka's names as they are."""
+    path = os.environ.get("AUTH_KAFKA_PROPERTIES_FILE")
+    if not path:
+        return {}
+    properties = {}
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                properties[key.strip()] = value.strip()
+    return properties
+
+
+KAFKA = {"bootstrap.servers": BROKERS, **kafka_properties()}
+
+
 def texted_code(events, phone, timeout=15):
     """What the SMS service does: the newest `auth.phone.code_requested` for `phone`, its code opened."""
     key = jwk.JWK.from_json(open(SMS_KEY_FILE).read())
@@ -75,7 +95,7 @@ def texted_code(events, phone, timeout=15):
 
 def phone_sign_in(gateway):
     """`phone_code_request`, the code from the SMS service's event, `phone_code`."""
-    events = Consumer({"bootstrap.servers": BROKERS, "group.id": f"sms-{uuid.uuid4()}",
+    events = Consumer({**KAFKA, "group.id": f"sms-{uuid.uuid4()}",
                        "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
     # Every partition from its start (an SMS service would subscribe as a consumer group).
     partitions = events.list_topics(EVENTS, timeout=10).topics[EVENTS].partitions
@@ -146,8 +166,8 @@ class AuthGateway:
     end when the gateway starts, matched to requests by the Kafka key (the request's id)."""
 
     def __init__(self):
-        self.producer = Producer({"bootstrap.servers": BROKERS, "enable.idempotence": True, "linger.ms": 0})
-        self.consumer = Consumer({"bootstrap.servers": BROKERS, "group.id": f"gateway-{uuid.uuid4()}",
+        self.producer = Producer({**KAFKA, "enable.idempotence": True, "linger.ms": 0})
+        self.consumer = Consumer({**KAFKA, "group.id": f"gateway-{uuid.uuid4()}",
                                   "enable.auto.commit": False, "fetch.wait.max.ms": 10})
         partitions = self.consumer.list_topics(RESULTS, timeout=10).topics[RESULTS].partitions
         assignment = []
