@@ -28,6 +28,21 @@ enum ErrorPolicy {
         }
     }
 
+    /// True when `error` says PostgreSQL cannot be reached or has just gone (the connection lost
+    /// or refused, the server shutting down or not yet taking connections): no answer is coming
+    /// from it until it, or the node that takes over, is back.
+    static func isDatabaseUnreachable(_ error: any Error) -> Bool {
+        switch error {
+        case let error as PGError:
+            return error.code == .connection
+                || (error.sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") } ?? false)
+        case let error as PGTransactionError:
+            return isDatabaseUnreachable(error.closureError)
+        default:
+            return false
+        }
+    }
+
     /// An error as the log may show it. PostgreSQL's own messages can quote row values (an
     /// e-mail, a password hash in "failing row contains"), so only the generic description and the
     /// SQLSTATE of a `PGError` are logged.

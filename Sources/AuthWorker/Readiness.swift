@@ -5,6 +5,23 @@ import Kafka
 import ServiceKit
 import Synchronization
 
+/// The request path's word that PostgreSQL went away (a write or lookup lost its connection, or
+/// could not make one). `/readyz` answers 503 from that moment until a readiness check passes
+/// again, rather than up to a check's interval later: a failover is seen within the request
+/// that met it.
+public final class DatabaseLossSignal: Sendable {
+    private let latest = Mutex<(at: ContinuousClock.Instant, reason: String)?>(nil)
+
+    public init() {}
+
+    public func report(_ reason: String) {
+        latest.withLock { $0 = (.now, reason) }
+    }
+
+    /// The last loss reported, and when.
+    public var last: (at: ContinuousClock.Instant, reason: String)? { latest.withLock { $0 } }
+}
+
 /// Whether the worker can do its job, checked every `interval` in the background so `/readyz`
 /// answers at once from the last result: PostgreSQL answers a query, a broker answers, and every
 /// topic the worker uses exists. A check that has not come back for `staleAfter` (PostgreSQL
@@ -30,13 +47,23 @@ public final class Readiness: Service, Sendable {
     private let stopped = Atomic<Bool>(false)
     private let logger: Logger?
     private let outboxBacklog: Gauge?
+    private let databaseLoss: DatabaseLossSignal?
+    /// How long commits may wait for a synchronous standby before the worker says it is not ready.
+    private let synchronousWaitLimit: Duration
 
-    /// - Parameter outboxBacklog: set to the outbox's backlog at each check, when given.
+    /// - Parameters:
+    ///   - outboxBacklog: set to the outbox's backlog at each check, when given.
+    ///   - databaseLoss: the request path's reports of PostgreSQL going away.
+    ///   - synchronousWaitLimit: how long a commit may wait for a synchronous standby (the
+    ///     standby lost, the primary configured to wait for it) before `/readyz` says so.
     public init(
         database: DatabaseProbe, producer: KafkaProducer, topics: [String], interval: Duration = .seconds(2),
-        staleAfter: Duration = .seconds(10), outboxBacklog: Gauge? = nil, logger: Logger? = nil
+        staleAfter: Duration = .seconds(10), outboxBacklog: Gauge? = nil, databaseLoss: DatabaseLossSignal? = nil,
+        synchronousWaitLimit: Duration = .seconds(5), logger: Logger? = nil
     ) {
         self.logger = logger
+        self.databaseLoss = databaseLoss
+        self.synchronousWaitLimit = synchronousWaitLimit
         self.outboxBacklog = outboxBacklog
         self.database = database
         self.producer = producer
@@ -54,6 +81,9 @@ public final class Readiness: Service, Sendable {
             return (503, Self.notComingBack(for: now - begun))
         }
         guard let checkedAt = current.checkedAt else { return (503, current.reason) }
+        if let loss = databaseLoss?.last, loss.at > checkedAt {
+            return (503, "PostgreSQL is unreachable: the request path lost it (\(loss.reason)); retrying\n")
+        }
         let age = now - checkedAt
         guard age <= staleAfter else { return (503, Self.notComingBack(for: age)) }
         return current.ready ? (200, "ready\n") : (503, current.reason)
@@ -97,6 +127,12 @@ public final class Readiness: Service, Sendable {
             try await database.ping()
         } catch {
             return (false, "PostgreSQL is unreachable\n")
+        }
+        if let waited = try? await database.longestSynchronousReplicationWait(), waited > synchronousWaitLimit {
+            return (
+                false,
+                "PostgreSQL's commits have waited \(waited.components.seconds) s for a synchronous standby (synchronous_standby_names): the standby is gone or far behind, and the primary waits for it\n"
+            )
         }
         if let outboxBacklog {
             do {

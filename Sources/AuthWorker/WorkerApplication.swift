@@ -92,7 +92,7 @@ public struct WorkerApplication: Sendable {
             eventMode: configuration.eventsContentMode)
         let readiness = Readiness(
             database: DatabaseProbe(conninfo: configuration.databaseURL), producer: producer,
-            topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog,
+            topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog, databaseLoss: worker.databaseLoss,
             logger: logger.child(label: "auth.health"))
         let published = try PublishedKeys(configuration: configuration)
         let health = configuration.healthPort.map { port in

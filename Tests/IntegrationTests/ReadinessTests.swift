@@ -136,6 +136,32 @@ import Testing
         task.cancel()
     }
 
+    /// A request that lost PostgreSQL makes the worker not ready at once, not at the next check:
+    /// until a check passes after it. Connection losses count; a refused row does not.
+    @Test func aLostDatabaseConnectionIsNotReadyAtOnce() async throws {
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
+        let producer = try producer()
+        defer { producer.close() }
+        let loss = DatabaseLossSignal()
+        // Checked once a minute: only the report can change the answer in between.
+        let readiness = Readiness(
+            database: DatabaseProbe(conninfo: databaseURL), producer: producer, topics: [],
+            interval: .seconds(60), staleAfter: .seconds(120), databaseLoss: loss)
+        let task = Task { try await readiness.run() }
+        _ = try await watch(readiness) { status, _ in status == 200 }
+        #expect(readiness.answer().status == 200)
+        loss.report("PostgreSQL connection error")
+        let answer = readiness.answer()
+        #expect(answer.status == 503 && answer.body.contains("the request path lost it"), "\(answer.body)")
+        readiness.triggerGracefulShutdown()
+        task.cancel()
+
+        #expect(ErrorPolicy.isDatabaseUnreachable(PGError(.connection, detail: "server closed the connection")))
+        #expect(!ErrorPolicy.isDatabaseUnreachable(PGError(.query, sqlState: "23505", detail: "duplicate key")))
+        #expect(ErrorPolicy.isDatabaseUnreachable(PGError(.query, sqlState: "57P01", detail: "terminating connection")))
+        #expect(!ErrorPolicy.isDatabaseUnreachable(LoginError(.invalidToken, "no")))
+    }
+
     @Test func aMissingTopicIsNotReadyAndAllTopicsAre() async throws {
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let topics = try await IntegrationEnvironment.makeTopics()

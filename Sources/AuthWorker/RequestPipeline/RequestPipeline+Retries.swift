@@ -35,6 +35,7 @@ extension RequestPipeline {
             } catch let error where ErrorPolicy.classify(error) == .transient {
                 if isStopping { throw ShutdownDuringRetry() }
                 beat()
+                if ErrorPolicy.isDatabaseUnreachable(error) { databaseLoss.report(ErrorPolicy.loggable(error)) }
                 metrics.retries.increment()
                 let jittered = Self.jitter(delay)
                 var metadata: Logger.Metadata = [

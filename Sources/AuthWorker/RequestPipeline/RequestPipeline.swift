@@ -45,6 +45,8 @@ public final class RequestPipeline: Service {
     /// Where the loop waits while work is under way: rung by finished stages, posted
     /// preparations, arrivals at the consumer and shutdown (`Doorbell`).
     let doorbell = Doorbell()
+    /// Told when a write or a lookup loses PostgreSQL, so `/readyz` says so at once.
+    public let databaseLoss = DatabaseLossSignal()
     let stopping = Atomic<Bool>(false)
     /// When the loop last showed progress (a poll, or a retry attempt), as Unix seconds.
     let heartbeat = Atomic<Int>(Int(Date().timeIntervalSince1970))
