@@ -156,9 +156,7 @@ final class ReplicatedPostgres: @unchecked Sendable {
 
     func shutdown() {
         for index in servers.keys { kill(index) }
-        if ProcessInfo.processInfo.environment["KEEP_FO"] == nil {
-            try? FileManager.default.removeItem(atPath: directory)
-        }
+        try? FileManager.default.removeItem(atPath: directory)
     }
 
     private static func asPostgres(_ path: String, _ arguments: [String]) throws {
