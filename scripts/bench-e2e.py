@@ -81,6 +81,10 @@ class Services:
         self.fresh_broker = args.fresh_broker
         self.tansu = os.path.join(ROOT, ".local", "tansu", "tansu")
         self.scratch = tempfile.mkdtemp(prefix="auth-bench-")
+        # The database each phase's is copied from (--accounts), or None for an empty one.
+        self.template = None
+        # With a template: how many accounts it holds, for the phases that use them.
+        self.accounts = 0
         self.mock = None
         if self.broker in ("mock", "mock-linked"):
             self.start_mock()
@@ -207,7 +211,9 @@ class Services:
 
     def database(self, name):
         self.psql("postgres", f"DROP DATABASE IF EXISTS {name}")
-        self.psql("postgres", f"CREATE DATABASE {name}")
+        # With --accounts, each phase starts from a copy of the preloaded accounts.
+        template = f" TEMPLATE {self.template}" if self.template else ""
+        self.psql("postgres", f"CREATE DATABASE {name}{template}")
         url = f"{self.pg_server}/{name}"
         subprocess.run([self.worker, "migrate"], env={**os.environ, "AUTH_DATABASE_URL": url}, check=True,
                        stdout=subprocess.DEVNULL)
@@ -593,7 +599,11 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
         finally:
             first.stop()
         topics = {**topics, "requests": services.topics(f"{suffix}p")["requests"]}
-    if kind == "refresh":
+    if kind == "refresh" and services.accounts:
+        # The preloaded accounts' sessions: each of `count` live ones, spread over the whole
+        # table, has its current token rotated once.
+        tokens = [preloaded_refresh_token(index) for index in preloaded_sample(services.accounts, count, live_session)]
+    elif kind == "refresh":
         # The guests sign up first, answered by a worker of their own; the refreshes are then
         # preloaded on a requests topic of their own, so the measured worker reads only them.
         log(f"{label or kind}: {count} guests sign up first")
@@ -608,6 +618,9 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
     log(f"{label or kind}: preloading {count} requests")
     now = int(time.time())
     values = []
+    # With preloaded accounts, Apple sign-ins are returning users' (their `sub`s exist).
+    returning = (preloaded_sample(services.accounts, count, apple_account)
+                 if services.accounts and kind.startswith("apple") else None)
     for index in range(count):
         request_id = str(uuid.uuid4())
         if kind == "guest":
@@ -619,11 +632,12 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
         else:
             import hashlib
             nonce = uuid.uuid4().hex
-            token = key_server.token(f"bench.{suffix}.{index}", hashlib.sha256(nonce.encode()).hexdigest(), now)
+            subject = preloaded_apple_subject(returning[index]) if returning else f"bench.{suffix}.{index}"
+            token = key_server.token(subject, hashlib.sha256(nonce.encode()).hexdigest(), now)
             data = {"method": "apple", "identity_token": token, "nonce": nonce}
             # A first Sign in with Apple often carries no name (Apple sends it once, and only if
             # the user shares it): `apple-nameless` measures that case, handles chosen without one.
-            if kind == "apple":
+            if kind == "apple" and not returning:
                 data["profile"] = {"given_name": "Bench", "family_name": f"User{index}"}
         values.append((request_id.encode(), request(request_id, data)))
     preload(services, topics["requests"], values)
@@ -667,6 +681,162 @@ def run_throughput(services, key_server, kind, count, extra=None, label=None):
     return {"rate": rate, "count": count, "duplicates": reader.duplicates, "peak_rss_mib": peak, "rss_mib": current,
             "worker_cpu_us_per_login": cpu_us, "postgres_cpu_us_per_login": pg_cpu_us,
             "wal_bytes_per_login": wal_bytes, "stolen": stolen}
+
+
+# Preloaded accounts (--accounts N): what a year of use leaves. Account i (1-based) is a guest when
+# i % 10 < 3, signs in with Apple when 3 <= i % 10 < 8 (`sub` 001.bench.<i>), with a password
+# otherwise; each has a session opened in the last 30 days with its current refresh token, and
+# every other one the token that token replaced. A fifth of the sessions ended in the last day
+# (expired, not yet purged); the rest are live.
+def guest_account(i):
+    return i % 10 < 3
+
+
+def apple_account(i):
+    return 3 <= i % 10 < 8
+
+
+def live_session(i):
+    return i % 5 != 0
+
+
+def preloaded_apple_subject(i):
+    return f"001.bench.{i}"
+
+
+def preloaded_refresh_token(i):
+    return "rt_" + str(i).zfill(48)
+
+
+def preloaded_sample(accounts, count, wanted):
+    """`count` distinct preloaded accounts for which `wanted(i)` holds, spread over the table."""
+    import random
+    chosen, seen = [], set()
+    generator = random.Random(count)
+    while len(chosen) < count:
+        i = generator.randint(1, accounts)
+        if i not in seen and wanted(i):
+            seen.add(i)
+            chosen.append(i)
+    return chosen
+
+
+PRELOAD_CHUNK = 500_000
+PRELOAD_SQL = """
+INSERT INTO users (id, handle, email, email_verified, is_private_email, is_guest, created_at, updated_at)
+SELECT md5('u' || i)::uuid, CASE WHEN i % 10 < 3 THEN 'guest-' ELSE 'bench-' END || i,
+       CASE WHEN i % 10 >= 8 THEN 'bench' || i || '@example.com'
+            WHEN i % 10 >= 3 THEN 'bench' || i || '@privaterelay.appleid.com' END,
+       i % 10 >= 3, i % 10 BETWEEN 3 AND 7, i % 10 < 3,
+       now() - (i % 365) * interval '1 day', now() - (i % 30) * interval '1 day'
+FROM generate_series({first}, {last}) AS i;
+INSERT INTO identities (provider, subject, user_id, email, email_verified, is_private_email, password_hash,
+                        created_at, last_login_at)
+SELECT CASE WHEN i % 10 < 8 THEN 'apple' ELSE 'password' END,
+       CASE WHEN i % 10 < 8 THEN '001.bench.' || i ELSE 'bench' || i || '@example.com' END,
+       md5('u' || i)::uuid,
+       CASE WHEN i % 10 < 8 THEN 'bench' || i || '@privaterelay.appleid.com' ELSE 'bench' || i || '@example.com' END,
+       true, i % 10 < 8,
+       CASE WHEN i % 10 >= 8 THEN '$argon2id$v=19$m=19456,t=2,p=1$YmVuY2hzYWx0YmVuY2g$3W1hbmRmeGhPWFZTa3N5bGdpMlRHaUlpSFVDcG16RHhSZ1E' END,
+       now() - (i % 365) * interval '1 day', now() - (i % 30) * interval '1 day'
+FROM generate_series({first}, {last}) AS i WHERE i % 10 >= 3;
+INSERT INTO sessions (id, user_id, provider, device_name, device_platform, abilities, created_at, expires_at)
+SELECT md5('s' || i)::uuid, md5('u' || i)::uuid,
+       CASE WHEN i % 10 < 3 THEN 'guest' WHEN i % 10 < 8 THEN 'apple' ELSE 'password' END,
+       'bench', 'ios', CASE WHEN i % 10 < 3 THEN ARRAY['guest'] ELSE ARRAY['*'] END,
+       now() - (i % 30) * interval '1 day',
+       CASE WHEN i % 5 = 0 THEN now() - (i % 24) * interval '1 hour' ELSE now() + (30 - i % 30) * interval '1 day' END
+FROM generate_series({first}, {last}) AS i;
+INSERT INTO refresh_tokens (id, session_id, token_hash, parent_id, created_at, expires_at, used_at, replaced_by)
+SELECT md5('p' || i)::uuid, md5('s' || i)::uuid, sha256(convert_to('rt_p' || lpad(i::text, 47, '0'), 'UTF8')), NULL,
+       now() - (i % 30) * interval '1 day' - interval '1 hour', now() + interval '1 day',
+       now() - (i % 30) * interval '1 day', md5('r' || i)::uuid
+FROM generate_series({first}, {last}) AS i WHERE i % 2 = 0;
+INSERT INTO refresh_tokens (id, session_id, token_hash, parent_id, created_at, expires_at)
+SELECT md5('r' || i)::uuid, md5('s' || i)::uuid, sha256(convert_to('rt_' || lpad(i::text, 48, '0'), 'UTF8')),
+       CASE WHEN i % 2 = 0 THEN md5('p' || i)::uuid END, now() - (i % 30) * interval '1 day',
+       CASE WHEN i % 5 = 0 THEN now() - (i % 24) * interval '1 hour' ELSE now() + (30 - i % 30) * interval '1 day' END
+FROM generate_series({first}, {last}) AS i;
+"""
+
+
+def preloaded_database(services, accounts):
+    """The database of `accounts` preloaded accounts the phases copy, made once and kept (its
+    name ends in `_accounts`, so the leftovers' sweep leaves it)."""
+    name = f"auth_bench_preload_{accounts}_accounts"
+    done = services.value("postgres", f"SELECT 1 FROM pg_database WHERE datname = '{name}'") == "1" and \
+        services.value(name, "SELECT coalesce((SELECT accounts FROM bench_preload), 0)") == str(accounts)
+    if not done:
+        started = time.time()
+        services.template = None
+        url = services.database(name)
+        services.psql(name, "CREATE TABLE bench_preload (accounts bigint)")
+        for first in range(1, accounts + 1, PRELOAD_CHUNK):
+            last = min(first + PRELOAD_CHUNK - 1, accounts)
+            services.psql(name, "BEGIN;" + PRELOAD_SQL.format(first=first, last=last) + "COMMIT;")
+            log(f"accounts: {last:,} of {accounts:,} loaded ({time.time() - started:,.0f} s)")
+        services.psql(name, "VACUUM (FREEZE, ANALYZE)")
+        services.psql(name, f"INSERT INTO bench_preload VALUES ({accounts})")
+        services.psql("postgres", "CHECKPOINT")
+        log(f"accounts: {accounts:,} preloaded in {time.time() - started:,.0f} s into {url}")
+    return name
+
+
+def database_sizes(services, name):
+    """The database's size and each table's and index's, in bytes."""
+    rows = services.value(name, "SELECT string_agg(c.relname || '=' || pg_relation_size(c.oid), ' ') FROM pg_class c "
+                                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
+                                "AND c.relkind IN ('r', 'i') AND pg_relation_size(c.oid) > 1048576")
+    sizes = {entry.split("=")[0]: int(entry.split("=")[1]) for entry in rows.split()} if rows else {}
+    return {"database": int(services.value(name, "SELECT pg_database_size(current_database())")), "relations": sizes}
+
+
+def run_accounts(services, key_server, args):
+    """Guest sign-ups, returning Apple sign-ins and refreshes of existing sessions, and the paced
+    p99 at 300 guest sign-ups/s: on copies of a small database, then of `--accounts` preloaded
+    accounts, in one sitting."""
+    results = {}
+    # The small database: just the accounts the phases use (a returning sign-in needs its user),
+    # twice over; against it the large one's cost shows.
+    small = 2 * max(args.requests, args.apple_requests)
+    for accounts in (small, args.accounts):
+        label = f"{accounts:,} accounts"
+        services.template = preloaded_database(services, accounts)
+        services.accounts = accounts
+        entry = {"sizes": database_sizes(services, services.template)}
+        for kind, count in (("guest", args.requests), ("apple-nameless", args.apple_requests),
+                            ("refresh", args.apple_requests)):
+            entry[kind] = run_throughput_repeated(services, key_server, kind, count, args.repeats)
+        paced = run_latency(services, key_server, 300, args.latency_seconds)
+        entry["paced_300"] = {k: v for k, v in paced.items() if k != "latencies_ms"}
+        results[accounts] = entry
+        log(f"{label}: guest {entry['guest']['rate']:,.0f}/s, Apple (returning) {entry['apple-nameless']['rate']:,.0f}/s, "
+            f"refresh {entry['refresh']['rate']:,.0f}/s, paced 300/s p50/p99 {paced['p50_ms']} / {paced['p99_ms']} ms")
+    return results
+
+
+def report_accounts(results):
+    small, accounts = sorted(results)
+    empty, loaded = results[small], results[accounts]
+    lines = [f"| measure | {small:,} accounts | {accounts:,} accounts | ratio |", "|---|---|---|---|"]
+    for kind, name in (("guest", "guest sign-ups/s"), ("apple-nameless", "returning Apple sign-ins/s"),
+                       ("refresh", "refreshes of existing sessions/s")):
+        a, b = empty[kind], loaded[kind]
+        lines.append(f"| {name} | {a['rate']:,.0f} | {b['rate']:,.0f} | {b['rate'] / a['rate']:.2f} |")
+        lines.append(f"| … PostgreSQL CPU µs / WAL bytes per login | {a['postgres_cpu_us_per_login']:,.0f} / "
+                     f"{a['wal_bytes_per_login']:,.0f} | {b['postgres_cpu_us_per_login']:,.0f} / "
+                     f"{b['wal_bytes_per_login']:,.0f} | |")
+        lines.append(f"| … worker CPU µs per login | {a['worker_cpu_us_per_login']:,.0f} | "
+                     f"{b['worker_cpu_us_per_login']:,.0f} | |")
+    a, b = empty["paced_300"], loaded["paced_300"]
+    lines.append(f"| guest p50 / p99 at 300/s (ms) | {a['p50_ms']} / {a['p99_ms']} | {b['p50_ms']} / {b['p99_ms']} | "
+                 f"p99 {b['p99_ms'] - a['p99_ms']:+.1f} ms |")
+    sizes, small_sizes = loaded["sizes"], empty["sizes"]
+    lines.append(f"| database size | {small_sizes['database'] / 2**20:,.0f} MiB | {sizes['database'] / 2**30:.2f} GiB | |")
+    for relation, size in sorted(sizes["relations"].items(), key=lambda item: -item[1]):
+        before = small_sizes["relations"].get(relation)
+        lines.append(f"| … {relation} | {f'{before / 2**20:,.0f} MiB' if before else '< 1 MiB'} | {size / 2**20:,.0f} MiB | |")
+    return "\n".join(lines)
 
 
 def run_throughput_repeated(services, key_server, kind, count, repeats):
@@ -1553,6 +1723,11 @@ def main():
                              "the sign-ups with them preloaded and measured")
     parser.add_argument("--refresh-only", action="store_true",
                         help="only the refresh throughput phase (guests sign up, then their tokens are rotated)")
+    parser.add_argument("--accounts", type=int, default=0, metavar="N",
+                        help="only the phases at scale: guest sign-ups, returning Apple sign-ins, refreshes of "
+                             "existing sessions and the paced p99 at 300/s, on copies of a small database (the "
+                             "accounts the phases use, twice over) and then of N preloaded accounts (each made "
+                             "once and kept), with the databases' and indexes' sizes")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
     args = parser.parse_args()
     if not args.bench:
@@ -1586,6 +1761,13 @@ def run(args, services, results):
         for name in scratch:
             services.psql("postgres", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     key_server = KeyServer()
+    if args.accounts:
+        accounts = run_accounts(services, key_server, args)
+        table = report_accounts(accounts)
+        print(table)
+        with open(os.path.join(args.out, f"accounts-{args.accounts}.json"), "w") as handle:
+            json.dump({str(k): v for k, v in accounts.items()}, handle, indent=2)
+        return
     if args.latency_at:
         entry = run_latency(services, key_server, args.latency_at, args.curve_seconds, responder=args.responder,
                             method=args.latency_method, purge_rows=args.purge_rows,
