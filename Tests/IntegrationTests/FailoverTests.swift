@@ -12,7 +12,7 @@ import Testing
 @testable import TestSupport
 
 /// PostgreSQL's high availability under steady load (guest sign-ups, Apple sign-ins new and
-/// returning, registrations with a password, refreshes): a primary and a synchronous standby
+/// returning, registrations and sign-ins with a password, refreshes): a primary and a synchronous standby
 /// (`ReplicatedPostgres`), the worker on a multi-host URL (`target_session_attrs=read-write`).
 ///
 /// First the standby is lost: the primary's commits wait for it, the worker says so on `/readyz`
@@ -25,7 +25,8 @@ import Testing
 /// acknowledgement was lost with the primary is resolved by the request id (`processed_requests`).
 extension FaultInjectionTests {
     final class Load: Sendable {
-        /// Request id → what it is (`guest`, `apple-new`, `apple-again`, `register`, `refresh`).
+        /// Request id → what it is (`guest`, `apple-new`, `apple-again`, `register`, `password`,
+        /// `refresh`).
         let sent = Mutex<[String: String]>([:])
         /// A refresh request's id → the token it presented.
         let refreshes = Mutex<[String: String]>([:])
@@ -112,13 +113,15 @@ extension FaultInjectionTests {
                 value: Array(try JSONSerialization.data(withJSONObject: event)))
         }
 
-        // The load: every 100 ms two guests, a new Apple user, a returning one, a registration,
-        // and a refresh of a session an earlier answer opened.
+        // The load: every 100 ms two guests, a new Apple user, a returning one, a registration
+        // every other tick, a sign-in with the password of a registration already answered, and
+        // a refresh of a session an earlier answer opened.
         let streaming = Atomic<Bool>(true)
         let generator = Task {
             var tick = 0
             var read = 0
             var unrefreshed: [String] = []
+            var registered: [Int] = []
             while streaming.load(ordering: .acquiring) {
                 tick += 1
                 var batch: [(String, String, [String: Any])] = []
@@ -155,14 +158,31 @@ extension FaultInjectionTests {
                 }
                 // Sessions the answers so far opened, each refreshed once.
                 let seen = (try? await results.drain(for: .milliseconds(1))) ?? []
-                for message in seen.dropFirst(read) where message.keyString.hasPrefix("fo-guest-") {
-                    if let result = try? MessageCoding.decode(CloudEvent<LoginResultData>.self, from: message.value)
-                        .data, let token = result.session?.refreshToken
-                    {
+                for message in seen.dropFirst(read) {
+                    guard
+                        let result = try? MessageCoding.decode(CloudEvent<LoginResultData>.self, from: message.value)
+                            .data, result.status == "ok"
+                    else { continue }
+                    if message.keyString.hasPrefix("fo-guest-"), let token = result.session?.refreshToken {
                         unrefreshed.append(token)
+                    } else if message.keyString.hasPrefix("fo-register-"),
+                        let tick = Int(message.keyString.dropFirst("fo-register-".count))
+                    {
+                        registered.append(tick)
                     }
                 }
                 read = seen.count
+                // A member registered earlier signs in with its password.
+                if let registration = registered.popLast() {
+                    batch.append(
+                        (
+                            "fo-password-\(tick)", "password",
+                            [
+                                "method": "password", "email": "failover-\(registration)@example.com",
+                                "password": "a failover passphrase \(registration)",
+                            ]
+                        ))
+                }
                 if let token = unrefreshed.popLast() {
                     let id = "fo-refresh-\(tick)"
                     batch.append((id, "refresh", ["method": "refresh", "refresh_token": token]))
