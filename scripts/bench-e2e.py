@@ -809,6 +809,12 @@ def run_accounts(services, key_server, args):
             entry[kind] = run_throughput_repeated(services, key_server, kind, count, args.repeats)
         paced = run_latency(services, key_server, 300, args.latency_seconds)
         entry["paced_300"] = {k: v for k, v in paced.items() if k != "latencies_ms"}
+        if accounts == args.accounts:
+            # The purge at that size: the ended sessions past their retention, forgotten in
+            # rounds while guests are paced at 300/s.
+            purging = run_latency(services, key_server, 300, max(args.latency_seconds, 60), aged_sessions=True,
+                                  extra={"AUTH_PURGE_INTERVAL_SECONDS": "10"})
+            entry["purge_300"] = {k: v for k, v in purging.items() if k != "latencies_ms"}
         results[accounts] = entry
         log(f"{label}: guest {entry['guest']['rate']:,.0f}/s, Apple (returning) {entry['apple-nameless']['rate']:,.0f}/s, "
             f"refresh {entry['refresh']['rate']:,.0f}/s, paced 300/s p50/p99 {paced['p50_ms']} / {paced['p99_ms']} ms")
@@ -831,6 +837,12 @@ def report_accounts(results):
     a, b = empty["paced_300"], loaded["paced_300"]
     lines.append(f"| guest p50 / p99 at 300/s (ms) | {a['p50_ms']} / {a['p99_ms']} | {b['p50_ms']} / {b['p99_ms']} | "
                  f"p99 {b['p99_ms'] - a['p99_ms']:+.1f} ms |")
+    purge = (loaded.get("purge_300") or {}).get("purge")
+    if purge:
+        lines.append(f"| the purge meanwhile at 300/s: rounds, ended sessions forgotten | | {purge['rounds']}, "
+                     f"{purge['rows']:,} | |")
+        lines.append(f"| … p99 of requests sent within a second before a round ended / the rest (ms) | | "
+                     f"{purge['near_p99_ms']} / {purge['rest_p99_ms']} | |")
     sizes, small_sizes = loaded["sizes"], empty["sizes"]
     lines.append(f"| database size | {small_sizes['database'] / 2**20:,.0f} MiB | {sizes['database'] / 2**30:.2f} GiB | |")
     for relation, size in sorted(sizes["relations"].items(), key=lambda item: -item[1]):
@@ -1042,7 +1054,7 @@ def purge_rounds(log_path, pairs):
             try:
                 record = json.loads(line)
                 at = datetime.datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).timestamp() * 1000
-                rounds.append((at, int(record.get("purge.requests", "0"))))
+                rounds.append((at, int(record.get("purge.requests", "0")) + int(record.get("purge.ended_sessions", "0"))))
             except (ValueError, KeyError):
                 continue
     answered = [(sent, answered - sent) for sent, answered in pairs if answered >= 0]
@@ -1059,7 +1071,20 @@ def purge_rounds(log_path, pairs):
             "rest_p99_ms": percentile(rest, 0.99) if rest else None}
 
 
-def run_latency(services, key_server, rate, seconds, extra=None, responder="worker", method="guest", purge_rows=0):
+def age_ended_sessions(services, database_name):
+    """The preloaded sessions that ended (a fifth) moved past the 7-day retention, as a deployment
+    whose purge was off for a while holds them, then a checkpoint: the relay's purge (every
+    AUTH_PURGE_INTERVAL_SECONDS) forgets their tokens in rounds while the paced requests run."""
+    aged = services.value(database_name,
+                          "WITH aged AS (UPDATE sessions SET expires_at = now() - interval '10 days' "
+                          "WHERE expires_at < now() RETURNING 1) SELECT count(*) FROM aged")
+    services.psql(database_name, "CHECKPOINT")
+    log(f"latency: {int(aged):,} ended sessions aged past the retention for the relay's purge")
+    return int(aged)
+
+
+def run_latency(services, key_server, rate, seconds, extra=None, responder="worker", method="guest", purge_rows=0,
+                aged_sessions=False):
     services.fresh()
     suffix = f"latency{uuid.uuid4().hex[:6]}"
     topics = services.topics(suffix)
@@ -1111,6 +1136,8 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         # Seeded before the phase's CPU is read: the relay's rounds are the phase's, the seeding not.
         if purge_rows and database_name:
             seed_expired_answers(services, database_name, purge_rows)
+        if aged_sessions and database_name:
+            purge_rows = age_ended_sessions(services, database_name)
         vacuums_before = services.autovacuum_runs(database_name) if database_name else None
         machine_before, own_before = services.machine_cpu_seconds(), time.process_time()
         pg_before = services.postgres_cpu_seconds()
@@ -1172,7 +1199,8 @@ def run_latency(services, key_server, rate, seconds, extra=None, responder="work
         f"{cpu['stolen_cores']:.2f} stolen by the host)"
         + (f"; autovacuum vacuumed or analyzed the phase's tables {vacuums} times meanwhile" if vacuums else ""))
     if purge:
-        log(f"purge: {purge['rounds']} rounds in the phase forgot {purge['rows']:,} expired kept answers of "
+        what = "ended sessions' tokens" if aged_sessions else "expired kept answers"
+        log(f"purge: {purge['rounds']} rounds in the phase forgot {purge['rows']:,} {what} of "
             f"{purge_rows:,}; requests sent within a second before a round ended: {purge['near_count']:,}, "
             f"p50 / p99 {purge['near_p50_ms']} / {purge['near_p99_ms']} ms; the rest p50 / p99 "
             f"{purge['rest_p50_ms']} / {purge['rest_p99_ms']} ms")
