@@ -34,8 +34,7 @@ enum ErrorPolicy {
     static func isDatabaseUnreachable(_ error: any Error) -> Bool {
         switch error {
         case let error as PGError:
-            return error.code == .connection
-                || (error.sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") } ?? false)
+            return error.isConnectionLoss
         case let error as PGTransactionError:
             return isDatabaseUnreachable(error.closureError)
         default:

@@ -52,10 +52,17 @@ public struct PGError: Error, CustomStringConvertible, CustomDebugStringConverti
     /// True when the same work may succeed on another try: the connection broke, the server is
     /// starting or shutting down, or a serialization failure or deadlock aborted the transaction.
     public var isRetriable: Bool {
-        if code == .connection || isStalePreparedStatement { return true }
+        if isConnectionLoss || isStalePreparedStatement { return true }
         guard let sqlState else { return false }
-        return sqlState.hasPrefix("08") || sqlState == "40001" || sqlState == "40P01" || sqlState.hasPrefix("57P")
-            || sqlState == "53300"
+        return sqlState == "40001" || sqlState == "40P01" || sqlState == "53300"
+    }
+
+    /// True when the server cannot be reached or has just gone: the connection refused or lost
+    /// (`08xxx`), or the server shutting down or not yet taking connections (`57Pxx`).
+    public var isConnectionLoss: Bool {
+        if code == .connection { return true }
+        guard let sqlState else { return false }
+        return sqlState.hasPrefix("08") || sqlState.hasPrefix("57P")
     }
 
     /// True when a prepared statement the connection relied on is gone (`26000`: the server

@@ -33,16 +33,8 @@ extension ProcessIntegrationTests {
     }
 
     static func secureTopics(on chain: SecureKafka) throws -> WorkerConfiguration.Topics {
-        let suffix = IntegrationEnvironment.uniqueName("t")
-        var topics = WorkerConfiguration.Topics()
-        topics.requests = "requests.\(suffix)"
-        topics.results = "results.\(suffix)"
-        topics.events = "events.\(suffix)"
-        topics.notifications = "notifications.\(suffix)"
-        topics.deadLetters = "dlq.\(suffix)"
-        try chain.createTopics([
-            topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters,
-        ])
+        let topics = IntegrationEnvironment.uniqueTopics()
+        try chain.createTopics(topics.all)
         return topics
     }
 
@@ -132,12 +124,7 @@ extension ProcessIntegrationTests {
             let logs = LogCollector(output)
             let port = try #require(await logs.value(of: "http.port", inLineWith: "Health endpoint listening"))
             let reason = await logs.value(of: "msg", inLineWith: reasons[0], timeout: .seconds(30))
-            var ready = 0
-            for _ in 0..<30 {
-                ready = try await HTTP.get("http://127.0.0.1:\(port)/readyz").status
-                if ready == 503 { break }
-                try await Task.sleep(for: .milliseconds(200))
-            }
+            let ready = try await readinessOnceRefused(port: port)
             process.terminate()
             await process.exited()
             let lines = await logs.all().split(separator: "\n")

@@ -179,6 +179,17 @@ import Testing
 
     /// Authentication to the broker failing (here SASL against a broker that does not speak the
     /// mechanism) is logged as an error, with librdkafka's reason, and the worker is not ready.
+    /// `/readyz`'s status once it answers 503, or its last within 6 s: a worker the broker refuses.
+    func readinessOnceRefused(port: String) async throws -> Int {
+        var ready = 0
+        for _ in 0..<30 {
+            ready = try await HTTP.get("http://127.0.0.1:\(port)/readyz").status
+            if ready == 503 { break }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        return ready
+    }
+
     @Test func brokerAuthenticationFailuresAreLoggedAsErrors() async throws {
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let (keyPath, _) = try TestKeys.temporaryKeyFile()
@@ -198,12 +209,7 @@ import Testing
         let logs = LogCollector(output)
         let reason = await logs.value(of: "msg", inLineWith: "SASL")
         let port = try #require(await logs.value(of: "http.port", inLineWith: "Health endpoint listening"))
-        var ready = 0
-        for _ in 0..<30 {
-            ready = try await HTTP.get("http://127.0.0.1:\(port)/readyz").status
-            if ready == 503 { break }
-            try await Task.sleep(for: .milliseconds(200))
-        }
+        let ready = try await readinessOnceRefused(port: port)
         process.terminate()
         await process.exited()
         let lines = await logs.all().split(separator: "\n")

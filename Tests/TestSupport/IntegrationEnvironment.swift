@@ -61,22 +61,26 @@ enum IntegrationEnvironment {
         }
     }
 
-    /// Topic names unique to one test, created on the broker.
-    static func makeTopics(partitions: Int32 = 2) async throws -> WorkerConfiguration.Topics {
-        guard let brokers = kafkaBrokers else { throw Skip() }
-        let suffix = uniqueName("t")
+    /// Topic names unique to one test (`requests.<prefix>_<random>`, …), not yet created.
+    static func uniqueTopics(_ prefix: String = "t") -> WorkerConfiguration.Topics {
+        let suffix = uniqueName(prefix)
         var topics = WorkerConfiguration.Topics()
         topics.requests = "requests.\(suffix)"
         topics.results = "results.\(suffix)"
         topics.events = "events.\(suffix)"
         topics.notifications = "notifications.\(suffix)"
         topics.deadLetters = "dlq.\(suffix)"
+        return topics
+    }
+
+    /// Topic names unique to one test, created on the broker.
+    static func makeTopics(partitions: Int32 = 2) async throws -> WorkerConfiguration.Topics {
+        guard let brokers = kafkaBrokers else { throw Skip() }
+        let topics = uniqueTopics()
         let producer = try KafkaProducer(
             configuration: KafkaProducerConfiguration(kafka: KafkaConfiguration(bootstrapServers: [brokers])),
             logger: quietLogger)
-        try await producer.createTopics(
-            [topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters],
-            partitions: partitions)
+        try await producer.createTopics(topics.all, partitions: partitions)
         await producer.shutdown()
         return topics
     }

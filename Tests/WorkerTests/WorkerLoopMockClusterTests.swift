@@ -24,14 +24,8 @@ import Testing
         init(partitions: Int32 = 2, _ configure: (inout WorkerSetup) -> Void = { _ in }) async throws {
             cluster = try MockKafkaCluster()
             databaseURL = try await IntegrationEnvironment.makeDatabase()
-            let suffix = IntegrationEnvironment.uniqueName("m")
-            var topics = WorkerConfiguration.Topics()
-            topics.requests = "requests.\(suffix)"
-            topics.results = "results.\(suffix)"
-            topics.events = "events.\(suffix)"
-            topics.notifications = "notifications.\(suffix)"
-            topics.deadLetters = "dlq.\(suffix)"
-            for topic in [topics.requests, topics.results, topics.events, topics.notifications, topics.deadLetters] {
+            let topics = IntegrationEnvironment.uniqueTopics("m")
+            for topic in topics.all {
                 try cluster.createTopic(topic, partitions: partitions)
             }
             // The mock cluster holds a fetch for the whole wait: kept short (`forTests`).
