@@ -212,7 +212,8 @@ class Services:
     def database(self, name):
         self.psql("postgres", f"DROP DATABASE IF EXISTS {name}")
         # With --accounts, each phase starts from a copy of the preloaded accounts.
-        template = f" TEMPLATE {self.template}" if self.template else ""
+        # A file copy: the default (`WAL_LOG`) writes a copy of 11 GiB to the WAL as well.
+        template = f" TEMPLATE {self.template} STRATEGY FILE_COPY" if self.template else ""
         self.psql("postgres", f"CREATE DATABASE {name}{template}")
         url = f"{self.pg_server}/{name}"
         subprocess.run([self.worker, "migrate"], env={**os.environ, "AUTH_DATABASE_URL": url}, check=True,
@@ -760,12 +761,28 @@ FROM generate_series({first}, {last}) AS i;
 """
 
 
+def latest_schema(services):
+    """The newest migration the worker under test applies, from an empty scratch database."""
+    url = services.database(f"auth_bench_schema{uuid.uuid4().hex[:6]}")
+    version = services.value(url.rsplit("/", 1)[1], "SELECT max(version) FROM schema_migrations")
+    services.drop(url)
+    return version
+
+
 def preloaded_database(services, accounts):
     """The database of `accounts` preloaded accounts the phases copy, made once and kept (its
-    name ends in `_accounts`, so the leftovers' sweep leaves it)."""
+    name ends in `_accounts`, so the leftovers' sweep leaves it). It is made again when the
+    worker's schema is newer than the one it was loaded under: a migration that changes how rows
+    are stored (a fill factor) changes only the pages written after it."""
     name = f"auth_bench_preload_{accounts}_accounts"
     done = services.value("postgres", f"SELECT 1 FROM pg_database WHERE datname = '{name}'") == "1" and \
         services.value(name, "SELECT coalesce((SELECT accounts FROM bench_preload), 0)") == str(accounts)
+    if done:
+        loaded, latest = services.value(name, "SELECT max(version) FROM schema_migrations"), latest_schema(services)
+        if loaded != latest:
+            log(f"accounts: {name} was loaded under schema version {loaded}, the worker's is {latest}: loading it again")
+            services.psql("postgres", f"DROP DATABASE {name} WITH (FORCE)")
+            done = False
     if not done:
         started = time.time()
         services.template = None
@@ -807,6 +824,8 @@ def run_accounts(services, key_server, args):
         for kind, count in (("guest", args.requests), ("apple-nameless", args.apple_requests),
                             ("refresh", args.apple_requests)):
             entry[kind] = run_throughput_repeated(services, key_server, kind, count, args.repeats)
+        entry["floor"] = {kind: run_database_floor(services, kind, accounts, args.pgbench_seconds)
+                          for kind in ("apple-nameless", "refresh")}
         paced = run_latency(services, key_server, 300, args.latency_seconds)
         entry["paced_300"] = {k: v for k, v in paced.items() if k != "latencies_ms"}
         if accounts == args.accounts:
@@ -819,6 +838,80 @@ def run_accounts(services, key_server, args):
         log(f"{label}: guest {entry['guest']['rate']:,.0f}/s, Apple (returning) {entry['apple-nameless']['rate']:,.0f}/s, "
             f"refresh {entry['refresh']['rate']:,.0f}/s, paced 300/s p50/p99 {paced['p50_ms']} / {paced['p99_ms']} ms")
     return results
+
+
+# The database's own floor at a size: the statements a batch of 100 returning Apple sign-ins or
+# refreshes of the preloaded accounts sends, as one statement a transaction, by pgbench (two
+# clients, as the worker's two writers), on a copy of the preloaded database right after a
+# checkpoint. The rows are the worker's: the identity found and stamped, the session locked, a new
+# session or token with its successor sealed, the kept answer.
+FLOOR_SCRIPTS = {
+    "refresh": """
+WITH picked AS (
+  SELECT r.id, r.session_id, s.user_id FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id
+  WHERE r.token_hash = ANY (ARRAY(SELECT sha256(convert_to('rt_' || lpad(i::text, 48, '0'), 'UTF8'))
+     FROM (SELECT (floor(random() * :accounts / 5) * 5 + 1 + floor(random() * 4))::bigint AS i
+           FROM generate_series(1, 100)) g))
+  FOR UPDATE OF r, s
+), fresh AS (
+  INSERT INTO refresh_tokens (id, session_id, token_hash, parent_id, created_at, expires_at)
+  SELECT gen_random_uuid(), session_id, sha256(convert_to(gen_random_uuid()::text, 'UTF8')), id, now(),
+         now() + interval '30 days' FROM picked
+  RETURNING id, parent_id
+), rotated AS (
+  UPDATE refresh_tokens r SET used_at = now(), replaced_by = f.id,
+         successor_sealed = sha512(f.id::text::bytea) || sha256(f.id::text::bytea)
+  FROM fresh f WHERE r.id = f.parent_id
+)
+INSERT INTO processed_requests (request_id, method, status, user_id, session_id, processed_at, expires_at,
+                                request_digest, result_sealed)
+SELECT gen_random_uuid()::text, 'refresh', 'ok', user_id, session_id, now(), now() + interval '1 day',
+       sha256(id::text::bytea), convert_to(repeat(md5(random()::text), 20), 'UTF8') FROM picked;
+""",
+    "apple-nameless": """
+WITH picked AS (
+  SELECT i.provider, i.subject, i.user_id FROM identities i
+  WHERE i.provider = 'apple' AND i.subject = ANY (ARRAY(SELECT '001.bench.' || i
+     FROM (SELECT (floor(random() * :accounts / 10) * 10 + 3 + floor(random() * 5))::bigint AS i
+           FROM generate_series(1, 100)) g))
+), stamped AS (
+  UPDATE identities i SET last_login_at = now() FROM picked p
+  WHERE i.provider = p.provider AND i.subject = p.subject
+), opened AS (
+  INSERT INTO sessions (id, user_id, provider, device_name, device_platform, abilities, created_at, expires_at)
+  SELECT gen_random_uuid(), user_id, 'apple', 'bench', 'ios', ARRAY['*'], now(), now() + interval '30 days'
+  FROM picked RETURNING id, user_id
+), tokens AS (
+  INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
+  SELECT gen_random_uuid(), id, sha256(convert_to(gen_random_uuid()::text, 'UTF8')), now(),
+         now() + interval '30 days' FROM opened
+)
+INSERT INTO processed_requests (request_id, method, status, user_id, session_id, processed_at, expires_at,
+                                request_digest, result_sealed)
+SELECT gen_random_uuid()::text, 'apple', 'ok', user_id, id, now(), now() + interval '1 day',
+       sha256(id::text::bytea), convert_to(repeat(md5(random()::text), 20), 'UTF8') FROM opened;
+""",
+}
+
+
+def run_database_floor(services, kind, accounts, seconds):
+    """PostgreSQL alone writing what `kind`'s logins write, 100 a transaction (FLOOR_SCRIPTS)."""
+    url = services.database(f"auth_bench_floor{uuid.uuid4().hex[:6]}")
+    script = os.path.join(services.scratch, f"floor-{kind}.sql")
+    with open(script, "w") as handle:
+        handle.write(FLOOR_SCRIPTS[kind])
+    services.psql("postgres", "CHECKPOINT")
+    wal_before = services.wal_lsn_bytes()
+    output = subprocess.run(["pgbench", "-n", "-c", "2", "-j", "2", "-T", str(seconds), "-D", f"accounts={accounts}",
+                             "-f", script, url], check=True, capture_output=True, text=True).stdout
+    wal = services.wal_lsn_bytes() - wal_before
+    tps = next(float(line.split("=")[1].split()[0]) for line in output.splitlines() if line.startswith("tps"))
+    done = next(int(line.split(":")[1]) for line in output.splitlines() if "actually processed" in line)
+    services.drop(url)
+    floor = {"logins_per_second": tps * 100, "wal_bytes_per_login": wal / max(done * 100, 1)}
+    log(f"floor ({kind}, {accounts:,} accounts): PostgreSQL alone {floor['logins_per_second']:,.0f}/s, "
+        f"{floor['wal_bytes_per_login']:,.0f} WAL bytes each")
+    return floor
 
 
 def report_accounts(results):
@@ -834,6 +927,12 @@ def report_accounts(results):
                      f"{b['wal_bytes_per_login']:,.0f} | |")
         lines.append(f"| … worker CPU µs per login | {a['worker_cpu_us_per_login']:,.0f} | "
                      f"{b['worker_cpu_us_per_login']:,.0f} | |")
+        fa, fb = empty.get("floor", {}).get(kind), loaded.get("floor", {}).get(kind)
+        if fa and fb:
+            lines.append(f"| … PostgreSQL alone, the same rows (pgbench) | {fa['logins_per_second']:,.0f} | "
+                         f"{fb['logins_per_second']:,.0f} | {fb['logins_per_second'] / fa['logins_per_second']:.2f} |")
+            lines.append(f"| … the worker's share of that floor | {a['rate'] / fa['logins_per_second']:.2f} | "
+                         f"{b['rate'] / fb['logins_per_second']:.2f} | |")
     a, b = empty["paced_300"], loaded["paced_300"]
     lines.append(f"| guest p50 / p99 at 300/s (ms) | {a['p50_ms']} / {a['p99_ms']} | {b['p50_ms']} / {b['p99_ms']} | "
                  f"p99 {b['p99_ms'] - a['p99_ms']:+.1f} ms |")

@@ -8,8 +8,25 @@ public enum Migrations {
         oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens, passkeys,
         accountAdministration, consoleSessions, outboxWithoutPartialIndex, foreignKeysServedByIndexes,
         requestsByUser, finishedAppleJobs, refreshTokensBySessionAndTime, endedSessionsForgetTheirTokens,
-        usersFoundByIndex, staffNamedByID, phoneNumbers, usersFoundByPhone,
+        usersFoundByIndex, staffNamedByID, phoneNumbers, usersFoundByPhone, roomForUpdatesInPlace,
     ]
+
+    /// A refresh marks the token it rotates (`used_at`, `replaced_by`, `successor_sealed`), and a
+    /// returning sign-in stamps its identity's `last_login_at`: updates of rows written long before,
+    /// on pages the inserts after them filled. With no room left on its page the new version of a
+    /// row goes to another one, and every index of the table gets an entry for it (three for a
+    /// token, three for an identity), each a page of its own to change and, after a checkpoint, to
+    /// write whole to the WAL. Pages filled to 80 % (tokens, which grow by their sealed successor)
+    /// and 90 % (identities) keep room for the new version beside the old one, where PostgreSQL
+    /// writes it without touching an index (a heap-only tuple). Setting it rewrites no existing
+    /// page and takes a lock writes go on under; the pages written from now on get the room
+    /// (`docs/operations.md` says how to give it to the old ones).
+    static let roomForUpdatesInPlace = PGMigration(
+        version: 25, name: "room for updates in place",
+        sql: """
+            ALTER TABLE refresh_tokens SET (fillfactor = 80);
+            ALTER TABLE identities SET (fillfactor = 90);
+            """)
 
     /// Accounts have a phone number, proven by a texted code (`phone_code`): the number is the
     /// `phone` identity's subject (which signs in, and keeps two accounts from one number) and the

@@ -184,6 +184,73 @@ import Testing
         #expect(scans == 0, "users read whole for the sessions' foreign key")
     }
 
+    /// A refresh's rotation and a returning sign-in's stamp update rows that later inserts
+    /// buried: pages filled to the brim would send each new version to another page, with an
+    /// entry in each of the table's indexes (three pages more to change a login, each written
+    /// whole to the WAL after a checkpoint, at ten million accounts most of what a refresh cost).
+    /// With the room migration 25 leaves, the worker's own rotation statement and the identity's
+    /// stamp are heap-only updates: no index entry.
+    @Test func aRotationAndAReturningSignInUpdateTheirRowInPlace() async throws {
+        let url = try await IntegrationEnvironment.makeMigratedDatabase()
+        let updates = try await Blocking.run {
+            let connection = try PGConnection(conninfo: url)
+            _ = try connection.execute(unsafeSQL: "BEGIN")
+            defer { _ = try? connection.execute(unsafeSQL: "ROLLBACK") }
+            // Pages full of rows written after the ones updated: 2,000 tokens and identities.
+            _ = try connection.execute(
+                unsafeSQL: """
+                    INSERT INTO users (id, handle, is_guest, created_at, updated_at)
+                        SELECT md5('u' || g)::uuid, 'h' || g, false, now(), now() FROM generate_series(1, 2000) g;
+                    INSERT INTO identities (provider, subject, user_id, email, created_at, last_login_at)
+                        SELECT 'apple', '001.' || g, md5('u' || g)::uuid, 'u' || g || '@example.com', now(), now()
+                        FROM generate_series(1, 2000) g;
+                    INSERT INTO sessions (id, user_id, provider, abilities, created_at, expires_at)
+                        VALUES ('00000000-0000-0000-0001-000000000001', md5('u1')::uuid, 'apple', '{}', now(),
+                                now() + interval '1 day');
+                    INSERT INTO refresh_tokens (id, session_id, token_hash, created_at, expires_at)
+                        SELECT ('00000000-0000-0000-0000-' || lpad(g::text, 12, '0'))::uuid,
+                               '00000000-0000-0000-0001-000000000001', sha256(g::text::bytea), now(),
+                               now() + interval '1 day'
+                        FROM generate_series(1, 2000) g;
+                    """)
+            // Twenty rows a hundred apart, each on a page of its own, as a day's refreshes are
+            // (a page's room holds a few new versions until the dead ones are pruned).
+            var writes = Writes()
+            for index in stride(from: 1, through: 1901, by: 100) {
+                let used = try #require(UUID(uuidString: "00000000-0000-0000-0000-\(String(format: "%012d", index))"))
+                let successor = UUID()
+                writes.refreshTokens.append(
+                    NewRefreshTokenRow(
+                        id: successor,
+                        sessionID: try #require(UUID(uuidString: "00000000-0000-0000-0001-000000000001")),
+                        hash: Array(repeating: UInt8(truncatingIfNeeded: index), count: 32), parentID: used,
+                        createdAt: Date(),
+                        expiresAt: Date() + 3600))
+                writes.rotations.append(
+                    RotationRow(
+                        usedTokenID: used, at: Date(), successorID: successor,
+                        successorSealed: Array(repeating: 7, count: 96)))
+            }
+            for query in writes.queries() { _ = try connection.query(query) }
+            _ = try connection.execute(
+                unsafeSQL: """
+                    UPDATE identities SET email = email, last_login_at = now()
+                    WHERE provider = 'apple' AND subject IN (SELECT '001.' || g FROM generate_series(1, 1901, 100) g)
+                    """)
+            return try connection.query(
+                """
+                SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+                WHERE relname IN ('refresh_tokens', 'identities') ORDER BY relname
+                """
+            ).map {
+                "\(try $0.decode("relname", as: String.self)) \(try $0.decode("n_tup_upd", as: Int.self)) "
+                    + "\(try $0.decode("n_tup_hot_upd", as: Int.self))"
+            }
+        }
+        // Each table: 20 updates, all heap-only.
+        #expect(updates == ["identities 20 20", "refresh_tokens 20 20"])
+    }
+
     /// A writer's foreign-key checks after autovacuum analyzed `users` while it was small (its
     /// first visit comes at 50 changed rows): a connection plans each check once and keeps the
     /// plan until the table is analyzed again, and planned against a table of one page it is a
