@@ -39,6 +39,9 @@ public final class AuthClient: Sendable {
         /// the default), or the attributes in `ce_` headers and the data as the value (`.binary`).
         /// The worker answers in the mode asked; this client reads either.
         public var contentMode: CloudEventMode = .structured
+        /// The tenant the requests are for (the `tenant` attribute); nil for the default tenant.
+        /// A name the worker does not serve is answered `unknown_tenant`.
+        public var tenant: String?
 
         public init(brokers: [String]) {
             self.brokers = brokers
@@ -130,20 +133,23 @@ public final class AuthClient: Sendable {
         switch configuration.contentMode {
         case .structured:
             let event = CloudEvent(
-                id: id, source: configuration.source, type: "auth.login.request", time: Date(), data: request)
+                id: id, source: configuration.source, type: "auth.login.request", time: Date(),
+                tenant: configuration.tenant, data: request)
             record = ProducerRecord(
                 topic: configuration.requestsTopic, key: Array(id.utf8), value: MessageCoding.encode(event),
                 headers: [KafkaHeader(key: "content-type", string: "application/cloudevents+json")])
         case .binary:
+            var headers = [
+                KafkaHeader(key: "ce_specversion", string: "1.0"), KafkaHeader(key: "ce_id", string: id),
+                KafkaHeader(key: "ce_source", string: configuration.source),
+                KafkaHeader(key: "ce_type", string: "auth.login.request"),
+                KafkaHeader(key: "ce_time", string: Timestamp.format(Date())),
+                KafkaHeader(key: "content-type", string: "application/json"),
+            ]
+            if let tenant = configuration.tenant { headers.append(KafkaHeader(key: "ce_tenant", string: tenant)) }
             record = ProducerRecord(
                 topic: configuration.requestsTopic, key: Array(id.utf8), value: MessageCoding.encode(request),
-                headers: [
-                    KafkaHeader(key: "ce_specversion", string: "1.0"), KafkaHeader(key: "ce_id", string: id),
-                    KafkaHeader(key: "ce_source", string: configuration.source),
-                    KafkaHeader(key: "ce_type", string: "auth.login.request"),
-                    KafkaHeader(key: "ce_time", string: Timestamp.format(Date())),
-                    KafkaHeader(key: "content-type", string: "application/json"),
-                ])
+                headers: headers)
         }
         let bytes = try await answer(to: id, after: record, timeout: timeout ?? configuration.timeout)
         // A structured answer is a whole CloudEvent; a binary one (its attributes in headers) is the data.

@@ -4,6 +4,8 @@ import StrictJSON
 /// A CloudEvents 1.0 envelope in structured JSON mode.
 ///
 /// `traceparent` is the W3C trace-context extension: copied from a request to everything emitted for it.
+/// `tenant` is this service's extension: the tenant a request is for, absent for the default one
+/// (`Tenant`); a result carries the one its request named.
 public struct CloudEvent<Payload: Decodable & Sendable>: Decodable, Sendable {
     public var specversion: String
     public var id: String
@@ -12,6 +14,7 @@ public struct CloudEvent<Payload: Decodable & Sendable>: Decodable, Sendable {
     public var time: String?
     public var datacontenttype: String?
     public var traceparent: String?
+    public var tenant: String?
     public var data: Payload
 
     /// - Parameters:
@@ -19,7 +22,8 @@ public struct CloudEvent<Payload: Decodable & Sendable>: Decodable, Sendable {
     ///   - source: a URI reference naming the emitter (`/auth-worker`).
     ///   - type: `auth.login.result`, `auth.user.created`, …
     public init(
-        id: String, source: String, type: String, time: Date?, traceparent: String? = nil, data: Payload
+        id: String, source: String, type: String, time: Date?, traceparent: String? = nil, tenant: String? = nil,
+        data: Payload
     ) {
         self.specversion = "1.0"
         self.id = id
@@ -28,6 +32,7 @@ public struct CloudEvent<Payload: Decodable & Sendable>: Decodable, Sendable {
         self.time = time.map(Timestamp.format)
         self.datacontenttype = "application/json"
         self.traceparent = traceparent
+        self.tenant = tenant
         self.data = data
     }
 
@@ -82,6 +87,7 @@ extension CloudEvent: JSONWritable where Payload: JSONWritable {
             out.member(CodingKeys.id, id)
             out.member(CodingKeys.source, source)
             out.member(CodingKeys.specversion, specversion)
+            out.member(CodingKeys.tenant, tenant)
             out.member(CodingKeys.time, time)
             out.member(CodingKeys.traceparent, traceparent)
             out.member(CodingKeys.type, type)
@@ -93,7 +99,8 @@ extension CloudEvent {
     /// The event's JSON with `data` given as JSON already written, the same bytes as encoding the
     /// whole event with `data` would give.
     public static func json(
-        id: String, source: String, type: String, time: Date?, traceparent: String?, data: [UInt8]
+        id: String, source: String, type: String, time: Date?, traceparent: String?, tenant: String? = nil,
+        data: [UInt8]
     ) -> [UInt8] {
         var writer = JSONWriter(capacity: data.count + 256)
         writer.object { out in
@@ -102,6 +109,7 @@ extension CloudEvent {
             out.member(CodingKeys.id, id)
             out.member(CodingKeys.source, source)
             out.member(CodingKeys.specversion, "1.0")
+            out.member(CodingKeys.tenant, tenant)
             out.member(CodingKeys.time, time.map(Timestamp.format))
             out.member(CodingKeys.traceparent, traceparent)
             out.member(CodingKeys.type, type)
@@ -203,5 +211,23 @@ public struct BinaryCloudEvent: Sendable {
             index += 1
         }
         return nil
+    }
+}
+
+/// Tenants: the apps one deployment serves, each named by a request's `tenant` attribute
+/// (`[a-z0-9-]{1,32}`). A request without one is the default tenant's: the deployment's own
+/// configuration, as before tenants.
+public enum Tenant {
+    /// The default tenant's name: what a request without `tenant` is for, and may name.
+    public static let defaultName = "default"
+
+    /// True for 1 to 32 of `a`–`z`, `0`–`9` and `-`.
+    public static func isValidName(_ name: String) -> Bool {
+        let utf8 = name.utf8
+        return (1...32).contains(utf8.count)
+            && utf8.allSatisfy {
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: "-")
+            }
     }
 }

@@ -51,6 +51,8 @@ public struct ErrorCode: RawRepresentable, Decodable, Hashable, Sendable, Custom
     /// The account was disabled by support or an operator: no sign-in or refresh until it is
     /// enabled again.
     public static let accountDisabled = ErrorCode(rawValue: "account_disabled")
+    /// The request's `tenant` names no tenant of this deployment: nothing was done. Not retriable.
+    public static let unknownTenant = ErrorCode(rawValue: "unknown_tenant")
 
     /// Every code the contract defines.
     public static let all: [ErrorCode] = [
@@ -59,7 +61,7 @@ public struct ErrorCode: RawRepresentable, Decodable, Hashable, Sendable, Custom
         .invalidRefreshToken, .refreshTokenReused, .linkConflict, .providerUnavailable, .internalError, .invalidCode,
         .codeExpired, .mfaRequired, .emailNotVerified, .reauthenticationRequired,
         .unknownSession, .invalidPasskey, .invalidChallenge, .passkeyExists, .unknownPasskey, .lastSignInMethod,
-        .accountDisabled,
+        .accountDisabled, .unknownTenant,
     ]
 
     public init(from decoder: any Decoder) throws {

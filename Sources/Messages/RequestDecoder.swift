@@ -9,6 +9,8 @@ public struct LoginRequest: Sendable {
     /// When the gateway published it, if it said.
     public var time: Date?
     public var traceparent: String?
+    /// The `tenant` attribute when the request named one (`Tenant`); nil for the default tenant.
+    public var tenant: String?
     public var method: LoginMethod
     public var data: LoginRequestData
     /// The Kafka key the request arrived with, as text, when it had one.
@@ -214,6 +216,10 @@ public struct RequestDecoder: Sendable {
         if let contentType = try fields.optional("datacontenttype"), !contentType.hasPrefix("application/json") {
             throw RequestValidationError(field: "datacontenttype", reason: "must be application/json")
         }
+        let tenant = try fields.optional("tenant")
+        if let tenant, !Tenant.isValidName(tenant) {
+            throw RequestValidationError(field: "tenant", reason: "must be 1 to 32 of a-z, 0-9 and -")
+        }
         let data = try fields.object("data")
         let methodName = try data.required("method")
         var request = LoginRequestData(method: methodName)
@@ -260,7 +266,10 @@ public struct RequestDecoder: Sendable {
                 field: "data.method", reason: "unknown method \"\(methodName.prefix(32))\"", code: .unsupportedMethod)
         }
         try validateFields(request, method: method)
-        return LoginRequest(id: id, source: source, time: time, traceparent: traceparent, method: method, data: request)
+        var login = LoginRequest(
+            id: id, source: source, time: time, traceparent: traceparent, method: method, data: request)
+        login.tenant = tenant
+        return login
     }
 
     /// `data.credential`: the members of a `RegistrationResponseJSON` or `AuthenticationResponseJSON`

@@ -397,6 +397,19 @@ struct ContractConformanceTests {
             try await results.waitUntil { $0.contains { $0.keyString == binaryID } }.first { $0.keyString == binaryID })
         #expect(binaryAnswer.headers.string("ce_type") == "auth.login.result")
         try keep("login-result", "worker", try structured(binaryAnswer.headers, data: binaryAnswer.value))
+
+        // A request for a tenant the deployment does not serve, and its refusal naming it.
+        let tenantID = UUID().uuidString.lowercased()
+        let tenantRequest = MessageCoding.encode(
+            CloudEvent(
+                id: tenantID, source: "/gateway/contract-test", type: "auth.login.request", time: Date(),
+                tenant: "another-app", data: LoginRequestData(method: "guest")))
+        try keep("login-request", "request", tenantRequest)
+        try await gateway.publishRaw(key: Array(tenantID.utf8), value: tenantRequest)
+        let tenantAnswer = try #require(try await gateway.awaitResult(requestID: tenantID, timeout: .seconds(30)))
+        try keep("login-result", "worker", tenantAnswer)
+        let tenantRefusal = try MessageCoding.decode(CloudEvent<LoginResultData>.self, from: tenantAnswer)
+        #expect(tenantRefusal.tenant == "another-app" && tenantRefusal.data.error?.code == .unknownTenant)
         await results.close()
 
         let types = [

@@ -44,6 +44,37 @@ import Testing
         #expect(dropped.traceparent == nil)
     }
 
+    @Test func keepsTheTenantARequestNames() throws {
+        guard
+            case .valid(let named) = decoder.decode(request(#"{"method":"guest"}"#, extra: #","tenant":"acme-2""#)),
+            case .valid(let unnamed) = decoder.decode(request(#"{"method":"guest"}"#)),
+            case .valid(let binary) = decoder.decode(
+                Array(#"{"method":"guest"}"#.utf8),
+                binaryAttributes: [
+                    "specversion": "1.0", "id": "b-1", "source": "/g", "type": "auth.login.request",
+                    "datacontenttype": "application/json", "tenant": "acme",
+                ])
+        else {
+            Issue.record("expected valid requests")
+            return
+        }
+        #expect(named.tenant == "acme-2")
+        #expect(unnamed.tenant == nil)
+        #expect(binary.tenant == "acme")
+        #expect(Tenant.isValidName(String(repeating: "a", count: 32)))
+        for name in ["", "Acme", "acme_2", "acme.example", "ácme", String(repeating: "a", count: 33)] {
+            #expect(!Tenant.isValidName(name), "\(name)")
+            guard
+                case .invalid(_, _, let error) = decoder.decode(
+                    request(#"{"method":"guest"}"#, extra: #","tenant":"\#(name)""#))
+            else {
+                Issue.record("expected \(name) refused")
+                continue
+            }
+            #expect(error.field == "tenant" && error.code == .malformedRequest)
+        }
+    }
+
     @Test(arguments: ["not json", "[1,2]", "\"text\"", "{\"specversion\":\"1.0\"}", "{\"id\":42}", "{\"id\":\"\"}", ""])
     func unanswerableValuesGoToTheDeadLetterTopic(value: String) {
         guard case .unanswerable = decoder.decode(Array(value.utf8)) else {
@@ -315,7 +346,7 @@ import Testing
     }
 
     @Test func everyContractErrorCodeIsDefinedOnce() {
-        #expect(Set(ErrorCode.all).count == 29)
+        #expect(Set(ErrorCode.all).count == 30)
         #expect(ErrorCode.all.map(\.rawValue).contains("provider_unavailable"))
         #expect(ErrorCode.all.map(\.rawValue).contains("reauthentication_required"))
     }

@@ -42,7 +42,7 @@ extension RequestPipeline {
         logger.info("Request already processed; publishing its result again", metadata: [LogKey.requestID: request.id])
         return [
             resultRecord(
-                result, requestID: request.id, request.traceparent, mode: request.mode,
+                result, requestID: request.id, request.traceparent, tenant: request.tenant, mode: request.mode,
                 tag: Self.answerTag(digest: job.digest))
         ]
     }
@@ -62,7 +62,7 @@ extension RequestPipeline {
         return [
             resultRecord(
                 .failure(requestID: request.id, error: failure.payload), requestID: request.id, request.traceparent,
-                mode: request.mode, tag: Self.refusalTag(failure, digest: job.digest))
+                tenant: request.tenant, mode: request.mode, tag: Self.refusalTag(failure, digest: job.digest))
         ]
     }
 
@@ -104,7 +104,7 @@ extension RequestPipeline {
 
     func resultRecord(
         _ result: LoginResultData, json: [UInt8]? = nil, requestID: String, _ traceparent: String?,
-        mode: CloudEventMode, tag: String
+        tenant: String? = nil, mode: CloudEventMode, tag: String
     ) -> ProducerRecord {
         metrics.count(result)
         let id = Self.resultEventID(requestID: requestID, tag: tag)
@@ -119,13 +119,14 @@ extension RequestPipeline {
                 KafkaHeader(key: "content-type", string: "application/json"),
             ]
             if let traceparent { headers.append(KafkaHeader(key: "ce_traceparent", string: traceparent)) }
+            if let tenant { headers.append(KafkaHeader(key: "ce_tenant", string: tenant)) }
             return ProducerRecord(
                 topic: configuration.topics.results, key: Array(requestID.utf8), value: json ?? result.jsonBytes,
                 headers: headers)
         }
         let value = CloudEvent<LoginResultData>.json(
             id: id, source: configuration.eventSource, type: LoginResultData.eventType, time: clock.now(),
-            traceparent: traceparent, data: json ?? result.jsonBytes)
+            traceparent: traceparent, tenant: tenant, data: json ?? result.jsonBytes)
         return ProducerRecord(
             topic: configuration.topics.results, key: Array(requestID.utf8), value: value,
             headers: ProducerRecord.cloudEventHeaders)

@@ -66,6 +66,21 @@ extension RequestPipeline {
                                 failure, digest: HMACSHA256.mac(key: digestKey, message: message.value)))
                     ], outcome: failure.code.rawValue, audit: nil))
         case .valid(var request):
+            if let tenant = request.tenant, tenant != Tenant.defaultName {
+                // A tenant this deployment does not serve: refused before anything is read or
+                // written, answered in the tenant's name.
+                let failure = LoginError(
+                    .unknownTenant, "this deployment serves no tenant \"\(tenant)\"", field: "tenant")
+                return .ready(
+                    .publish(
+                        [
+                            resultRecord(
+                                .failure(requestID: request.id, error: failure.payload), requestID: request.id,
+                                request.traceparent, tenant: tenant, mode: request.mode,
+                                tag: Self.refusalTag(
+                                    failure, digest: HMACSHA256.mac(key: digestKey, message: message.value)))
+                        ], outcome: failure.code.rawValue, audit: nil))
+            }
             request.partitionKey = message.key.flatMap { String(validating: $0, as: UTF8.self) }
             job.request = request
             job.digest = HMACSHA256.mac(key: digestKey, message: MessageCoding.encode(request.data))

@@ -125,7 +125,7 @@ extension RequestPipeline {
     ) {
         let request = work.request
         let record = resultRecord(
-            result, json: json, requestID: request.id, request.traceparent, mode: request.mode,
+            result, json: json, requestID: request.id, request.traceparent, tenant: request.tenant, mode: request.mode,
             tag: Self.answerTag(digest: work.digest))
         return (record, result.error?.code.rawValue ?? "ok")
     }
