@@ -77,6 +77,8 @@ class Services:
         self.broker_admin = args.broker_admin
         self.pg_server = args.database_server
         self.worker = args.worker
+        # --worker-env: settings every worker of the run gets (a phase's own come after them).
+        self.worker_env = dict(entry.split("=", 1) for entry in args.worker_env)
         self.bench = args.bench
         self.fresh_broker = args.fresh_broker
         self.tansu = os.path.join(ROOT, ".local", "tansu", "tansu")
@@ -309,6 +311,7 @@ class Worker:
             "AUTH_KAFKA_FETCH_WAIT_MS": BENCH_FETCH_WAIT_MS,
             # Thousands of guests a second are the point here, not an attack to stop.
             "AUTH_GUEST_GLOBAL_RATE_LIMIT": "0/60",
+            **services.worker_env,
             **(extra or {}),
         }
         # A value of None takes the worker's default.
@@ -1855,6 +1858,8 @@ def main():
                              "existing sessions and the paced p99 at 300/s, on copies of a small database (the "
                              "accounts the phases use, twice over) and then of N preloaded accounts (each made "
                              "once and kept), with the databases' and indexes' sizes")
+    parser.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting every worker of the run gets, e.g. AUTH_DB_WRITERS=4 (repeatable)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".local", "bench"))
     args = parser.parse_args()
     if not args.bench:
