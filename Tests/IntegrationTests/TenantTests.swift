@@ -94,6 +94,7 @@ import Testing
         let refusedIDs = [unknownGuest, unknownRegister, unknownBinary]
         #expect(try count("SELECT count(*) AS n FROM audit_log WHERE request_id = ANY(\(PGArray(refusedIDs)))") == 0)
         await results.close()
+        gateway.close()
         try await worker.stop()
     }
 

@@ -55,37 +55,38 @@ extension RequestPipeline {
             return .ready(
                 .publish([deadLetter(message, reason: reason, text: text)], outcome: "dead_letter", audit: nil))
         case .invalid(let id, let traceparent, let error):
-            let failure = LoginError(error.code, error.description, field: error.field)
-            return .ready(
-                .publish(
-                    [
-                        resultRecord(
-                            .failure(requestID: id, error: failure.payload), requestID: id, traceparent,
-                            mode: binary == nil ? .structured : .binary,
-                            tag: Self.refusalTag(
-                                failure, digest: HMACSHA256.mac(key: digestKey, message: message.value)))
-                    ], outcome: failure.code.rawValue, audit: nil))
+            return refusedUnread(
+                LoginError(error.code, error.description, field: error.field), requestID: id, traceparent,
+                tenant: nil, mode: binary == nil ? .structured : .binary, message: message)
         case .valid(var request):
             if let tenant = request.tenant, tenant != Tenant.defaultName {
                 // A tenant this deployment does not serve: refused before anything is read or
                 // written, answered in the tenant's name.
-                let failure = LoginError(
-                    .unknownTenant, "this deployment serves no tenant \"\(tenant)\"", field: "tenant")
-                return .ready(
-                    .publish(
-                        [
-                            resultRecord(
-                                .failure(requestID: request.id, error: failure.payload), requestID: request.id,
-                                request.traceparent, tenant: tenant, mode: request.mode,
-                                tag: Self.refusalTag(
-                                    failure, digest: HMACSHA256.mac(key: digestKey, message: message.value)))
-                        ], outcome: failure.code.rawValue, audit: nil))
+                return refusedUnread(
+                    LoginError(.unknownTenant, "this deployment serves no tenant \"\(tenant)\"", field: "tenant"),
+                    requestID: request.id, request.traceparent, tenant: tenant, mode: request.mode, message: message)
             }
             request.partitionKey = message.key.flatMap { String(validating: $0, as: UTF8.self) }
             job.request = request
             job.digest = HMACSHA256.mac(key: digestKey, message: MessageCoding.encode(request.data))
             return state.hold(request.id, for: job) ? .lookup : .waitingForID
         }
+    }
+
+    /// The phase of a request refused as it is read (nothing looked up, written or audited): its
+    /// error result, tagged by the message's own bytes.
+    private func refusedUnread(
+        _ failure: LoginError, requestID: String, _ traceparent: String?, tenant: String?, mode: CloudEventMode,
+        message: KafkaMessage
+    ) -> Phase {
+        .ready(
+            .publish(
+                [
+                    resultRecord(
+                        .failure(requestID: requestID, error: failure.payload), requestID: requestID, traceparent,
+                        tenant: tenant, mode: mode,
+                        tag: Self.refusalTag(failure, digest: HMACSHA256.mac(key: digestKey, message: message.value)))
+                ], outcome: failure.code.rawValue, audit: nil))
     }
 
     // MARK: - 2. Look up, 3. prepare
