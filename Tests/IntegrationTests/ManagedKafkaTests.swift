@@ -42,7 +42,7 @@ extension ProcessIntegrationTests {
         .enabled(if: SecureKafka.isPossible, "needs root, the broker and stunnel (scripts/dev-env install)"),
         arguments: managedListeners)
     func theWorkerAndTheClientLibraryUseAManagedStyleBroker(listener: SecureKafka.Listener) async throws {
-        let chain = try await Blocking.run { try SecureKafka(listener) }
+        let chain = try await Blocking.run { try SecureKafka.start(listener) }
         defer { chain.stop() }
         let topics = try Self.secureTopics(on: chain)
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
@@ -95,9 +95,9 @@ extension ProcessIntegrationTests {
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
         let (keyPath, _) = try TestKeys.temporaryKeyFile()
         defer { try? FileManager.default.removeItem(atPath: keyPath) }
-        let scram = try await Blocking.run { try SecureKafka(.sasl("SCRAM-SHA-512")) }
+        let scram = try await Blocking.run { try SecureKafka.start(.sasl("SCRAM-SHA-512")) }
         defer { scram.stop() }
-        let mutual = try await Blocking.run { try SecureKafka(.mutualTLS) }
+        let mutual = try await Blocking.run { try SecureKafka.start(.mutualTLS) }
         defer { mutual.stop() }
         let otherCA = try TestCertificateAuthority(directory: scram.directory + "/other-ca", name: "another CA")
         var withoutCertificate = mutual.properties()
@@ -144,7 +144,7 @@ extension ProcessIntegrationTests {
         .requiresIndependentJOSE,
         .enabled(if: SecureKafka.isPossible, "needs root, the broker and stunnel (scripts/dev-env install)"))
     func thePythonExampleUsesAManagedStyleBroker() async throws {
-        let chain = try await Blocking.run { try SecureKafka(.sasl("SCRAM-SHA-512")) }
+        let chain = try await Blocking.run { try SecureKafka.start(.sasl("SCRAM-SHA-512")) }
         defer { chain.stop() }
         let topics = try Self.secureTopics(on: chain)
         let databaseURL = try await IntegrationEnvironment.makeDatabase()
@@ -212,7 +212,7 @@ extension ProcessIntegrationTests {
             Issue.record("\(path): TLS, with SASL or a client certificate")
             return
         }
-        let chain = try await Blocking.run { try SecureKafka(listener) }
+        let chain = try await Blocking.run { try SecureKafka.start(listener) }
         defer { chain.stop() }
         // The account's own values in place of the file's.
         for (key, value) in chain.properties() where properties[key] != nil || key == "ssl.ca.location" {

@@ -109,7 +109,7 @@ final class IsolatedCluster: @unchecked Sendable {
                 directory, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "ssl=on", "-c",
                 "ssl_cert_file=\(directory)/tls/server.crt", "-c", "ssl_key_file=\(directory)/tls/server.key",
             ])
-        try Self.waitForPort(pgPort)
+        try Self.waitForPort(pgPort, of: postgres)
         // Accepting TCP is not yet accepting logins: wait until a connection works.
         for _ in 0..<100 {
             if (try? PGConnection(conninfo: databaseURL("postgres"))) != nil { return }
@@ -135,7 +135,7 @@ final class IsolatedCluster: @unchecked Sendable {
                 "broker", "--listener-url", "tcp://127.0.0.1:\(brokerPort)", "--advertised-listener-url",
                 "tcp://127.0.0.1:\(proxyPort)", "--storage-engine", "memory://tansu/",
             ])
-        try Self.waitForPort(brokerPort)
+        try Self.waitForPort(brokerPort, of: brokerProcess)
     }
 
     private func startMockCluster() throws {
@@ -217,7 +217,7 @@ final class IsolatedCluster: @unchecked Sendable {
     func startProxy() throws {
         proxy = try Self.spawn(
             "/usr/bin/env", ["python3", Self.proxyScript, "127.0.0.1:\(proxyPort)", "127.0.0.1:\(brokerPort)"])
-        try Self.waitForPort(proxyPort)
+        try Self.waitForPort(proxyPort, of: proxy)
     }
 
     func createTopics(_ names: [String], partitions: Int) throws {
@@ -311,8 +311,10 @@ final class IsolatedCluster: @unchecked Sendable {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
-    static func waitForPort(_ port: Int) throws {
-        for _ in 0..<100 {
+    /// Waits up to `seconds` for something to listen on `port`; when `process` (the one meant to
+    /// listen) exits first, says so at once with the end of its `log`, rather than waiting out the time.
+    static func waitForPort(_ port: Int, of process: Process? = nil, log: String? = nil, seconds: Int = 30) throws {
+        for _ in 0..<(seconds * 10) {
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)
@@ -325,8 +327,17 @@ final class IsolatedCluster: @unchecked Sendable {
             }
             close(fd)
             if connected == 0 { return }
+            if let process, !process.isRunning {
+                let tail = log.flatMap { try? String(contentsOfFile: $0, encoding: .utf8) }.map {
+                    String($0.suffix(600))
+                }
+                throw Failure(
+                    description:
+                        "\(process.executableURL?.lastPathComponent ?? "a process") exited (status \(process.terminationStatus)) before opening port \(port): \(tail ?? "no log")"
+                )
+            }
             usleep(100_000)
         }
-        throw Failure(description: "port \(port) did not open")
+        throw Failure(description: "port \(port) did not open in \(seconds) s")
     }
 }

@@ -74,7 +74,7 @@ final class ManagedPostgres: @unchecked Sendable {
                 "ssl_cert_file=\(directory)/server/server.crt", "-c", "ssl_key_file=\(directory)/server/server.key",
                 "-c", "ssl_ca_file=\(directory)/server/ca.crt", "-c", "password_encryption=scram-sha-256",
             ])
-        try IsolatedCluster.waitForPort(port)
+        try IsolatedCluster.waitForPort(port, of: server)
         for _ in 0..<100 {
             if (try? PGConnection(conninfo: url(host: "localhost", database: "postgres"))) != nil { return }
             usleep(100_000)

@@ -45,7 +45,20 @@ final class SecureKafka: @unchecked Sendable {
     private let brokerPort: Int
     private var processes: [Process] = []
 
-    init(_ listener: Listener) throws {
+    /// Starts the chain for `listener`, trying again on fresh ports when a part of it does not come
+    /// up: a port found free can be taken by another test's connection before its server binds it.
+    static func start(_ listener: Listener, attempts: Int = 3) throws -> SecureKafka {
+        var attempt = 1
+        while true {
+            do {
+                return try SecureKafka(listener)
+            } catch is IsolatedCluster.Failure where attempt < attempts {
+                attempt += 1
+            }
+        }
+    }
+
+    private init(_ listener: Listener) throws {
         self.listener = listener
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("secure-kafka-\(UUID())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -57,57 +70,62 @@ final class SecureKafka: @unchecked Sendable {
         let proxyPort = try IsolatedCluster.freePort()
         let tlsPort = try IsolatedCluster.freePort()
         bootstrap = "127.0.0.1:\(tlsPort)"
-        let root = ProjectPaths.root.path
-        processes.append(
-            try Self.spawn(
-                IsolatedCluster.tansu,
-                [
-                    "broker", "--listener-url", "tcp://127.0.0.1:\(brokerPort)", "--advertised-listener-url",
-                    "tcp://\(bootstrap)", "--storage-engine", "memory://tansu/",
-                ], log: directory + "/broker.log"))
-        try IsolatedCluster.waitForPort(brokerPort)
-        processes.append(
-            try Self.spawn(
-                "/usr/bin/env",
-                [
-                    "python3", root + "/scripts/kafka-compat-proxy.py", "127.0.0.1:\(proxyPort)",
-                    "127.0.0.1:\(brokerPort)",
-                ],
-                log: directory + "/proxy.log"))
-        try IsolatedCluster.waitForPort(proxyPort)
-        var behindTLS = proxyPort
-        if case .sasl(let mechanism) = listener {
-            let gatePort = try IsolatedCluster.freePort()
-            try Data("\(Self.username):\(Self.password)\n".utf8).write(
-                to: URL(fileURLWithPath: directory + "/users"))
+        do {
+            let root = ProjectPaths.root.path
+            processes.append(
+                try Self.spawn(
+                    IsolatedCluster.tansu,
+                    [
+                        "broker", "--listener-url", "tcp://127.0.0.1:\(brokerPort)", "--advertised-listener-url",
+                        "tcp://\(bootstrap)", "--storage-engine", "memory://tansu/",
+                    ], log: directory + "/broker.log"))
+            try IsolatedCluster.waitForPort(brokerPort, of: processes.last, log: directory + "/broker.log")
             processes.append(
                 try Self.spawn(
                     "/usr/bin/env",
                     [
-                        "python3", root + "/scripts/kafka-sasl-gate.py", "127.0.0.1:\(gatePort)",
-                        "127.0.0.1:\(proxyPort)", directory + "/users", mechanism,
-                    ], log: gateLog))
-            try IsolatedCluster.waitForPort(gatePort)
-            behindTLS = gatePort
-        }
-        var tunnel = """
-            foreground = yes
-            pid =
-            output = \(directory)/stunnel.log
-            [kafka]
-            accept = \(bootstrap)
-            connect = 127.0.0.1:\(behindTLS)
-            cert = \(authority.directory)/broker.crt
-            key = \(authority.directory)/broker.key
+                        "python3", root + "/scripts/kafka-compat-proxy.py", "127.0.0.1:\(proxyPort)",
+                        "127.0.0.1:\(brokerPort)",
+                    ],
+                    log: directory + "/proxy.log"))
+            try IsolatedCluster.waitForPort(proxyPort, of: processes.last, log: directory + "/proxy.log")
+            var behindTLS = proxyPort
+            if case .sasl(let mechanism) = listener {
+                let gatePort = try IsolatedCluster.freePort()
+                try Data("\(Self.username):\(Self.password)\n".utf8).write(
+                    to: URL(fileURLWithPath: directory + "/users"))
+                processes.append(
+                    try Self.spawn(
+                        "/usr/bin/env",
+                        [
+                            "python3", root + "/scripts/kafka-sasl-gate.py", "127.0.0.1:\(gatePort)",
+                            "127.0.0.1:\(proxyPort)", directory + "/users", mechanism,
+                        ], log: gateLog))
+                try IsolatedCluster.waitForPort(gatePort, of: processes.last, log: gateLog)
+                behindTLS = gatePort
+            }
+            var tunnel = """
+                foreground = yes
+                pid =
+                output = \(directory)/stunnel.log
+                [kafka]
+                accept = \(bootstrap)
+                connect = 127.0.0.1:\(behindTLS)
+                cert = \(authority.directory)/broker.crt
+                key = \(authority.directory)/broker.key
 
-            """
-        if case .mutualTLS = listener {
-            // The client's certificate is required and its chain checked against the CA.
-            tunnel += "CAfile = \(authority.certificate)\nrequireCert = yes\nverifyChain = yes\n"
+                """
+            if case .mutualTLS = listener {
+                // The client's certificate is required and its chain checked against the CA.
+                tunnel += "CAfile = \(authority.certificate)\nrequireCert = yes\nverifyChain = yes\n"
+            }
+            try Data(tunnel.utf8).write(to: URL(fileURLWithPath: directory + "/stunnel.conf"))
+            processes.append(try Self.spawn("/usr/bin/stunnel", [directory + "/stunnel.conf"], log: nil))
+            try IsolatedCluster.waitForPort(tlsPort, of: processes.last, log: directory + "/stunnel.log")
+        } catch {
+            stop()
+            throw error
         }
-        try Data(tunnel.utf8).write(to: URL(fileURLWithPath: directory + "/stunnel.conf"))
-        processes.append(try Self.spawn("/usr/bin/stunnel", [directory + "/stunnel.conf"], log: nil))
-        try IsolatedCluster.waitForPort(tlsPort)
     }
 
     /// The SASL gate's log: a line per connection, authenticated or refused and why.
