@@ -20,7 +20,7 @@ extension PostgresStore {
             return try Self.refusal(error, request: request)
         }
         let outcome = try await runBatch(
-            [prepared], prefetch: prepared.prepared.prefetch,
+            [prepared], prefetch: prepared.prefetch,
             onRefusal: { item, error, unit in try item.recordRefusal(error, in: unit, at: now) }
         ) { item, unit in try item.writeAnswer(unit, at: now) }
         switch outcome.first {

@@ -49,6 +49,8 @@ public struct AppleJob: Sendable, Equatable {
     public var secretSealed: [UInt8]
     public var attempts: Int
     public var createdAt: Date
+    /// The tenant of the sign-in (or deletion) that queued it.
+    public var tenant = TenantScope.defaultName
 
     public init(
         id: UUID, kind: Kind, subject: String, clientID: String, secretSealed: [UInt8], attempts: Int = 0,

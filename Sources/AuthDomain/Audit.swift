@@ -21,6 +21,8 @@ public struct AuditEntry: Sendable, Equatable {
     /// Who acted: `user` (a request), `operator` (the CLI), `console:<user id>` (a console user),
     /// `console` (the console itself, at sign-out), `apple` (a notification), `account_claimed`.
     public var actor: String
+    /// The tenant of the account or request.
+    public var tenant = Tenant.defaultName
 
     public init(
         at: Date, userID: UUID?, action: String, outcome: String, requestID: String? = nil, clientID: String? = nil,
@@ -47,6 +49,7 @@ public struct AuditEntry: Sendable, Equatable {
             clientID: (request.data.clientID ?? request.partitionKey).map { String($0.prefix(256)) },
             deviceName: request.data.device?.name, devicePlatform: request.data.device?.platform,
             ip: request.data.context?.ip, userAgent: request.data.context?.userAgent, actor: "user")
+        tenant = request.tenant ?? Tenant.defaultName
     }
 
     /// The actor recorded for a console user: their account's id, never their sign-in address

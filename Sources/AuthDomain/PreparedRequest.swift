@@ -17,6 +17,16 @@ public final class PreparedRequest: Sendable {
     public let replyKey: [UInt8]?
     public let prepared: any PreparedWrite
 
+    /// The tenant whose rows the request reads and writes: the one it names, or the default one.
+    public var tenant: String { request.tenant ?? Tenant.defaultName }
+
+    /// The rows the flow's write will read, as its tenant's.
+    public var prefetch: Prefetch {
+        var prefetch = prepared.prefetch
+        prefetch.tenant = tenant
+        return prefetch
+    }
+
     public init(request: LoginRequest, digest: [UInt8], replyKey: [UInt8]?, prepared: any PreparedWrite) {
         self.request = request
         self.digest = digest

@@ -338,6 +338,29 @@ public struct RequestRecord: Sendable, Equatable {
     }
 }
 
+/// A request id within its tenant: two tenants' gateways may choose the same id, for two requests.
+public struct RequestKey: Hashable, Sendable {
+    public var tenant: String
+    public var id: String
+
+    public init(tenant: String, id: String) {
+        self.tenant = tenant
+        self.id = id
+    }
+}
+
+extension RequestKey: Comparable, ExpressibleByStringLiteral {
+    /// A default tenant's request id.
+    public init(stringLiteral id: String) { self.init(tenant: Tenant.defaultName, id: id) }
+
+    public static func < (lhs: RequestKey, rhs: RequestKey) -> Bool { (lhs.tenant, lhs.id) < (rhs.tenant, rhs.id) }
+}
+
+extension LoginRequest {
+    /// The request's id within its tenant (the one it names, or the default one).
+    public var key: RequestKey { RequestKey(tenant: tenant ?? Tenant.defaultName, id: id) }
+}
+
 /// A request id as found before a batch: processed before, with its digest and kept answer.
 public struct KeptRequest: Sendable, Equatable {
     public var requestID: String
@@ -424,7 +447,11 @@ public struct NewOneTimeCode: Sendable, Equatable {
 
 /// The rows a batch's flows will read, fetched (and locked) for the whole batch in one round
 /// trip. Only a hint: a read of anything not named here goes to the database.
+///
+/// The rows are `tenant`'s; merging the prefetch of another tenant's request keeps its rows apart
+/// (`otherTenants`), each tenant's read with its own tenant.
 public struct Prefetch: Sendable, Equatable {
+    public var tenant = Tenant.defaultName
     public var identities: [IdentityKey] = []
     public var users: [UUID] = []
     public var refreshTokens: [[UInt8]] = []
@@ -432,10 +459,23 @@ public struct Prefetch: Sendable, Equatable {
     public var accessTokens: [[UInt8]] = []
     public var handles: [String] = []
     public var rateLimitBuckets: [String] = []
+    /// The rows of the other tenants' requests of the batch, by tenant.
+    public private(set) var otherTenants: [String: Prefetch] = [:]
 
     public init() {}
 
+    public init(tenant: String) { self.tenant = tenant }
+
     public mutating func merge(_ other: Prefetch) {
+        guard other.tenant == tenant else {
+            var own = other
+            own.otherTenants = [:]
+            if own != Prefetch(tenant: own.tenant) {
+                otherTenants[own.tenant, default: Prefetch(tenant: own.tenant)].merge(own)
+            }
+            for part in other.otherTenants.values { merge(part) }
+            return
+        }
         identities += other.identities
         users += other.users
         refreshTokens += other.refreshTokens
@@ -443,6 +483,15 @@ public struct Prefetch: Sendable, Equatable {
         accessTokens += other.accessTokens
         handles += other.handles
         rateLimitBuckets += other.rateLimitBuckets
+        for part in other.otherTenants.values { merge(part) }
+    }
+
+    /// Each tenant's rows, its own first and then the others' in the order of their names: the
+    /// order their reads lock in.
+    public var parts: [Prefetch] {
+        var own = self
+        own.otherTenants = [:]
+        return [own] + otherTenants.keys.sorted().compactMap { otherTenants[$0] }
     }
 }
 

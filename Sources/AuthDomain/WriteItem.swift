@@ -9,6 +9,15 @@ public enum WriteItem: Sendable {
     /// A refusal's audit row: the refusal wrote nothing else.
     case audit(AuditEntry)
 
+    /// The tenant the item reads and writes as (Apple's notifications are the default tenant's).
+    public var tenant: String {
+        switch self {
+        case .login(let work): work.tenant
+        case .notification: Tenant.defaultName
+        case .audit(let entry): entry.tenant
+        }
+    }
+
     /// Writes the item: a request's effects, its answer sealed and kept; a notification's; an
     /// audit row.
     public func write(_ unit: any UnitOfWork, resultsKey: [UInt8]?, rememberedUntil: Date, at now: Date) throws

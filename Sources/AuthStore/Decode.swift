@@ -24,6 +24,11 @@ enum Decode {
         return user
     }
 
+    /// True when the row's session is `tenant`'s (its user's: the column `user_tenant`).
+    static func owned(_ row: PGRow, by tenant: String) throws -> Bool {
+        try row.decode("user_tenant", as: String.self) == tenant
+    }
+
     static func session(_ row: PGRow, idColumn: String) throws -> SessionRecord {
         var session = SessionRecord(
             id: try row.decode(idColumn), userID: try row.decode("user_id"), createdAt: try row.decode("created_at"),

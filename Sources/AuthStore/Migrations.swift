@@ -8,8 +8,104 @@ public enum Migrations {
         oneTimeCodes, secondFactors, reservationsThatLock, auditTrail, appleTokens, passkeys,
         accountAdministration, consoleSessions, outboxWithoutPartialIndex, foreignKeysServedByIndexes,
         requestsByUser, finishedAppleJobs, refreshTokensBySessionAndTime, endedSessionsForgetTheirTokens,
-        usersFoundByIndex, staffNamedByID, phoneNumbers, usersFoundByPhone, roomForUpdatesInPlace,
+        usersFoundByIndex, staffNamedByID, phoneNumbers, usersFoundByPhone, roomForUpdatesInPlace, tenants,
     ]
+
+    /// The tables whose rows are a tenant's, each with a `tenant` column: the accounts and what
+    /// is found by a value that two tenants may share (an identity's subject, a handle, a request
+    /// id, a passkey's credential id, a code's address, an Apple subject). Sessions, tokens,
+    /// factors, passkey handles and console rows belong to their user, and are reached through it.
+    public static let tenantTables = [
+        "users", "identities", "processed_requests", "one_time_codes", "passkeys", "webauthn_challenges",
+        "apple_tokens", "apple_jobs", "audit_log",
+    ]
+
+    /// Every row is a tenant's; those written so far are the default tenant's (`'default'`).
+    ///
+    /// A column with a constant default is added without rewriting a row (PostgreSQL 11 and
+    /// later), each table in a transaction of its own under the migrator's bounded lock wait, so no
+    /// table's logins wait on more than one `ALTER` at a time. The keys a tenant owns gain the
+    /// tenant as their last column, built `CONCURRENTLY` beside the old ones and swapped in under
+    /// the old names, each swap a statement of its own (and skipped when done, should the
+    /// migration run again): a lookup by the old columns (a replica of the release before, during
+    /// a rolling upgrade) is still a probe of the key's leading columns.
+    ///
+    /// `apple_tokens` keeps its key on `subject` alone one release longer, beside the one with the
+    /// tenant: the release before stores a token with `ON CONFLICT (subject)`, which needs it.
+    /// Until it goes, two tenants cannot keep a token for one Apple subject; tenants are not
+    /// served before it does.
+    static let tenants: PGMigration = {
+        let keys = [
+            ("identities_key_by_tenant", "identities (provider, subject, tenant)", "identities_pkey"),
+            ("users_handle_by_tenant", "users (handle text_pattern_ops, tenant)", "users_handle"),
+            ("processed_requests_key_by_tenant", "processed_requests (request_id, tenant)", "processed_requests_pkey"),
+            ("passkeys_credential_by_tenant", "passkeys (credential_id, tenant)", "passkeys_credential_id_key"),
+            ("apple_tokens_key_by_tenant", "apple_tokens (subject, tenant)", nil),
+        ]
+        var migration = PGMigration(
+            version: 26, name: "tenants",
+            outsideTransaction: tenantTables.map {
+                "ALTER TABLE \($0) ADD COLUMN IF NOT EXISTS tenant text NOT NULL DEFAULT 'default'"
+            }
+                + keys.flatMap { name, key, _ in
+                    [
+                        // An index a stopped build left invalid is built again from scratch.
+                        """
+                        DO $$ BEGIN
+                            IF (SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass('\(name)')) THEN
+                                EXECUTE 'DROP INDEX \(name)';
+                            END IF;
+                        END $$
+                        """,
+                        build(name, key),
+                    ]
+                } + [
+                    swap(
+                        "identities_key_by_tenant",
+                        "ALTER TABLE identities DROP CONSTRAINT identities_pkey, "
+                            + "ADD CONSTRAINT identities_pkey PRIMARY KEY USING INDEX identities_key_by_tenant"),
+                    swap(
+                        "users_handle_by_tenant",
+                        "DROP INDEX users_handle; ALTER INDEX users_handle_by_tenant RENAME TO users_handle"),
+                    swap(
+                        "processed_requests_key_by_tenant",
+                        "ALTER TABLE processed_requests DROP CONSTRAINT processed_requests_pkey, "
+                            + "ADD CONSTRAINT processed_requests_pkey PRIMARY KEY USING INDEX "
+                            + "processed_requests_key_by_tenant"),
+                    swap(
+                        "passkeys_credential_by_tenant",
+                        "ALTER TABLE passkeys DROP CONSTRAINT passkeys_credential_id_key, "
+                            + "ADD CONSTRAINT passkeys_credential_id_key UNIQUE USING INDEX passkeys_credential_by_tenant"
+                    ),
+                ])
+        // A key swapped in already has the tenant as its last column under the old name: its
+        // index is not built again.
+        for (name, key, swapped) in keys {
+            guard let swapped else { continue }
+            migration.skipWhen[build(name, key)] =
+                """
+                SELECT EXISTS (SELECT 1 FROM pg_index x JOIN pg_attribute a
+                                   ON a.attrelid = x.indrelid AND a.attnum = x.indkey[x.indnatts - 1]
+                               WHERE x.indexrelid = to_regclass('\(swapped)') AND a.attname = 'tenant') AS done
+                """
+        }
+        return migration
+    }()
+
+    private static func build(_ name: String, _ key: String) -> String {
+        "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS \(name) ON \(key)"
+    }
+
+    /// A key's swap, run when the index built for it is still there under its own name.
+    private static func swap(_ index: String, _ statements: String) -> String {
+        """
+        DO $$ BEGIN
+            IF to_regclass('\(index)') IS NOT NULL THEN
+                EXECUTE '\(statements.replacingOccurrences(of: "; ", with: "'; EXECUTE '"))';
+            END IF;
+        END $$
+        """
+    }
 
     /// A refresh marks the token it rotates (`used_at`, `replaced_by`, `successor_sealed`), and a
     /// returning sign-in stamps its identity's `last_login_at`: updates of rows written long before,

@@ -15,30 +15,34 @@ extension PostgresStore {
                 UPDATE apple_jobs SET next_attempt_at = \(date + lease)
                 WHERE id IN (SELECT id FROM apple_jobs WHERE finished_at IS NULL AND next_attempt_at <= \(date)
                              ORDER BY next_attempt_at, id LIMIT \(limit) FOR UPDATE SKIP LOCKED)
-                RETURNING id, kind, subject, client_id, secret_sealed, attempts, created_at
+                RETURNING id, kind, subject, client_id, secret_sealed, attempts, created_at, tenant
                 """
             ).map { row in
-                AppleJob(
+                var job = AppleJob(
                     id: try row.decode("id"), kind: AppleJob.Kind(rawValue: try row.decode("kind")) ?? .revoke,
                     subject: try row.decode("subject"), clientID: try row.decode("client_id"),
                     secretSealed: try row.decode("secret_sealed", as: PGBytes.self).bytes,
                     attempts: try row.decode("attempts"), createdAt: try row.decode("created_at"))
+                job.tenant = try row.decode("tenant")
+                return job
             }
         }
     }
 
     /// Ends a job for good (done, or definitely refused), with its audit row.
     public func finishAppleJob(_ job: AppleJob, outcome: String, at date: Date) async throws {
-        let audit = AuditEntry(
+        var entry = AuditEntry(
             at: date, userID: nil, action: "apple_" + job.kind.rawValue, outcome: outcome,
             requestID: job.id.lowercasedString, actor: "worker")
+        entry.tenant = job.tenant
+        let audit = entry
         try await pool.withConnection { connection in
             try connection.withTransaction { connection in
                 try connection.pipeline(
                     [
                         """
                         UPDATE apple_jobs SET finished_at = \(date), outcome = \(outcome), secret_sealed = ''::bytea
-                        WHERE id = \(job.id)
+                        WHERE id = \(job.id) AND tenant = \(job.tenant)
                         """
                     ] + [Writes.auditInsert([audit])].compactMap { $0 })
             }
@@ -49,7 +53,10 @@ extension PostgresStore {
     public func retryAppleJob(_ job: AppleJob, at next: Date) async throws {
         try await pool.withConnection { connection in
             _ = try connection.query(
-                "UPDATE apple_jobs SET attempts = attempts + 1, next_attempt_at = \(next) WHERE id = \(job.id)")
+                """
+                UPDATE apple_jobs SET attempts = attempts + 1, next_attempt_at = \(next)
+                WHERE id = \(job.id) AND tenant = \(job.tenant)
+                """)
         }
     }
 
@@ -72,7 +79,7 @@ extension PostgresStore {
                 let kept = try !connection.query(
                     """
                     SELECT 1 AS found FROM identities
-                    WHERE provider = 'apple' AND subject = \(exchange.subject)
+                    WHERE provider = 'apple' AND subject = \(exchange.subject) AND tenant = \(exchange.tenant)
                       AND created_at <= (SELECT created_at FROM apple_jobs WHERE id = \(exchange.id))
                     FOR UPDATE
                     """
@@ -82,7 +89,7 @@ extension PostgresStore {
                     UPDATE apple_jobs
                     SET finished_at = \(date), outcome = \(kept ? "exchanged" : "exchanged_after_deletion"),
                         secret_sealed = ''::bytea
-                    WHERE id = \(exchange.id)
+                    WHERE id = \(exchange.id) AND tenant = \(exchange.tenant)
                     """
                 ]
                 if kept {
@@ -92,33 +99,39 @@ extension PostgresStore {
                     let replaced = try connection.query(
                         """
                         SELECT t.client_id, t.refresh_token_sealed
-                        FROM apple_tokens t JOIN identities i ON i.provider = 'apple' AND i.subject = t.subject
-                        WHERE t.subject = \(exchange.subject) AND t.updated_at < i.created_at
+                        FROM apple_tokens t
+                        JOIN identities i ON i.provider = 'apple' AND i.subject = t.subject AND i.tenant = t.tenant
+                        WHERE t.subject = \(exchange.subject) AND t.tenant = \(exchange.tenant)
+                          AND t.updated_at < i.created_at
                         FOR UPDATE OF t
                         """
                     ).first
                     if let replaced {
                         statements.append(
                             """
-                            INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, next_attempt_at, created_at)
+                            INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, next_attempt_at, created_at,
+                                                    tenant)
                             VALUES (\(replacedRevocationID), 'revoke', \(exchange.subject),
                                     \(try replaced.decode("client_id", as: String.self)),
-                                    \(try replaced.decode("refresh_token_sealed", as: PGBytes.self)), \(date), \(date))
+                                    \(try replaced.decode("refresh_token_sealed", as: PGBytes.self)), \(date), \(date),
+                                    \(exchange.tenant))
                             """)
                     }
                     statements.append(
                         """
-                        INSERT INTO apple_tokens (subject, client_id, refresh_token_sealed, updated_at)
-                        VALUES (\(exchange.subject), \(exchange.clientID), \(PGBytes(refreshTokenSealed)), \(date))
-                        ON CONFLICT (subject) DO UPDATE SET client_id = EXCLUDED.client_id,
+                        INSERT INTO apple_tokens (subject, client_id, refresh_token_sealed, updated_at, tenant)
+                        VALUES (\(exchange.subject), \(exchange.clientID), \(PGBytes(refreshTokenSealed)), \(date),
+                                \(exchange.tenant))
+                        ON CONFLICT (subject, tenant) DO UPDATE SET client_id = EXCLUDED.client_id,
                             refresh_token_sealed = EXCLUDED.refresh_token_sealed, updated_at = EXCLUDED.updated_at
                         """)
                 } else {
                     statements.append(
                         """
-                        INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, next_attempt_at, created_at)
+                        INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, next_attempt_at, created_at,
+                                                tenant)
                         VALUES (\(revocationID), 'revoke', \(exchange.subject), \(exchange.clientID),
-                                \(PGBytes(refreshTokenSealed)), \(date), \(date))
+                                \(PGBytes(refreshTokenSealed)), \(date), \(date), \(exchange.tenant))
                         """)
                 }
                 try connection.pipeline(statements)

@@ -6,30 +6,6 @@ import PGStore
 extension PostgresStore {
     // MARK: - Housekeeping
 
-    public func reserveRateLimits(_ reservations: [RateLimitReservation], at date: Date) async throws
-        -> [RateLimitGrant]
-    {
-        guard !reservations.isEmpty else { return [] }
-        return try await attempts.withConnection { connection in
-            var grants: [RateLimitGrant] = []
-            for reservation in reservations {
-                let row = try connection.query(
-                    """
-                    SELECT granted, window_end FROM auth_reserve_rate_limit(
-                        \(reservation.bucket), \(date), make_interval(secs => \(reservation.limit.window)),
-                        \(Self.integer(reservation.limit.count)), \(Self.integer(reservation.wanted)))
-                    """
-                ).first
-                guard let row else { throw PGError(.decoding, detail: "a rate limit was not reserved") }
-                let grant = RateLimitGrant(granted: try row.decode("granted"), windowEnd: try row.decode("window_end"))
-                grants.append(grant)
-                // A refusal takes nothing from the buckets after it.
-                if grant.granted < reservation.wanted { break }
-            }
-            return grants
-        }
-    }
-
     /// What `purgeExpired` removed.
     public struct Purge: Sendable, Equatable {
         public var requests = 0

@@ -34,8 +34,8 @@ extension PostgresStore {
     }
 
     /// The request ids among `ids` that were processed before, with their digests and kept answers.
-    public func keptRequests(_ ids: [String], on connection: ReadConnection = .pool) async throws -> [String:
-        KeptRequest]
+    public func keptRequests(_ ids: [RequestKey], on connection: ReadConnection = .pool) async throws
+        -> [RequestKey: KeptRequest]
     {
         guard !ids.isEmpty else { return [:] }
         // Read by key, from a cached plan (`KeyedPlans`; `LOCAL` to the round trip's implicit
@@ -52,9 +52,9 @@ extension PostgresStore {
     /// implicit transaction (the bucket is not touched when every guest was processed before).
     /// - Returns: the kept requests, and the grant (nil when no guest was new).
     public func lookUp(
-        _ ids: [String], guests: [String], bucket: String, limit: WorkerConfiguration.RateLimit, at date: Date,
+        _ ids: [RequestKey], guests: [RequestKey], bucket: String, limit: WorkerConfiguration.RateLimit, at date: Date,
         on connection: ReadConnection = .pool
-    ) async throws -> (kept: [String: KeptRequest], guests: RateLimitGrant?) {
+    ) async throws -> (kept: [RequestKey: KeptRequest], guests: RateLimitGrant?) {
         // The ceiling's count joins, planned per run; then the kept requests are read by key,
         // from a cached plan (`KeyedPlans`; to the end of the round trip's implicit transaction).
         let ceiling = Self.ceilingQuery(guests, bucket: bucket, limit: limit, at: date)
@@ -70,12 +70,14 @@ extension PostgresStore {
     /// Reserves, for the ids among `guests` not processed before, as many sign-ups as `limit`
     /// allows from `bucket`; answers no row when none is new.
     static func ceilingQuery(
-        _ guests: [String], bucket: String, limit: WorkerConfiguration.RateLimit, at date: Date
+        _ guests: [RequestKey], bucket: String, limit: WorkerConfiguration.RateLimit, at date: Date
     ) -> PGQuery {
         """
         SELECT r.granted, r.window_end
-        FROM (SELECT count(*)::integer AS wanted FROM unnest(\(PGArray(guests))) AS g(id)
-              WHERE NOT EXISTS (SELECT 1 FROM processed_requests p WHERE p.request_id = g.id)) AS w,
+        FROM (SELECT count(*)::integer AS wanted
+              FROM unnest(\(PGArray(guests.map(\.id))), \(PGArray(guests.map(\.tenant)))) AS g(id, tenant)
+              WHERE NOT EXISTS (SELECT 1 FROM processed_requests p
+                                WHERE p.request_id = g.id AND p.tenant = g.tenant)) AS w,
              LATERAL auth_reserve_rate_limit(
                 \(bucket), \(date), make_interval(secs => \(limit.window)),
                 \(Self.integer(limit.count)), w.wanted) AS r
@@ -90,83 +92,30 @@ extension PostgresStore {
         }
     }
 
-    static func keptRequestsQuery(_ ids: [String]) -> PGQuery {
+    /// Each (request id, tenant) probed by the key.
+    static func keptRequestsQuery(_ ids: [RequestKey]) -> PGQuery {
         """
-        SELECT request_id, request_digest, result_sealed FROM processed_requests
-        WHERE request_id = ANY(\(PGArray(ids)))
+        SELECT p.request_id, p.tenant, p.request_digest, p.result_sealed
+        FROM unnest(\(PGArray(ids.map(\.id))), \(PGArray(ids.map(\.tenant)))) AS k(id, tenant)
+        CROSS JOIN LATERAL (
+            SELECT request_id, tenant, request_digest, result_sealed FROM processed_requests
+            WHERE request_id = k.id AND tenant = k.tenant LIMIT 1) AS p
         """
     }
 
-    static func keptRequests(_ rows: PGRows) throws -> [String: KeptRequest] {
-        var found: [String: KeptRequest] = [:]
+    static func keptRequests(_ rows: PGRows) throws -> [RequestKey: KeptRequest] {
+        var found: [RequestKey: KeptRequest] = [:]
         for row in rows {
             let kept = KeptRequest(
                 requestID: try row.decode("request_id"),
                 digest: try row.decode("request_digest", as: PGBytes?.self)?.bytes,
                 resultSealed: try row.decode("result_sealed", as: PGBytes?.self)?.bytes)
-            found[kept.requestID] = kept
+            found[RequestKey(tenant: try row.decode("tenant"), id: kept.requestID)] = kept
         }
         return found
-    }
-
-    /// Counts a password attempt before it is verified, and reads the credential to verify it
-    /// against, in one round trip. Counting first is what holds the limit when many attempts for
-    /// one account arrive at once, on one replica or several.
-    /// - Parameter email: the normalised address, nil when implausible (counted all the same).
-    public func reservePasswordAttempt(key: String, email: String?, at date: Date, policy: ThrottlePolicy)
-        async throws -> PasswordAttempt
-    {
-        let results = try await attempts.withConnection { connection in
-            try connection.pipeline([
-                """
-                SELECT allowed, failures, locked_until FROM auth_reserve_password_attempt(
-                    \(key), \(date), make_interval(secs => \(policy.window)), \(Self.integer(policy.threshold)),
-                    make_interval(secs => \(policy.baseDelay)), make_interval(secs => \(policy.maximumDelay)))
-                """,
-                """
-                SELECT user_id, password_hash FROM identities
-                WHERE provider = 'password' AND subject = \(email) AND password_hash IS NOT NULL
-                """,
-            ])
-        }
-        guard results.count == 2, let reservation = results[0].first else {
-            throw PGError(.decoding, detail: "the attempt was not counted")
-        }
-        let credential = try results[1].first.map {
-            PasswordCredential(userID: try $0.decode("user_id"), passwordHash: try $0.decode("password_hash"))
-        }
-        return PasswordAttempt(
-            allowed: try reservation.decode("allowed"), failures: try reservation.decode("failures"),
-            lockedUntil: try reservation.decode("locked_until", as: Date?.self), credential: credential)
     }
 
     /// `value` as a PostgreSQL `integer` parameter: a threshold past its range (a configured
     /// "never", `Int.max`) is the largest it holds, not an out-of-range error on every attempt.
     static func integer(_ value: Int) -> Int { min(max(value, Int(Int32.min)), Int(Int32.max)) }
-
-    /// The address of the password identity of the user an access token signs in as (by its
-    /// session, or an opaque token's SHA-256): what `change_password` throttles and verifies.
-    /// Nil when the token is unknown or its user has no password.
-    public func passwordEmail(sessionID: UUID?, accessTokenHash: [UInt8]?) async throws -> String? {
-        try await attempts.withConnection { connection in
-            if let sessionID {
-                return try connection.query(
-                    """
-                    SELECT i.subject FROM sessions s
-                    JOIN identities i ON i.user_id = s.user_id AND i.provider = 'password'
-                    WHERE s.id = \(sessionID)
-                    """
-                ).first?.decode("subject")
-            }
-            guard let accessTokenHash else { return nil }
-            return try connection.query(
-                """
-                SELECT i.subject FROM access_tokens a
-                JOIN sessions s ON s.id = a.session_id
-                JOIN identities i ON i.user_id = s.user_id AND i.provider = 'password'
-                WHERE a.token_hash = \(PGBytes(accessTokenHash))
-                """
-            ).first?.decode("subject")
-        }
-    }
 }

@@ -75,9 +75,13 @@ public final class PostgresStore: Sendable {
     /// and an item that still fails is refused with the database's error; the others commit.
     /// - Throws: a retriable `PGError` (the server is unreachable, a deadlock): nothing was
     ///   committed, and the whole batch can be tried again.
-    /// - Parameter writer: which writing connection (batches on one are written one at a time).
+    /// - Parameters:
+    ///   - writer: which writing connection (batches on one are written one at a time).
+    ///   - tenant: whose rows an item reads and writes: every statement of its body is that
+    ///     tenant's (default: a `WriteItem`'s own, the default tenant for anything else).
     public func runBatch<Item: Sendable, Output: Sendable>(
         _ items: [Item], head: [PGQuery] = [], prefetch: Prefetch, writer: Int = 0,
+        tenant: @escaping @Sendable (Item) -> String = { ($0 as? WriteItem)?.tenant ?? TenantScope.defaultName },
         onRefusal: @escaping @Sendable (Item, any Error, any UnitOfWork) throws -> Void = { _, _, _ in },
         _ body: @escaping @Sendable (Item, any UnitOfWork) throws -> Output
     ) async throws -> [ItemOutcome<Output>] {
@@ -85,12 +89,14 @@ public final class PostgresStore: Sendable {
             do {
                 return try connection.withPipelinedTransaction { transaction in
                     try Self.runTogether(
-                        items, head: head, prefetch: prefetch, transaction: transaction, onRefusal: onRefusal, body)
+                        items, head: head, prefetch: prefetch, transaction: transaction, tenant: tenant,
+                        onRefusal: onRefusal, body)
                 }
             } catch let error as PGError where !error.isRetriable {
                 // A statement of the batch failed (and was rolled back): item by item instead.
                 return try connection.withPipelinedTransaction { transaction in
-                    try Self.runCarefully(items, head: head, transaction: transaction, onRefusal: onRefusal, body)
+                    try Self.runCarefully(
+                        items, head: head, transaction: transaction, tenant: tenant, onRefusal: onRefusal, body)
                 }
             }
         }
@@ -105,7 +111,8 @@ public final class PostgresStore: Sendable {
     ) async throws -> [ItemOutcome<WriteOutput>] {
         let writing = Self.writing(resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
         return try await runBatch(
-            items, head: head, prefetch: prefetch, writer: writer, onRefusal: writing.onRefusal, writing.body)
+            items, head: head, prefetch: prefetch, writer: writer, tenant: \.tenant, onRefusal: writing.onRefusal,
+            writing.body)
     }
 
     /// How a batch of `WriteItem`s is written (`write`, `lookUpAndWrite`): each item's own domain
@@ -137,9 +144,10 @@ public final class PostgresStore: Sendable {
     /// body touches it, and only one lookup runs at a time, so nothing in this worker waits on it
     /// (a lookup of another replica may, that long).
     public func lookUpAndWrite(
-        _ items: [WriteItem], ids: [String], guests: [String], bucket: String, limit: WorkerConfiguration.RateLimit,
+        _ items: [WriteItem], ids: [RequestKey], guests: [RequestKey], bucket: String,
+        limit: WorkerConfiguration.RateLimit,
         head: [PGQuery] = [], prefetch: Prefetch, writer: Int, resultsKey: [UInt8]?, rememberedUntil: Date,
-        at now: Date, accept: @escaping @Sendable (_ kept: [String: KeptRequest], _ guests: RateLimitGrant?) -> Bool
+        at now: Date, accept: @escaping @Sendable (_ kept: [RequestKey: KeptRequest], _ guests: RateLimitGrant?) -> Bool
     ) async throws -> LookedUpWrite {
         let ceiling =
             guests.isEmpty || limit.count <= 0 ? [] : [Self.ceilingQuery(guests, bucket: bucket, limit: limit, at: now)]
@@ -158,7 +166,9 @@ public final class PostgresStore: Sendable {
                         return .declined
                     }
                     let writing = Self.writing(resultsKey: resultsKey, rememberedUntil: rememberedUntil, at: now)
-                    return .written(try Self.runBodies(items, unit: unit, onRefusal: writing.onRefusal, writing.body))
+                    return .written(
+                        try Self.runBodies(
+                            items, unit: unit, tenant: \.tenant, onRefusal: writing.onRefusal, writing.body))
                 }
             } catch let error as PGError where !error.isRetriable {
                 // Rolled back: the ordinary way answers each request.
@@ -182,23 +192,24 @@ public final class PostgresStore: Sendable {
 
     /// The fast way: cached reads, every item's writes sent together with the `COMMIT`.
     private static func runTogether<Item, Output>(
-        _ items: [Item], head: [PGQuery], prefetch: Prefetch, transaction: PGTransaction,
+        _ items: [Item], head: [PGQuery], prefetch: Prefetch, transaction: PGTransaction, tenant: (Item) -> String,
         onRefusal: (Item, any Error, any UnitOfWork) throws -> Void, _ body: (Item, any UnitOfWork) throws -> Output
     ) throws -> [ItemOutcome<Output>] {
         let unit = PostgresUnitOfWork(transaction: transaction)
         try unit.begin(head: head, prefetch: prefetch)
-        return try runBodies(items, unit: unit, onRefusal: onRefusal, body)
+        return try runBodies(items, unit: unit, tenant: tenant, onRefusal: onRefusal, body)
     }
 
     /// Each item's body in the transaction `unit` began, then the writes and the `COMMIT`.
     private static func runBodies<Item, Output>(
-        _ items: [Item], unit: PostgresUnitOfWork, onRefusal: (Item, any Error, any UnitOfWork) throws -> Void,
+        _ items: [Item], unit: PostgresUnitOfWork, tenant: (Item) -> String,
+        onRefusal: (Item, any Error, any UnitOfWork) throws -> Void,
         _ body: (Item, any UnitOfWork) throws -> Output
     ) throws -> [ItemOutcome<Output>] {
         var outcomes: [ItemOutcome<Output>] = []
         outcomes.reserveCapacity(items.count)
         for item in items {
-            unit.beginRequest()
+            unit.beginRequest(tenant: tenant(item))
             do {
                 let output = try body(item, unit)
                 outcomes.append(.written(output, events: unit.currentEvents))
@@ -209,7 +220,7 @@ public final class PostgresStore: Sendable {
             } catch {
                 unit.discardRequest()
                 // What a refusal leaves (its audit row) rides in the same transaction.
-                unit.beginRequest()
+                unit.beginRequest(tenant: tenant(item))
                 try onRefusal(item, error, unit)
                 unit.endRequest()
                 outcomes.append(.refused(error))
@@ -221,7 +232,7 @@ public final class PostgresStore: Sendable {
 
     /// The careful way: one savepoint per item, every read from the server.
     private static func runCarefully<Item, Output>(
-        _ items: [Item], head: [PGQuery], transaction: PGTransaction,
+        _ items: [Item], head: [PGQuery], transaction: PGTransaction, tenant: (Item) -> String,
         onRefusal: (Item, any Error, any UnitOfWork) throws -> Void, _ body: (Item, any UnitOfWork) throws -> Output
     ) throws -> [ItemOutcome<Output>] {
         let unit = PostgresUnitOfWork(transaction: transaction, usesCache: false)
@@ -231,7 +242,7 @@ public final class PostgresStore: Sendable {
             var attempt = 1
             while true {
                 try transaction.savepoint()
-                unit.beginRequest()
+                unit.beginRequest(tenant: tenant(item))
                 do {
                     let output = try body(item, unit)
                     let events = unit.currentEvents
@@ -255,7 +266,7 @@ public final class PostgresStore: Sendable {
                 } catch {
                     unit.discardRequest()
                     try transaction.rollBackToSavepoint()
-                    unit.beginRequest()
+                    unit.beginRequest(tenant: tenant(item))
                     try onRefusal(item, error, unit)
                     unit.endRequest()
                     try unit.flush()
@@ -273,5 +284,3 @@ public final class PostgresStore: Sendable {
         "DELETE FROM outbox WHERE event_id = ANY(\(PGArray(eventIDs)))"
     }
 }
-
-extension PostgresStore: PasswordAttempts {}

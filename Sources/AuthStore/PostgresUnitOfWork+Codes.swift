@@ -8,15 +8,16 @@ extension PostgresUnitOfWork {
         try query(
             """
             \(unsafeRaw: Self.codeColumns)
-            WHERE email = \(email) AND purpose = \(purpose) AND used_at IS NULL
+            WHERE email = \(email) AND purpose = \(purpose) AND used_at IS NULL AND tenant = \(tenant)
             ORDER BY created_at DESC, id DESC LIMIT 1 FOR UPDATE
             """
         ).first.map(Decode.code)
     }
 
     func code(linkHash: [UInt8]) throws -> OneTimeCodeRecord? {
-        try query("\(unsafeRaw: Self.codeColumns) WHERE link_hash = \(PGBytes(linkHash)) FOR UPDATE").first.map(
-            Decode.code)
+        try query(
+            "\(unsafeRaw: Self.codeColumns) WHERE link_hash = \(PGBytes(linkHash)) AND tenant = \(tenant) FOR UPDATE"
+        ).first.map(Decode.code)
     }
 
     func mfaFactor(userID: UUID) throws -> MFAFactorRecord? {
@@ -49,29 +50,34 @@ extension PostgresUnitOfWork {
         current.statements.append(
             """
             UPDATE one_time_codes SET used_at = \(code.createdAt)
-            WHERE email = \(code.email) AND purpose = \(code.purpose) AND used_at IS NULL
+            WHERE email = \(code.email) AND purpose = \(code.purpose) AND used_at IS NULL AND tenant = \(tenant)
             """)
         current.statements.append(
             """
-            INSERT INTO one_time_codes (id, user_id, purpose, email, code_hmac, link_hash, created_at, expires_at)
+            INSERT INTO one_time_codes (id, user_id, purpose, email, code_hmac, link_hash, created_at, expires_at,
+                                        tenant)
             VALUES (\(code.id), \(code.userID), \(code.purpose), \(code.email), \(PGBytes(code.codeHMAC)),
-                    \(PGBytes(code.linkHash)), \(code.createdAt), \(code.expiresAt))
+                    \(PGBytes(code.linkHash)), \(code.createdAt), \(code.expiresAt), \(tenant))
             """)
     }
 
     func recordCodeAttempt(id: UUID) throws {
-        current.statements.append("UPDATE one_time_codes SET attempts = attempts + 1 WHERE id = \(id)")
+        current.statements.append(
+            "UPDATE one_time_codes SET attempts = attempts + 1 WHERE id = \(id) AND tenant = \(tenant)")
     }
 
     func useCode(id: UUID, at date: Date) throws {
-        current.statements.append("UPDATE one_time_codes SET used_at = \(date) WHERE id = \(id) AND used_at IS NULL")
+        current.statements.append(
+            """
+            UPDATE one_time_codes SET used_at = \(date) WHERE id = \(id) AND used_at IS NULL AND tenant = \(tenant)
+            """)
     }
 
     func voidCodes(userID: UUID, purposes: [String], at date: Date) throws {
         current.statements.append(
             """
             UPDATE one_time_codes SET used_at = \(date)
-            WHERE user_id = \(userID) AND purpose = ANY(\(PGArray(purposes))) AND used_at IS NULL
+            WHERE user_id = \(userID) AND purpose = ANY(\(PGArray(purposes))) AND used_at IS NULL AND tenant = \(tenant)
             """)
     }
 

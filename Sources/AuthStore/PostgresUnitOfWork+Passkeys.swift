@@ -11,9 +11,12 @@ extension PostgresUnitOfWork {
     }
 
     func userID(passkeyHandle handle: [UInt8]) throws -> UUID? {
-        try query("SELECT user_id FROM passkey_users WHERE handle = \(PGBytes(handle))").first.map {
-            try $0.decode("user_id")
-        }
+        try query(
+            """
+            SELECT p.user_id FROM passkey_users p JOIN users u ON u.id = p.user_id
+            WHERE p.handle = \(PGBytes(handle)) AND u.tenant = \(tenant)
+            """
+        ).first.map { try $0.decode("user_id") }
     }
 
     func insertPasskeyHandle(userID: UUID, handle: [UInt8]) throws {
@@ -25,7 +28,7 @@ extension PostgresUnitOfWork {
         try query(
             """
             SELECT purpose, user_id, expires_at FROM webauthn_challenges
-            WHERE challenge_hash = \(PGBytes(hash)) FOR UPDATE
+            WHERE challenge_hash = \(PGBytes(hash)) AND tenant = \(tenant) FOR UPDATE
             """
         ).first.flatMap { row in
             guard let purpose = PasskeyChallengeRecord.Purpose(rawValue: try row.decode("purpose")) else { return nil }
@@ -38,14 +41,17 @@ extension PostgresUnitOfWork {
     func insertPasskeyChallenge(_ challenge: PasskeyChallengeRecord, at date: Date) throws {
         current.statements.append(
             """
-            INSERT INTO webauthn_challenges (challenge_hash, purpose, user_id, created_at, expires_at)
+            INSERT INTO webauthn_challenges (challenge_hash, purpose, user_id, created_at, expires_at, tenant)
             VALUES (\(PGBytes(challenge.hash)), \(challenge.purpose.rawValue), \(challenge.userID), \(date),
-                    \(challenge.expiresAt))
+                    \(challenge.expiresAt), \(tenant))
             """)
     }
 
     func consumePasskeyChallenge(hash: [UInt8]) throws {
-        current.statements.append("DELETE FROM webauthn_challenges WHERE challenge_hash = \(PGBytes(hash))")
+        current.statements.append(
+            """
+            DELETE FROM webauthn_challenges WHERE challenge_hash = \(PGBytes(hash)) AND tenant = \(tenant)
+            """)
     }
 
     private static let passkeyColumns = """
@@ -69,29 +75,35 @@ extension PostgresUnitOfWork {
     }
 
     func passkeys(userID: UUID) throws -> [PasskeyRecord] {
-        try query("\(unsafeRaw: Self.passkeyColumns) WHERE user_id = \(userID) ORDER BY created_at, id").map(
+        try query(
+            "\(unsafeRaw: Self.passkeyColumns) WHERE user_id = \(userID) AND tenant = \(tenant) ORDER BY created_at, id"
+        ).map(
             Self.passkey)
     }
 
     func passkey(credentialID: [UInt8]) throws -> PasskeyRecord? {
-        try query("\(unsafeRaw: Self.passkeyColumns) WHERE credential_id = \(PGBytes(credentialID)) FOR UPDATE").first
-            .map(
-                Self.passkey)
+        try query(
+            """
+            \(unsafeRaw: Self.passkeyColumns)
+            WHERE credential_id = \(PGBytes(credentialID)) AND tenant = \(tenant) FOR UPDATE
+            """
+        ).first.map(Self.passkey)
     }
 
     func passkey(id: UUID) throws -> PasskeyRecord? {
-        try query("\(unsafeRaw: Self.passkeyColumns) WHERE id = \(id) FOR UPDATE").first.map(Self.passkey)
+        try query("\(unsafeRaw: Self.passkeyColumns) WHERE id = \(id) AND tenant = \(tenant) FOR UPDATE").first.map(
+            Self.passkey)
     }
 
     func insertPasskey(_ passkey: PasskeyRecord) throws {
         current.statements.append(
             """
             INSERT INTO passkeys (id, user_id, credential_id, public_key, algorithm, sign_count, transports, aaguid,
-                                  attestation, backup_eligible, backed_up, name, created_at)
+                                  attestation, backup_eligible, backed_up, name, created_at, tenant)
             VALUES (\(passkey.id), \(passkey.userID), \(PGBytes(passkey.credentialID)), \(PGBytes(passkey.publicKey)),
                     \(passkey.algorithm), \(Int64(passkey.signCount)), \(passkey.transports), \(PGBytes(passkey.aaguid)),
                     \(passkey.attestation), \(passkey.backupEligible), \(passkey.backedUp), \(passkey.name),
-                    \(passkey.createdAt))
+                    \(passkey.createdAt), \(tenant))
             """)
     }
 
@@ -99,16 +111,16 @@ extension PostgresUnitOfWork {
         current.statements.append(
             """
             UPDATE passkeys SET sign_count = \(Int64(signCount)), backed_up = \(backedUp), last_used_at = \(date)
-            WHERE id = \(id)
+            WHERE id = \(id) AND tenant = \(tenant)
             """)
     }
 
     func renamePasskey(id: UUID, name: String) throws {
-        current.statements.append("UPDATE passkeys SET name = \(name) WHERE id = \(id)")
+        current.statements.append("UPDATE passkeys SET name = \(name) WHERE id = \(id) AND tenant = \(tenant)")
     }
 
     func deletePasskey(id: UUID) throws {
-        current.statements.append("DELETE FROM passkeys WHERE id = \(id)")
+        current.statements.append("DELETE FROM passkeys WHERE id = \(id) AND tenant = \(tenant)")
     }
 
     func deletePasskeyHandle(userID: UUID) throws {
@@ -116,6 +128,6 @@ extension PostgresUnitOfWork {
     }
 
     func deletePasskeyChallenges(userID: UUID) throws {
-        current.statements.append("DELETE FROM webauthn_challenges WHERE user_id = \(userID)")
+        current.statements.append("DELETE FROM webauthn_challenges WHERE user_id = \(userID) AND tenant = \(tenant)")
     }
 }

@@ -5,6 +5,7 @@ import PGStore
 /// What a request leaves besides its effects: rate-limit counts, the outbox, the audit trail, Apple's jobs and the kept answer.
 extension PostgresUnitOfWork {
     func rateLimitWindow(bucket: String, at date: Date, window: TimeInterval) throws -> RateLimitWindow {
+        let bucket = scoped(bucket)
         let stored: RateLimitRow?
         if usesCache, let cached = cache.rateLimits[bucket] {
             stored = cached
@@ -23,12 +24,16 @@ extension PostgresUnitOfWork {
     }
 
     func isRecorded(requestID: String) throws -> Bool {
-        try !query("SELECT 1 AS found FROM processed_requests WHERE request_id = \(requestID)").isEmpty
+        try !query("SELECT 1 AS found FROM processed_requests WHERE request_id = \(requestID) AND tenant = \(tenant)")
+            .isEmpty
     }
 
     func appleToken(subject: String) throws -> AppleTokenRecord? {
         try query(
-            "SELECT subject, client_id, refresh_token_sealed FROM apple_tokens WHERE subject = \(subject) FOR UPDATE"
+            """
+            SELECT subject, client_id, refresh_token_sealed FROM apple_tokens
+            WHERE subject = \(subject) AND tenant = \(tenant) FOR UPDATE
+            """
         )
         .first.map { row in
             AppleTokenRecord(
@@ -38,12 +43,13 @@ extension PostgresUnitOfWork {
     }
 
     func recordRateLimitedUse(bucket: String, at date: Date, window: TimeInterval) throws {
+        let bucket = scoped(bucket)
         current.rateLimitCounts[bucket, default: 0] += 1
         current.rateLimitWindows[bucket] = (date, window)
     }
 
     func resetThrottle(key: String) throws {
-        current.statements.append("DELETE FROM login_throttle WHERE account_key = \(key)")
+        current.statements.append("DELETE FROM login_throttle WHERE account_key = \(scoped(key))")
     }
 
     func appendEvent(_ event: OutboxEvent) throws {
@@ -51,23 +57,26 @@ extension PostgresUnitOfWork {
     }
 
     func recordAudit(_ entry: AuditEntry) throws {
+        var entry = entry
+        entry.tenant = tenant
         current.audits.append(entry)
     }
 
     func enqueueAppleJob(_ job: AppleJob) throws {
         current.statements.append(
             """
-            INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, attempts, next_attempt_at, created_at)
+            INSERT INTO apple_jobs (id, kind, subject, client_id, secret_sealed, attempts, next_attempt_at, created_at,
+                                    tenant)
             VALUES (\(job.id), \(job.kind.rawValue), \(job.subject), \(job.clientID), \(PGBytes(job.secretSealed)),
-                    \(job.attempts), \(job.createdAt), \(job.createdAt))
+                    \(job.attempts), \(job.createdAt), \(job.createdAt), \(tenant))
             """)
     }
 
     func deleteAppleToken(subject: String) throws {
-        current.statements.append("DELETE FROM apple_tokens WHERE subject = \(subject)")
+        current.statements.append("DELETE FROM apple_tokens WHERE subject = \(subject) AND tenant = \(tenant)")
     }
 
     func recordRequest(_ record: RequestRecord) throws {
-        current.requests.append(record)
+        current.requests.append(Owned(tenant: tenant, row: record))
     }
 }

@@ -8,7 +8,7 @@ extension PostgresUnitOfWork {
         if usesCache, let cached = cache.refreshTokens[hash] { return cached }
         let found = try query(
             "\(unsafeRaw: PrefetchQueries.refreshColumns) WHERE r.token_hash = \(PGBytes(hash)) FOR UPDATE OF r, s"
-        ).first.map(Decode.refreshToken)
+        ).first(where: { try Decode.owned($0, by: tenant) }).map(Decode.refreshToken)
         cache.remember(refreshToken: found, hash: hash)
         return found
     }
@@ -17,7 +17,7 @@ extension PostgresUnitOfWork {
         if usesCache, let cached = cache.sessions[id] { return cached }
         let found = try query(
             "\(unsafeRaw: PrefetchQueries.sessionColumns) WHERE s.id = \(id) FOR UPDATE OF s"
-        ).first.map { try Decode.session($0, idColumn: "id") }
+        ).first(where: { try Decode.owned($0, by: tenant) }).map { try Decode.session($0, idColumn: "id") }
         cache.sessions[id] = .some(found)
         return found
     }
@@ -26,7 +26,7 @@ extension PostgresUnitOfWork {
         if usesCache, let cached = cache.accessTokens[hash] { return cached }
         let found = try query(
             "\(unsafeRaw: PrefetchQueries.accessTokenColumns) WHERE a.token_hash = \(PGBytes(hash)) FOR UPDATE OF s"
-        ).first.map(Decode.accessToken)
+        ).first(where: { try Decode.owned($0, by: tenant) }).map(Decode.accessToken)
         cache.remember(accessToken: found, hash: hash)
         return found
     }

@@ -10,7 +10,7 @@ extension PostgresUnitOfWork {
         let found = try query(
             """
             SELECT provider, subject, user_id, email, email_verified, is_private_email, password_hash
-            FROM identities WHERE provider = \(provider) AND subject = \(subject) FOR UPDATE
+            FROM identities WHERE provider = \(provider) AND subject = \(subject) AND tenant = \(tenant) FOR UPDATE
             """
         ).first.map(Decode.identity)
         cache.identities[key] = .some(found)
@@ -21,7 +21,7 @@ extension PostgresUnitOfWork {
         let found = try query(
             """
             SELECT provider, subject, user_id, email, email_verified, is_private_email, password_hash
-            FROM identities WHERE user_id = \(userID) ORDER BY provider, subject FOR UPDATE
+            FROM identities WHERE user_id = \(userID) AND tenant = \(tenant) ORDER BY provider, subject FOR UPDATE
             """
         ).map(Decode.identity)
         for identity in found {
@@ -33,7 +33,7 @@ extension PostgresUnitOfWork {
     func user(id: UUID) throws -> StoredUser? {
         if usesCache, let cached = cache.users[id] { return cached }
         let found = try query(
-            "\(unsafeRaw: PrefetchQueries.userColumns) WHERE u.id = \(id) FOR UPDATE OF u"
+            "\(unsafeRaw: PrefetchQueries.userColumns) WHERE u.id = \(id) AND u.tenant = \(tenant) FOR UPDATE OF u"
         ).first.map(Decode.user)
         cache.users[id] = .some(found)
         return found
@@ -44,6 +44,7 @@ extension PostgresUnitOfWork {
             """
             SELECT id FROM users
             WHERE lower(email) = lower(\(email)) AND email_verified AND NOT is_private_email AND NOT is_guest
+              AND tenant = \(tenant)
             ORDER BY id LIMIT 2 FOR UPDATE
             """
         ).map { try $0.decode("id", as: UUID.self) }
@@ -54,7 +55,7 @@ extension PostgresUnitOfWork {
             """
             SELECT provider, subject, user_id, email, email_verified, is_private_email, password_hash, created_at,
                    last_login_at
-            FROM identities WHERE user_id = \(userID) ORDER BY created_at, provider, subject
+            FROM identities WHERE user_id = \(userID) AND tenant = \(tenant) ORDER BY created_at, provider, subject
             """
         ).map { row in
             AccountRecords.Identity(
@@ -68,7 +69,7 @@ extension PostgresUnitOfWork {
         let codes = try query(
             """
             SELECT purpose, email, created_at, expires_at, used_at FROM one_time_codes
-            WHERE user_id = \(userID) ORDER BY created_at, id
+            WHERE user_id = \(userID) AND tenant = \(tenant) ORDER BY created_at, id
             """
         ).map { row in
             AccountRecords.Code(
@@ -79,14 +80,16 @@ extension PostgresUnitOfWork {
         let requests = try query(
             """
             SELECT method, status, processed_at FROM processed_requests
-            WHERE user_id = \(userID) ORDER BY processed_at, request_id
+            WHERE user_id = \(userID) AND tenant = \(tenant) ORDER BY processed_at, request_id
             """
         ).map { row in
             AccountRecords.Request(
                 method: try row.decode("method"), status: try row.decode("status"),
                 processedAt: try row.decode("processed_at"))
         }
-        let audit = try query("\(unsafeRaw: Self.auditColumns) WHERE user_id = \(userID) ORDER BY at, id").map(
+        let audit = try query(
+            "\(unsafeRaw: Self.auditColumns) WHERE user_id = \(userID) AND tenant = \(tenant) ORDER BY at, id"
+        ).map(
             Decode.audit)
         var records = AccountRecords(
             identities: identities, factor: try mfaFactor(userID: userID), unusedRecoveryCodes: unused, codes: codes,
@@ -94,7 +97,7 @@ extension PostgresUnitOfWork {
         records.passkeyChallenges = try query(
             """
             SELECT purpose, created_at, expires_at FROM webauthn_challenges
-            WHERE user_id = \(userID) ORDER BY created_at, challenge_hash
+            WHERE user_id = \(userID) AND tenant = \(tenant) ORDER BY created_at, challenge_hash
             """
         ).map { row in
             (try row.decode("purpose"), try row.decode("created_at"), try row.decode("expires_at"))
@@ -108,8 +111,9 @@ extension PostgresUnitOfWork {
         ).map { row in
             (try row.decode("client"), try row.decode("created_at"), try row.decode("last_seen_at"))
         }
-        records.disabledAt = try query("SELECT disabled_at FROM users WHERE id = \(userID)").first?.decode(
-            "disabled_at", as: Date?.self)
+        records.disabledAt = try query("SELECT disabled_at FROM users WHERE id = \(userID) AND tenant = \(tenant)")
+            .first?.decode(
+                "disabled_at", as: Date?.self)
         return records
     }
 
@@ -131,7 +135,7 @@ extension PostgresUnitOfWork {
                 let unknown = handles[index...].filter { cache.takenHandles[$0] == nil }
                 let taken = Set(
                     try connection.query(
-                        "SELECT handle FROM users WHERE handle = ANY(\(PGArray(Array(unknown))))"
+                        "SELECT handle FROM users WHERE handle = ANY(\(PGArray(Array(unknown)))) AND tenant = \(tenant)"
                     ).map { try $0.decode("handle", as: String.self) })
                 for handle in unknown { cache.takenHandles[handle] = taken.contains(handle) }
             }
@@ -142,7 +146,7 @@ extension PostgresUnitOfWork {
         }
         guard let handle = chosen else { throw StoreError.handlesExhausted }
         handlesInUse.insert(handle)
-        current.users.append(NewUserRow(user: user, handle: handle))
+        current.users.append(NewUserRow(user: user, handle: handle, tenant: tenant))
         cache.users[user.id] = nil
         var stored = StoredUser(
             id: user.id, handle: handle, name: user.name, email: user.email, emailVerified: user.emailVerified,
@@ -152,13 +156,14 @@ extension PostgresUnitOfWork {
     }
 
     func insertIdentity(_ identity: NewIdentity, userID: UUID, at date: Date) throws {
-        current.identities.append(NewIdentityRow(identity: identity, userID: userID, at: date))
+        current.identities.append(NewIdentityRow(identity: identity, userID: userID, at: date, tenant: tenant))
         cache.identities[IdentityKey(provider: identity.provider, subject: identity.subject)] = nil
         cache.users[userID] = nil
     }
 
     func deleteIdentity(provider: String, subject: String) throws {
-        current.statements.append("DELETE FROM identities WHERE provider = \(provider) AND subject = \(subject)")
+        current.statements.append(
+            "DELETE FROM identities WHERE provider = \(provider) AND subject = \(subject) AND tenant = \(tenant)")
         cache.identities[IdentityKey(provider: provider, subject: subject)] = .some(nil)
     }
 
@@ -168,7 +173,7 @@ extension PostgresUnitOfWork {
             UPDATE identities SET email = \(identity.email), email_verified = \(identity.emailVerified),
                 is_private_email = \(identity.isPrivateEmail), password_hash = \(identity.passwordHash),
                 last_login_at = \(lastLoginAt)
-            WHERE provider = \(identity.provider) AND subject = \(identity.subject)
+            WHERE provider = \(identity.provider) AND subject = \(identity.subject) AND tenant = \(tenant)
             """)
         cache.identities[IdentityKey(provider: identity.provider, subject: identity.subject)] = nil
     }
@@ -179,25 +184,28 @@ extension PostgresUnitOfWork {
             UPDATE users SET name = \(user.name), email = \(user.email), email_verified = \(user.emailVerified),
                 is_private_email = \(user.isPrivateEmail), is_guest = \(user.isGuest), phone = \(user.phone),
                 upgraded_at = COALESCE(\(upgradedAt), upgraded_at), updated_at = \(date)
-            WHERE id = \(user.id)
+            WHERE id = \(user.id) AND tenant = \(tenant)
             """)
         cache.users[user.id] = nil
     }
 
     func deleteUsers(_ ids: [UUID]) throws {
         guard !ids.isEmpty else { return }
-        current.statements.append("DELETE FROM users WHERE id = ANY(\(PGArray(ids)))")
+        current.statements.append("DELETE FROM users WHERE id = ANY(\(PGArray(ids))) AND tenant = \(tenant)")
         // Deleting cascades through identities, sessions and tokens: trust no cached row after it.
         cache = Cache(takenHandles: cache.takenHandles)
     }
 
     func setEmailStatus(provider: String, subject: String, status: String) throws {
         current.statements.append(
-            "UPDATE identities SET email_status = \(status) WHERE provider = \(provider) AND subject = \(subject)")
+            """
+            UPDATE identities SET email_status = \(status)
+            WHERE provider = \(provider) AND subject = \(subject) AND tenant = \(tenant)
+            """)
     }
 
     func setUserDisabled(_ id: UUID, at date: Date?) throws {
-        current.statements.append("UPDATE users SET disabled_at = \(date) WHERE id = \(id)")
+        current.statements.append("UPDATE users SET disabled_at = \(date) WHERE id = \(id) AND tenant = \(tenant)")
         cache.users[id] = nil
     }
 

@@ -18,7 +18,12 @@ final class PostgresUnitOfWork: UnitOfWork {
     var connection: PGConnection { transaction.connection }
     /// Off in the careful retry of a batch: every read then goes to the server.
     var usesCache: Bool
+    /// The tenant of the request in progress: every statement reads and writes its rows only.
+    private(set) var tenant = TenantScope.defaultName
+    /// The rows read for the batch, the tenant's in progress.
     var cache = Cache()
+    /// The other tenants' caches and handles in use, while a request of one tenant is in progress.
+    private var otherTenants: [String: (cache: Cache, handles: Set<String>)] = [:]
     /// Writes of the requests that ended well, not yet sent.
     var batch = Writes()
     /// Writes of the request in progress.
@@ -37,11 +42,24 @@ final class PostgresUnitOfWork: UnitOfWork {
 
     // MARK: - Requests
 
-    /// Starts collecting one request's writes.
-    func beginRequest() {
+    /// Starts collecting one request's writes, as `tenant`'s.
+    func beginRequest(tenant: String) {
+        if tenant != self.tenant { switchTenant(to: tenant) }
         current = Writes()
         lastEndedHandles = []
     }
+
+    /// Puts the tenant's cache and handles in place, keeping those of the tenant before.
+    private func switchTenant(to tenant: String) {
+        otherTenants[self.tenant] = (cache, handlesInUse)
+        let next = otherTenants.removeValue(forKey: tenant)
+        cache = next?.cache ?? Cache()
+        handlesInUse = next?.handles ?? []
+        self.tenant = tenant
+    }
+
+    /// A key of a row without a tenant column (a rate-limit window, a throttle), as the tenant's.
+    func scoped(_ key: String) -> String { TenantScope.scoped(key, in: tenant) }
 
     /// Keeps the request's writes for the batch.
     func endRequest() {
@@ -88,7 +106,15 @@ final class PostgresUnitOfWork: UnitOfWork {
         let results = Array(try transaction.begin(with: trip.statements))
         let answers = trip.answers.flatMap { results[$0] }
         guard usesCache else { return answers }
-        try reads.fill(&cache, from: Array(results[trip.reads]))
+        var caches: [String: Cache] = [:]
+        try reads.fill(&caches, from: Array(results[trip.reads]))
+        for (tenant, filled) in caches {
+            if tenant == self.tenant {
+                cache = filled
+            } else {
+                otherTenants[tenant] = (filled, otherTenants[tenant]?.handles ?? [])
+            }
+        }
         return answers
     }
 
@@ -123,8 +149,24 @@ final class PostgresUnitOfWork: UnitOfWork {
         let statements = batch.queries()
         let windows = batch.rateLimitWindows
         batch = Writes()
-        // The counted uses are on the server now: the cached buckets hold them, as the upsert did.
-        for (bucket, uses) in rateLimitUses {
+        // The counted uses are on the server now: the cached buckets hold them, as the upsert did
+        // (a bucket's key is its tenant's: `scoped`).
+        if !rateLimitUses.isEmpty {
+            Self.count(rateLimitUses, windows: windows, in: &cache)
+            for (tenant, var other) in otherTenants {
+                Self.count(rateLimitUses, windows: windows, in: &other.cache)
+                otherTenants[tenant] = other
+            }
+        }
+        rateLimitUses = [:]
+        guard !statements.isEmpty else { return }
+        try connection.pipeline(statements)
+    }
+
+    private static func count(
+        _ uses: [String: Int], windows: [String: (at: Date, window: TimeInterval)], in cache: inout Cache
+    ) {
+        for (bucket, uses) in uses {
             guard let (at, window) = windows[bucket] else { continue }
             if case .some(.some(let row)) = cache.rateLimits[bucket], row.windowStart > at - window {
                 cache.rateLimits[bucket] = RateLimitRow(windowStart: row.windowStart, count: row.count + uses)
@@ -132,9 +174,6 @@ final class PostgresUnitOfWork: UnitOfWork {
                 cache.rateLimits[bucket] = RateLimitRow(windowStart: at, count: uses)
             }
         }
-        rateLimitUses = [:]
-        guard !statements.isEmpty else { return }
-        try connection.pipeline(statements)
     }
 
     /// Sends the remaining writes and `COMMIT` in one round trip.

@@ -24,35 +24,37 @@ struct PrefetchQueries {
         """
     static let sessionColumns = """
         SELECT s.id, s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest,
-               u.disabled_at IS NOT NULL AS user_disabled
+               u.disabled_at IS NOT NULL AS user_disabled, u.tenant AS user_tenant
         FROM sessions s JOIN users u ON u.id = s.user_id
         """
     static let refreshColumns = """
         SELECT r.id AS token_id, r.token_hash, r.expires_at AS token_expires_at, r.used_at, r.successor_sealed,
                s.id AS session_id, s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name,
-               u.is_guest, u.disabled_at IS NOT NULL AS user_disabled
+               u.is_guest, u.disabled_at IS NOT NULL AS user_disabled, u.tenant AS user_tenant
         FROM refresh_tokens r JOIN sessions s ON s.id = r.session_id JOIN users u ON u.id = s.user_id
         """
     static let accessTokenColumns = """
         SELECT a.id AS token_id, a.token_hash, a.expires_at AS token_expires_at,
                s.id AS session_id, s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name,
-               u.is_guest, u.disabled_at IS NOT NULL AS user_disabled
+               u.is_guest, u.disabled_at IS NOT NULL AS user_disabled, u.tenant AS user_tenant
         FROM access_tokens a JOIN sessions s ON s.id = a.session_id JOIN users u ON u.id = s.user_id
         """
 
     /// A session's columns but its id, `s` joined with its user's `u` (as `userOfSession` reads
-    /// it).
+    /// it), with the user's tenant: a session (and each of its tokens) is its user's tenant's, and
+    /// is read as unknown for another (`Decode.owned`).
     static let sessionFields = """
         s.user_id, s.created_at, s.expires_at, s.revoked_at, s.abilities, s.device_name, u.is_guest,
-        u.disabled_at IS NOT NULL AS user_disabled
+        u.disabled_at IS NOT NULL AS user_disabled, u.tenant AS user_tenant
         """
     /// The user of session `s`, looked up by key: as a lateral subquery with a limit (not
     /// flattened into a join), its generic plan probes `users_pkey` at any table size.
     static let userOfSession = """
-        CROSS JOIN LATERAL (SELECT is_guest, disabled_at FROM users WHERE id = s.user_id LIMIT 1) AS u
+        CROSS JOIN LATERAL (SELECT is_guest, disabled_at, tenant FROM users WHERE id = s.user_id LIMIT 1) AS u
         """
 
-    let prefetch: Prefetch
+    /// Each tenant's rows (`Prefetch.parts`), read by queries of their own, in that order.
+    let parts: [Prefetch]
     /// Every query finds its rows by key and runs from a cached plan (`KeyedPlans`), written so
     /// that the generic plan probes a unique or foreign key index once a key whatever the tables'
     /// sizes: lateral subqueries with a limit (not flattened into joins), ids gathered first and
@@ -63,16 +65,28 @@ struct PrefetchQueries {
     ///
     /// They lock in one order, as every batch does: identities (in the server's order of the
     /// key), refresh tokens (in the order of their hashes), sessions (each statement in `s.id`
-    /// order), users (in `u.id` order), rate limits (by bucket).
+    /// order), users (in `u.id` order), rate limits (by bucket); a batch with requests of several
+    /// tenants, so for each tenant in turn (the default first, then by name: a row is one
+    /// tenant's).
     private(set) var queries: [PGQuery] = []
-    private var slots: [Slot] = []
+    private var slots: [(slot: Slot, part: Int)] = []
+    private var part = 0
 
     private enum Slot {
         case identities, refreshTokens, sessions, accessTokens, users, handles, rateLimits
     }
 
     init(_ prefetch: Prefetch) {
-        self.prefetch = prefetch
+        parts = prefetch.parts
+        for (index, part) in parts.enumerated() {
+            self.part = index
+            addReads(part)
+        }
+    }
+
+    /// One tenant's reads.
+    private mutating func addReads(_ prefetch: Prefetch) {
+        let tenant = prefetch.tenant
         let identities = Self.unique(prefetch.identities)
         let providers = PGArray(identities.map(\.provider))
         let subjects = PGArray(identities.map(\.subject))
@@ -91,13 +105,13 @@ struct PrefetchQueries {
                       ORDER BY provider, subject) AS k
                 CROSS JOIN LATERAL (
                     SELECT provider, subject, user_id, email, email_verified, is_private_email, password_hash
-                    FROM identities WHERE provider = k.provider AND subject = k.subject
+                    FROM identities WHERE provider = k.provider AND subject = k.subject AND tenant = \(tenant)::text
                     LIMIT 1 FOR UPDATE) AS i
                 """)
         }
         addTokenReads(refresh: refresh, sessions: sessions, accessTokens: accessTokens)
         addUserReads(
-            providers: providers, subjects: subjects, refresh: refresh, sessions: sessions,
+            prefetch, providers: providers, subjects: subjects, refresh: refresh, sessions: sessions,
             accessTokens: accessTokens, identitiesAsked: !identities.isEmpty)
     }
 
@@ -154,7 +168,7 @@ struct PrefetchQueries {
 
     /// The users of everything read above and the users named, the handles and the rate limits.
     private mutating func addUserReads(
-        providers: PGArray, subjects: PGArray, refresh: PGArray, sessions: PGArray,
+        _ prefetch: Prefetch, providers: PGArray, subjects: PGArray, refresh: PGArray, sessions: PGArray,
         accessTokens: PGArray, identitiesAsked: Bool
     ) {
         let users = Self.unique(prefetch.users)
@@ -173,7 +187,8 @@ struct PrefetchQueries {
                     UNION ALL
                     SELECT i.user_id FROM unnest(\(providers), \(subjects)) AS k(provider, subject)
                     CROSS JOIN LATERAL (
-                        SELECT user_id FROM identities WHERE provider = k.provider AND subject = k.subject LIMIT 1) AS i
+                        SELECT user_id FROM identities
+                        WHERE provider = k.provider AND subject = k.subject AND tenant = \(prefetch.tenant)::text LIMIT 1) AS i
                     UNION ALL
                     SELECT s.user_id FROM unnest(\(refresh)) AS k(hash)
                     CROSS JOIN LATERAL (SELECT session_id FROM refresh_tokens WHERE token_hash = k.hash LIMIT 1) AS r
@@ -185,14 +200,19 @@ struct PrefetchQueries {
                     SELECT s.user_id FROM unnest(\(accessTokens)) AS k(hash)
                     CROSS JOIN LATERAL (SELECT session_id FROM access_tokens WHERE token_hash = k.hash LIMIT 1) AS a
                     CROSS JOIN LATERAL (SELECT user_id FROM sessions WHERE id = a.session_id LIMIT 1) AS s))
+                  AND u.tenant = \(prefetch.tenant)::text
                 ORDER BY u.id FOR UPDATE OF u
                 """)
         }
         let handles = Self.unique(prefetch.handles)
         if !handles.isEmpty {
-            add(.handles, "SELECT handle FROM users WHERE handle = ANY(\(PGArray(handles)))")
+            add(
+                .handles,
+                "SELECT handle FROM users WHERE handle = ANY(\(PGArray(handles))) AND tenant = \(prefetch.tenant)::text"
+            )
         }
-        let buckets = Self.unique(prefetch.rateLimitBuckets).sorted()
+        let buckets = Self.unique(prefetch.rateLimitBuckets.map { TenantScope.scoped($0, in: prefetch.tenant) })
+            .sorted()
         if !buckets.isEmpty {
             add(
                 .rateLimits,
@@ -204,7 +224,7 @@ struct PrefetchQueries {
     }
 
     private mutating func add(_ slot: Slot, _ query: PGQuery) {
-        slots.append(slot)
+        slots.append((slot, part))
         queries.append(query)
     }
 
@@ -213,10 +233,14 @@ struct PrefetchQueries {
         return values.filter { seen.insert($0).inserted }
     }
 
-    /// Fills the cache from the results of `queries`, in order. What was asked for and not found
-    /// is cached as absent.
-    func fill(_ cache: inout Cache, from results: [PGRows]) throws {
-        for (slot, rows) in zip(slots, results) {
+    /// Fills each tenant's cache from the results of `queries`, in order. What was asked for and
+    /// not found, or found as another tenant's, is cached as absent.
+    func fill(_ caches: inout [String: Cache], from results: [PGRows]) throws {
+        for ((slot, index), rows) in zip(slots, results) {
+            let prefetch = parts[index]
+            let tenant = prefetch.tenant
+            var cache = caches[tenant] ?? Cache()
+            defer { caches[tenant] = cache }
             switch slot {
             case .identities:
                 for key in prefetch.identities { cache.identities[key] = .some(nil) }
@@ -226,19 +250,19 @@ struct PrefetchQueries {
                 }
             case .refreshTokens:
                 for hash in prefetch.refreshTokens { cache.remember(refreshToken: nil, hash: hash) }
-                for row in rows {
+                for row in rows where try Decode.owned(row, by: tenant) {
                     let hash = try row.decode("token_hash", as: PGBytes.self).bytes
                     cache.remember(refreshToken: try Decode.refreshToken(row), hash: hash)
                 }
             case .sessions:
                 for id in prefetch.sessions { cache.sessions[id] = .some(nil) }
-                for row in rows {
+                for row in rows where try Decode.owned(row, by: tenant) {
                     let session = try Decode.session(row, idColumn: "id")
                     cache.sessions[session.id] = session
                 }
             case .accessTokens:
                 for hash in prefetch.accessTokens { cache.remember(accessToken: nil, hash: hash) }
-                for row in rows {
+                for row in rows where try Decode.owned(row, by: tenant) {
                     let hash = try row.decode("token_hash", as: PGBytes.self).bytes
                     cache.remember(accessToken: try Decode.accessToken(row), hash: hash)
                 }
@@ -253,7 +277,9 @@ struct PrefetchQueries {
                 for handle in prefetch.handles { cache.takenHandles[handle] = false }
                 for row in rows { cache.takenHandles[try row.decode("handle", as: String.self)] = true }
             case .rateLimits:
-                for bucket in prefetch.rateLimitBuckets { cache.rateLimits[bucket] = .some(nil) }
+                for bucket in prefetch.rateLimitBuckets {
+                    cache.rateLimits[TenantScope.scoped(bucket, in: tenant)] = .some(nil)
+                }
                 for row in rows {
                     cache.rateLimits[try row.decode("bucket", as: String.self)] = try Decode.rateLimit(row)
                 }

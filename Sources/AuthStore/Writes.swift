@@ -7,12 +7,20 @@ import PGStore
 struct NewUserRow {
     var user: NewUser
     var handle: String
+    var tenant: String
 }
 
 struct NewIdentityRow {
     var identity: NewIdentity
     var userID: UUID
     var at: Date
+    var tenant: String
+}
+
+/// A row of a tenant's (a kept answer), with its tenant.
+struct Owned<Row> {
+    var tenant: String
+    var row: Row
 }
 
 struct NewSessionRow {
@@ -50,7 +58,7 @@ struct RotationRow {
 /// Writes waiting to be sent: rows to insert by table, rotated refresh tokens, and statements to
 /// run in order.
 struct Writes {
-    var requests: [RequestRecord] = []
+    var requests: [Owned<RequestRecord>] = []
     var users: [NewUserRow] = []
     var identities: [NewIdentityRow] = []
     var sessions: [NewSessionRow] = []
@@ -140,10 +148,11 @@ struct Writes {
     /// The kept answers, in request-id order.
     private func requestsInsert() -> PGQuery? {
         guard !requests.isEmpty else { return nil }
-        let requests = requests.sorted { $0.requestID < $1.requestID }
+        let owned = requests.sorted { ($0.row.requestID, $0.tenant) < ($1.row.requestID, $1.tenant) }
+        let requests = owned.map(\.row)
         return """
             INSERT INTO processed_requests (request_id, method, status, user_id, session_id, processed_at,
-                                            expires_at, request_digest, result_sealed)
+                                            expires_at, request_digest, result_sealed, tenant)
             SELECT * FROM unnest(\(PGArray(requests.map(\.requestID))),
                                  \(PGArray(requests.map(\.method))),
                                  \(PGArray(requests.map(\.status))),
@@ -152,26 +161,27 @@ struct Writes {
                                  \(PGArray(requests.map(\.processedAt))),
                                  \(PGArray(requests.map(\.expiresAt))),
                                  \(PGArray(requests.map { $0.digest.map(PGBytes.init) })),
-                                 \(PGArray(requests.map { $0.resultSealed.map(PGBytes.init) })))
+                                 \(PGArray(requests.map { $0.resultSealed.map(PGBytes.init) })),
+                                 \(PGArray(owned.map(\.tenant))))
             """
     }
 
     /// New users, in handle order.
     private func usersInsert() -> PGQuery? {
         guard !users.isEmpty else { return nil }
-        let users = users.sorted { $0.handle < $1.handle }
+        let users = users.sorted { ($0.handle, $0.tenant) < ($1.handle, $1.tenant) }
         return """
             INSERT INTO users (id, handle, name, email, email_verified, is_private_email, is_guest, created_at,
-                               updated_at, phone)
-            SELECT id, handle, name, email, verified, private, guest, created, created, phone
+                               updated_at, phone, tenant)
+            SELECT id, handle, name, email, verified, private, guest, created, created, phone, tenant
             FROM unnest(\(PGArray(users.map(\.user.id))), \(PGArray(users.map(\.handle))),
                         \(PGArray(users.map(\.user.name))), \(PGArray(users.map(\.user.email))),
                         \(PGArray(users.map(\.user.emailVerified))),
                         \(PGArray(users.map(\.user.isPrivateEmail))),
                         \(PGArray(users.map(\.user.isGuest))),
                         \(PGArray(users.map(\.user.createdAt))),
-                        \(PGArray(users.map(\.user.phone))))
-                AS t(id, handle, name, email, verified, private, guest, created, phone)
+                        \(PGArray(users.map(\.user.phone))), \(PGArray(users.map(\.tenant))))
+                AS t(id, handle, name, email, verified, private, guest, created, phone, tenant)
             """
     }
 
@@ -179,12 +189,14 @@ struct Writes {
     private func identitiesInsert() -> PGQuery? {
         guard !identities.isEmpty else { return nil }
         let identities = identities.sorted {
-            ($0.identity.provider, $0.identity.subject) < ($1.identity.provider, $1.identity.subject)
+            ($0.identity.provider, $0.identity.subject, $0.tenant) < (
+                $1.identity.provider, $1.identity.subject, $1.tenant
+            )
         }
         return """
             INSERT INTO identities (provider, subject, user_id, email, email_verified, is_private_email,
-                                    password_hash, created_at, last_login_at)
-            SELECT provider, subject, user_id, email, verified, private, hash, at, at
+                                    password_hash, created_at, last_login_at, tenant)
+            SELECT provider, subject, user_id, email, verified, private, hash, at, at, tenant
             FROM unnest(\(PGArray(identities.map(\.identity.provider))),
                         \(PGArray(identities.map(\.identity.subject))),
                         \(PGArray(identities.map(\.userID))),
@@ -192,8 +204,8 @@ struct Writes {
                         \(PGArray(identities.map(\.identity.emailVerified))),
                         \(PGArray(identities.map(\.identity.isPrivateEmail))),
                         \(PGArray(identities.map(\.identity.passwordHash))),
-                        \(PGArray(identities.map(\.at))))
-                AS t(provider, subject, user_id, email, verified, private, hash, at)
+                        \(PGArray(identities.map(\.at))), \(PGArray(identities.map(\.tenant))))
+                AS t(provider, subject, user_id, email, verified, private, hash, at, tenant)
             """
     }
 
@@ -269,13 +281,14 @@ struct Writes {
         guard !audits.isEmpty else { return nil }
         return """
             INSERT INTO audit_log (at, user_id, action, outcome, request_id, client_id, device_name, device_platform,
-                                   ip, user_agent, actor)
+                                   ip, user_agent, actor, tenant)
             SELECT * FROM unnest(\(PGArray(audits.map(\.at))), \(PGArray(audits.map(\.userID))),
                                  \(PGArray(audits.map(\.action))), \(PGArray(audits.map(\.outcome))),
                                  \(PGArray(audits.map(\.requestID))), \(PGArray(audits.map(\.clientID))),
                                  \(PGArray(audits.map(\.deviceName))),
                                  \(PGArray(audits.map(\.devicePlatform))), \(PGArray(audits.map(\.ip))),
-                                 \(PGArray(audits.map(\.userAgent))), \(PGArray(audits.map(\.actor))))
+                                 \(PGArray(audits.map(\.userAgent))), \(PGArray(audits.map(\.actor))),
+                                 \(PGArray(audits.map(\.tenant))))
             """
     }
 

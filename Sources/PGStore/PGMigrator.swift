@@ -12,6 +12,11 @@ public struct PGMigration: Sendable {
     /// busy table without holding its writes up). Each must be safe to run again, as a failure
     /// or a stop between them leaves the migration unrecorded, to be run again from the first.
     public var outsideTransaction: [String]
+    /// For a statement of `outsideTransaction`, a query whose one row's `done` column is true when
+    /// what the statement does is done already (an index built and swapped in by an earlier run):
+    /// then it is skipped. A migration tried again after a lock wait runs from its first
+    /// statement, and rebuilding a big index on each try would cost minutes.
+    public var skipWhen: [String: String] = [:]
 
     public init(version: Int, name: String, sql: String) {
         self.version = version
@@ -44,11 +49,11 @@ public enum PGMigrator {
         /// Statements that build or drop `CONCURRENTLY` hold no login up and wait without bound.
         public var timeout: TimeInterval
         /// The pause before trying a migration again, and how many tries in all (by default a
-        /// minute of them: 20 of 2 s and a pause of 1 s).
+        /// minute of them: 40 of half a second, each followed by a pause of 1 s).
         public var pause: TimeInterval
         public var attempts: Int
 
-        public init(timeout: TimeInterval = 2, pause: TimeInterval = 1, attempts: Int = 20) {
+        public init(timeout: TimeInterval = 0.5, pause: TimeInterval = 1, attempts: Int = 40) {
             self.timeout = timeout
             self.pause = pause
             self.attempts = attempts
@@ -105,6 +110,11 @@ public enum PGMigrator {
     /// One try at one migration: its statements outside a transaction, then its SQL with its record.
     private static func apply(_ migration: PGMigration, on connection: PGConnection, bounded: String) throws {
         for statement in migration.outsideTransaction {
+            if let check = migration.skipWhen[statement],
+                try connection.query(PGQuery(unsafeSQL: check)).first?.decode("done", as: Bool.self) == true
+            {
+                continue
+            }
             try connection.execute(unsafeSQL: statement.contains("CONCURRENTLY") ? "SET lock_timeout = 0" : bounded)
             try connection.execute(unsafeSQL: statement)
         }

@@ -145,7 +145,7 @@ import Testing
                             request: request, digest: SHA256.hash(request.id), replyKey: nil, prepared: prepared)))
             }
             let seen = Mutex<RateLimitGrant?>(nil)
-            let ids = requests.map(\.id)
+            let ids = requests.map(\.key)
             let done = try await store.lookUpAndWrite(
                 items, ids: ids, guests: ids, bucket: "guest-all", limit: limit, prefetch: prefetch, writer: 0,
                 resultsKey: nil, rememberedUntil: now + 3600, at: now

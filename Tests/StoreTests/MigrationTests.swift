@@ -1,6 +1,7 @@
 import AuthDomain
 import Foundation
 import PGStore
+import Synchronization
 import Testing
 
 @testable import AuthStore
@@ -270,7 +271,7 @@ import Testing
                 prefetch.handles = range.map { "h\($0)" }
                 try unit.begin(head: [], prefetch: prefetch)
                 for n in range {
-                    unit.beginRequest()
+                    unit.beginRequest(tenant: TenantScope.defaultName)
                     let user = try unit.insertUser(
                         NewUser(
                             id: UUID(), name: nil, email: nil, emailVerified: false, isPrivateEmail: false,
@@ -377,6 +378,113 @@ import Testing
     /// index wherever an index serves.
     /// A migrated database holding `thousandsOfUsers`, filled on a thread of its own (seconds of
     /// statements that would hold one of the few cooperative threads the other tests need).
+    /// Migration 26 on a running deployment of a million accounts: every existing row is the
+    /// default tenant's, the keys gain the tenant, and sign-ins as the release before makes them
+    /// (by `(provider, subject)`, inserting without a tenant) go on throughout, none held up for a
+    /// second, even while a long transaction holds a table the migration must alter (each `ALTER`
+    /// gives up after half a second and the migration is tried again).
+    @Test(.timeLimit(.minutes(10))) func tenantsArriveOnAMillionAccountsWithoutHoldingSignInsUp() async throws {
+        let url = try await IntegrationEnvironment.makeDatabase()
+        let before = Migrations.all.filter { $0.version < 26 }
+        try await Blocking.run {
+            let connection = try PGConnection(conninfo: url)
+            try PGMigrator.migrate(connection, migrations: before)
+            try connection.execute(
+                unsafeSQL: """
+                    INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)
+                    SELECT md5(n::text)::uuid, 'user_' || n, false, false, false, now(), now()
+                    FROM generate_series(1, 1000000) AS n;
+                    INSERT INTO identities (provider, subject, user_id, email_verified, is_private_email, created_at,
+                                            last_login_at)
+                    SELECT 'apple', 'sub.' || n, md5(n::text)::uuid, false, false, now(), now()
+                    FROM generate_series(1, 1000000) AS n;
+                    INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at)
+                    SELECT 'request-' || n, 'apple', 'ok', now(), now() + interval '1 day'
+                    FROM generate_series(1, 1000000) AS n;
+                    ANALYZE
+                    """)
+        }
+        let migrating = Atomic<Bool>(true)
+        // Sign-ins as the release before writes them, one after another, each timed.
+        let probes = Task {
+            try await Blocking.run {
+                let connection = try PGConnection(conninfo: url)
+                var slowest: TimeInterval = 0
+                var count = 0
+                while migrating.load(ordering: .relaxed) || count < 5 {
+                    count += 1
+                    let began = Date()
+                    try connection.execute(
+                        unsafeSQL: """
+                            BEGIN;
+                            SELECT user_id FROM identities WHERE provider = 'apple' AND subject = 'sub.\(count * 7)'
+                                FOR UPDATE;
+                            INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at,
+                                               updated_at)
+                                VALUES ('\(UUID())', 'probe_\(count)', false, false, false, now(), now());
+                            INSERT INTO identities (provider, subject, user_id, email_verified, is_private_email,
+                                                    created_at, last_login_at)
+                                SELECT 'apple', 'probe.\(count)', id, false, false, now(), now() FROM users
+                                WHERE handle = 'probe_\(count)';
+                            INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at)
+                                VALUES ('probe-\(count)', 'apple', 'ok', now(), now() + interval '1 day');
+                            COMMIT
+                            """)
+                    slowest = max(slowest, Date().timeIntervalSince(began))
+                    Thread.sleep(forTimeInterval: 0.01)
+                }
+                return (slowest, count)
+            }
+        }
+        // A long transaction (a report) holds `users` for two seconds as the migration begins.
+        let report = Task {
+            try await Blocking.run {
+                let connection = try PGConnection(conninfo: url)
+                try connection.execute(unsafeSQL: "BEGIN; SELECT count(*) FROM users; SELECT pg_sleep(2); COMMIT")
+            }
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        let began = Date()
+        let applied = try await Blocking.run {
+            try PGMigrator.migrate(try PGConnection(conninfo: url), migrations: Migrations.all)
+        }
+        let took = Date().timeIntervalSince(began)
+        migrating.store(false, ordering: .relaxed)
+        let (slowest, signIns) = try await probes.value
+        try await report.value
+        #expect(applied.contains(26))
+        #expect(took > 1.5, "the migration waited for the report, a try at a time (\(took) s)")
+        #expect(slowest < 1.0, "the slowest of \(signIns) sign-ins during the migration took \(slowest) s")
+        try await Blocking.run {
+            let connection = try PGConnection(conninfo: url)
+            for table in Migrations.tenantTables {
+                let others = try connection.query(
+                    PGQuery(unsafeSQL: "SELECT count(*) AS n FROM \(table) WHERE tenant <> 'default'"))
+                #expect(try others.first?.decode("n", as: Int.self) == 0, "\(table)")
+            }
+            let defaults = try connection.query("SELECT count(*) AS n FROM identities WHERE tenant = 'default'")
+            #expect(try defaults.first?.decode("n", as: Int.self) == 1_000_000 + signIns)
+            // The keys, under their old names, end with the tenant; no index is left over.
+            let keys = try connection.query(
+                """
+                SELECT c.relname AS name, pg_get_indexdef(c.oid) AS definition
+                FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+                WHERE c.relname IN ('identities_pkey', 'users_handle', 'processed_requests_pkey',
+                                    'passkeys_credential_id_key', 'apple_tokens_key_by_tenant')
+                   OR c.relname LIKE '%_by_tenant%'
+                ORDER BY 1
+                """
+            ).map { (try $0.decode("name", as: String.self), try $0.decode("definition", as: String.self)) }
+            #expect(
+                keys.map(\.0) == [
+                    "apple_tokens_key_by_tenant", "identities_pkey", "passkeys_credential_id_key",
+                    "processed_requests_pkey",
+                    "users_handle",
+                ])
+            #expect(keys.allSatisfy { $0.1.hasSuffix(", tenant)") }, "\(keys)")
+        }
+    }
+
     static func thousandsOfUsersDatabase() async throws -> PGConnection {
         let url = try IntegrationEnvironment.makeDatabaseNow()
         try await Blocking.run {

@@ -875,7 +875,8 @@ import Testing
         }
         let name = try Self.genericallyPlannedStatement(containing: "FROM users u", on: connection)
         func plan() throws -> String {
-            try Self.keyedPlan(of: name, "('{}', '{apple}', '{subject-1}', '{}', '{}', '{}')", on: connection)
+            try Self.keyedPlan(
+                of: name, "('{}', '{apple}', '{subject-1}', 'default', '{}', '{}', '{}', 'default')", on: connection)
         }
         func probesByKey(_ plan: String) -> Bool {
             plan.contains("Index Cond: (id = ANY") && !plan.contains("Seq Scan") && !plan.contains("Merge")
@@ -926,9 +927,11 @@ import Testing
             #expect(try rows?.map { try $0.decode("subject", as: String.self) } == ["subject-1", "subject-3"])
         }
         let name = try Self.genericallyPlannedStatement(containing: "FROM identities WHERE provider", on: connection)
-        func plan() throws -> String { try Self.keyedPlan(of: name, "('{apple}', '{subject-1}')", on: connection) }
+        func plan() throws -> String {
+            try Self.keyedPlan(of: name, "('{apple}', '{subject-1}', 'default')", on: connection)
+        }
         func probesByKey(_ plan: String) -> Bool {
-            plan.contains("Index Cond: ((provider = keys.provider) AND (subject = keys.subject))")
+            plan.contains("Index Cond: ((provider = keys.provider) AND (subject = keys.subject) AND (tenant = $3))")
                 && plan.contains("Nested Loop") && !plan.contains("Seq Scan") && !plan.contains("Merge")
                 && !plan.contains("Hash Join")
                 // The keys in the server's order: locked in the order every other statement locks.

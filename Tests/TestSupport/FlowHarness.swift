@@ -34,11 +34,15 @@ final class FlowHarness: Sendable {
     ///   - providers: the identity providers the flows know.
     ///   - passwords: the password service (nil: password methods are not enabled).
     ///   - existing: a database to share with another harness (a second replica); default: a new one.
+    ///   - tenant: the tenant its requests are for (each request without one is stamped with it),
+    ///     and its flows' questions before a batch are asked as.
     init(
         clock: any WorkerClock, providers: IdentityProviders = IdentityProviders([]),
         passwords: PasswordService? = nil, logger: Logger = Logger(label: "test", handler: InMemoryLogHandler()),
-        databaseURL existing: String? = nil, configure: (inout WorkerConfiguration) -> Void = { _ in }
+        databaseURL existing: String? = nil, tenant: String = TenantScope.defaultName,
+        configure: (inout WorkerConfiguration) -> Void = { _ in }
     ) async throws {
+        self.tenant = tenant
         if let existing {
             databaseURL = existing
         } else {
@@ -56,24 +60,32 @@ final class FlowHarness: Sendable {
             ? try JWTAccessTokenIssuer(configuration: configuration) : OpaqueTokenIssuer(identifiers: identifiers)
         flows = LoginFlows(
             configuration: configuration, accessTokens: issuer, providers: providers, passwords: passwords,
-            attempts: store, clock: clock, identifiers: identifiers, logger: logger)
+            attempts: store.attempts(for: tenant), clock: clock, identifiers: identifiers, logger: logger)
         connection = PGDedicatedConnection(conninfo: databaseURL, name: "harness")
         self.clock = clock
     }
 
     private let clock: any WorkerClock
+    let tenant: String
 
     /// Handles one request in a transaction of its own.
     /// - Returns: nil when its id was processed before (the pipeline answers it from the kept result).
     /// - Throws: the `LoginError` of a refusal (nothing written).
     func handle(_ request: LoginRequest) async throws -> Outcome? {
-        guard try await store.keptRequests([request.id])[request.id] == nil else { return nil }
+        var request = request
+        if request.tenant == nil, tenant != TenantScope.defaultName { request.tenant = tenant }
+        guard try await store.keptRequests([request.key])[request.key] == nil else { return nil }
         guard case .some(let result) = try await handleBatch([request]).first else { return nil }
         return try result.get()
     }
 
     /// Handles requests as one batch: prepared in parallel, written in one transaction, in order.
     func handleBatch(_ requests: [LoginRequest]) async throws -> [Result<Outcome, any Error>] {
+        let requests = requests.map { request in
+            var request = request
+            if request.tenant == nil, tenant != TenantScope.defaultName { request.tenant = tenant }
+            return request
+        }
         var prepared: [Result<PreparedRequest, any Error>] = []
         for request in requests {
             do {
@@ -96,7 +108,7 @@ final class FlowHarness: Sendable {
             }
         }
         var prefetch = Prefetch()
-        for case .success(let work) in prepared { prefetch.merge(work.prepared.prefetch) }
+        for case .success(let work) in prepared { prefetch.merge(work.prefetch) }
         let resultsKey = configuration.resultsKey
         let remembered = now + configuration.sessions.idempotencyLifetime
         var outcomes = try await store.runBatch(

@@ -36,9 +36,9 @@ struct BatchPlan {
 /// in the transaction that looks them up.
 struct LookupPlan {
     let jobs: [Int]
-    let requestIDs: [String]
+    let requestIDs: [RequestKey]
     /// The new guests among them, for the global guest ceiling.
-    let guestIDs: [String]
+    let guestIDs: [RequestKey]
     /// The batch writer it reads on; nil for the pool's connections.
     let writer: Int?
     /// The requests the lookup's task may prepare and write (`RequestPipeline.writeWithLookup`);
@@ -133,7 +133,7 @@ extension LoopState {
             switch step {
             case .writeLogin(let work):
                 items.append(.login(work))
-                prefetch.merge(work.prepared.prefetch)
+                prefetch.merge(work.prefetch)
             case .writeNotification(let notification):
                 items.append(.notification(notification))
                 prefetch.merge(notification.prefetch)
@@ -167,8 +167,8 @@ extension LoopState {
             writeToo == nil
             ? PendingMarks() : takePendingMarks(gathered: policy.marksGathered, orAfter: policy.marksGather)
         return LookupPlan(
-            jobs: starting.map(\.seq), requestIDs: starting.compactMap { $0.request?.id },
-            guestIDs: starting.compactMap { $0.request?.method.handler.isGuestSignUp == true ? $0.request?.id : nil },
+            jobs: starting.map(\.seq), requestIDs: starting.compactMap { $0.request?.key },
+            guestIDs: starting.compactMap { $0.request?.method.handler.isGuestSignUp == true ? $0.request?.key : nil },
             writer: writer, writeToo: writeToo, publishesWritten: publishesWritten, marks: marks)
     }
 

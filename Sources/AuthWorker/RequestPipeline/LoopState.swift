@@ -156,8 +156,8 @@ struct LoopState {
     /// Per partition, the assignment its last message was read under.
     var reading: [TopicPartition: Int] = [:]
     /// Request ids held by a job in flight, and the jobs with the same id waiting for it.
-    private var heldIDs: [String: Int] = [:]
-    private var waitingForID: [String: [Int]] = [:]
+    private var heldIDs: [RequestKey: Int] = [:]
+    private var waitingForID: [RequestKey: [Int]] = [:]
     /// Events acknowledged by the broker, to mark published in the next transaction.
     var eventsToMark: [UUID] = []
     /// When the oldest of `eventsToMark` was acknowledged; nil when there are none.
@@ -287,7 +287,7 @@ struct LoopState {
 
     /// True when `job` may go ahead with `id`: no other job in flight holds it. Otherwise the job
     /// waits for the holder to finish.
-    mutating func hold(_ id: String, for job: Job) -> Bool {
+    mutating func hold(_ id: RequestKey, for job: Job) -> Bool {
         guard heldIDs[id] == nil else {
             waitingForID[id, default: []].append(job.seq)
             return false
@@ -305,7 +305,7 @@ struct LoopState {
             // Counted again (to nothing, when empty), so its jobs leave the totals.
             markStale(lane)
         }
-        guard let id = job.request?.id, heldIDs[id] == job.seq else { return }
+        guard let id = job.request?.key, heldIDs[id] == job.seq else { return }
         heldIDs[id] = nil
         // The next job with this id goes ahead now, and will find this one's answer.
         guard var waiting = waitingForID[id], !waiting.isEmpty else { return }

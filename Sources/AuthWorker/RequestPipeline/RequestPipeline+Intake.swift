@@ -69,7 +69,7 @@ extension RequestPipeline {
             request.partitionKey = message.key.flatMap { String(validating: $0, as: UTF8.self) }
             job.request = request
             job.digest = HMACSHA256.mac(key: digestKey, message: MessageCoding.encode(request.data))
-            return state.hold(request.id, for: job) ? .lookup : .waitingForID
+            return state.hold(request.key, for: job) ? .lookup : .waitingForID
         }
     }
 
@@ -128,7 +128,7 @@ extension RequestPipeline {
                 return result
             }
             guard guestCeiling.count > 0, !guestIDs.isEmpty else {
-                let kept = try await self.retrying("look up request ids", requestIDs: ids) {
+                let kept = try await self.retrying("look up request ids", requestIDs: ids.map(\.id)) {
                     try await self.store.keptRequests(ids, on: connection)
                 }
                 return LookupResult(kept: kept, guests: nil)
@@ -136,7 +136,9 @@ extension RequestPipeline {
             // The global guest ceiling is taken for the batch's new guests at once, before any
             // work, in the lookup's round trip: one atomic step per lookup, not a contended row in
             // every write transaction, and no second round trip for a batch of one.
-            let found = try await self.retrying("look up request ids and reserve guest sign-ups", requestIDs: ids) {
+            let found = try await self.retrying(
+                "look up request ids and reserve guest sign-ups", requestIDs: ids.map(\.id)
+            ) {
                 try await self.store.lookUp(
                     ids, guests: guestIDs, bucket: Self.guestCeilingBucket, limit: guestCeiling, at: self.clock.now(),
                     on: connection)
@@ -159,7 +161,7 @@ extension RequestPipeline {
     ///   after all (an expired request, a preparation that waits or is refused, a kept answer, a
     ///   guest over the ceiling): the lookup then runs on its own and the loop starts them all,
     ///   as any looked-up jobs.
-    func writeWithLookup(_ requests: [WritableWithLookup], guests: [String], marks: [UUID], writer: Int)
+    func writeWithLookup(_ requests: [WritableWithLookup], guests: [RequestKey], marks: [UUID], writer: Int)
         async throws -> WrittenBatch?
     {
         let began = MonotonicNanos.now()
@@ -173,16 +175,16 @@ extension RequestPipeline {
             else { return nil }
             items.append(.login(work))
             steps.append((entry.preparation.seq, .writeLogin(work)))
-            prefetch.merge(work.prepared.prefetch)
+            prefetch.merge(work.prefetch)
         }
-        let ids = requests.map(\.preparation.request.id)
+        let ids = requests.map(\.preparation.request.key)
         let ceiling = configuration.accounts.guestGlobalRateLimit
         let head = marks.isEmpty ? [] : [PostgresStore.deletePublished(marks)]
         let resultsKey = configuration.resultsKey
         let rememberedUntil = now + configuration.sessions.idempotencyLifetime
         let batchItems = items
         let batchPrefetch = prefetch
-        let done = try await retrying("look up and write the batch", requestIDs: ids) {
+        let done = try await retrying("look up and write the batch", requestIDs: ids.map(\.id)) {
             try await self.store.lookUpAndWrite(
                 batchItems, ids: ids, guests: guests, bucket: Self.guestCeilingBucket, limit: ceiling, head: head,
                 prefetch: batchPrefetch, writer: writer, resultsKey: resultsKey, rememberedUntil: rememberedUntil,
@@ -210,7 +212,7 @@ extension RequestPipeline {
 
     /// What a lookup found: the kept answers, and the guest sign-ups the global ceiling allows.
     struct LookupResult: Sendable {
-        let kept: [String: KeptRequest]
+        let kept: [RequestKey: KeptRequest]
         /// Nil when no ceiling applies.
         let guests: RateLimitGrant?
         /// The jobs written in the lookup's task (`writeWithLookup`); nil when the loop starts them.
@@ -218,7 +220,7 @@ extension RequestPipeline {
         /// Their records, published by that task; nil when the loop publishes them.
         var published: PublishedByLookup?
 
-        init(kept: [String: KeptRequest], guests: RateLimitGrant?) {
+        init(kept: [RequestKey: KeptRequest], guests: RateLimitGrant?) {
             self.kept = kept
             self.guests = guests
         }
@@ -226,7 +228,7 @@ extension RequestPipeline {
 
     /// Answers the looked-up jobs that need no work, and starts preparing the rest.
     func start(
-        _ seqs: [Int], kept: [String: KeptRequest], guests: RateLimitGrant?, _ state: inout LoopState
+        _ seqs: [Int], kept: [RequestKey: KeptRequest], guests: RateLimitGrant?, _ state: inout LoopState
     ) {
         let starting = seqs.compactMap { state.jobs[$0] }
         var cheap: [PendingPreparation] = []
@@ -242,7 +244,7 @@ extension RequestPipeline {
                 continue
             }
             // The kept answer comes first: a processed request is answered again, however late.
-            if let kept = kept[request.id] {
+            if let kept = kept[request.key] {
                 state.move(
                     job, to: .ready(.publish(replay(kept, job: job, request: request), outcome: "replayed", audit: nil))
                 )

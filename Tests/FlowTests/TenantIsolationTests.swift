@@ -1,0 +1,182 @@
+import AuthCrypto
+import Foundation
+import JOSE
+import JOSEFixtures
+import Messages
+import PGStore
+import Passwords
+import ServiceKit
+import Testing
+
+@testable import AuthDomain
+@testable import AuthStore
+@testable import AuthWorker
+@testable import TestSupport
+
+/// Two tenants in one database, each request written as the pipeline writes it (`FlowHarness`):
+/// the default tenant's and `acme`'s, the same providers and settings (each tenant's own come
+/// with its configuration). The same identity, address or request id in both is two of each; a
+/// token, code or session of one is unknown to the other and is left as it was.
+@Suite(.requiresDatabase) struct TenantIsolationTests {
+    let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
+    let logs = InMemoryLogHandler()
+    let passwords: PasswordService
+    let mailKey: [UInt8]
+    let resultsKey: [UInt8]
+
+    init() throws {
+        passwords = try PasswordService(parameters: fastArgon2, threads: 2)
+        mailKey = try X25519.generateKeyPair().publicKey
+        resultsKey = try SecureRandom.bytes(32)
+    }
+
+    /// The default tenant's harness and `acme`'s, on one database.
+    func tenants() async throws -> (main: FlowHarness, acme: FlowHarness) {
+        let main = try await harness(tenant: TenantScope.defaultName, databaseURL: nil)
+        return (main, try await harness(tenant: "acme", databaseURL: main.databaseURL))
+    }
+
+    func harness(tenant: String, databaseURL: String?) async throws -> FlowHarness {
+        let logger = Logger(label: "test", level: .debug, handler: logs)
+        let keys = KeySetCache(
+            fixed: try JWKSet(json: TestSigner.keySet([Signers.rsa2048])), clock: clock, logger: logger)
+        let apple = IdentityProvider(
+            configuration: .apple(audiences: ["com.example.app"], keysURL: URL(fileURLWithPath: "/unused")),
+            keySet: keys, clock: clock)
+        return try await FlowHarness(
+            clock: clock, providers: IdentityProviders([apple]), passwords: passwords, logger: logger,
+            databaseURL: databaseURL, tenant: tenant
+        ) { [mailKey, resultsKey] config in
+            config.accounts.throttle.threshold = 3
+            config.accounts.throttle.baseDelay = 60
+            config.resultsKey = resultsKey
+            config.emailCodes.mailKey = mailKey
+            config.emailCodes.signUp = true
+        }
+    }
+
+    func request(_ method: LoginMethod, id: String = UUID().uuidString, _ fill: (inout LoginRequestData) -> Void)
+        -> LoginRequest
+    {
+        var data = LoginRequestData(method: method.rawValue)
+        fill(&data)
+        return LoginRequest(id: id, source: "/test", time: nil, traceparent: nil, method: method, data: data)
+    }
+
+    func apple(_ sub: String, id: String = UUID().uuidString) -> LoginRequest {
+        let token = Signers.rsa2048.token(
+            [
+                "iss": "https://appleid.apple.com", "aud": "com.example.app", "sub": sub, "iat": 1_795_953_590,
+                "exp": 1_795_953_600 + 600, "email": "same@example.com", "email_verified": "true",
+            ], algorithm: .rs256)
+        return request(.apple, id: id) { $0.identityToken = token }
+    }
+
+    func signedIn(_ harness: FlowHarness, _ request: LoginRequest) async throws -> LoginResultData {
+        let outcome = try #require(try await harness.handle(request))
+        #expect(outcome.result.status == "ok", "\(String(describing: outcome.result.error))")
+        return outcome.result
+    }
+
+    @Test func theSameAppleUserInTwoTenantsIsTwoAccounts() async throws {
+        let (main, acme) = try await tenants()
+        let first = try await signedIn(main, apple("001.same"))
+        let other = try await signedIn(acme, apple("001.same"))
+        #expect(first.newUser == true && other.newUser == true)
+        let firstUser = try #require(first.user?.id)
+        let otherUser = try #require(other.user?.id)
+        #expect(firstUser != otherUser)
+        // Each signs in again to its own.
+        #expect(try await signedIn(acme, apple("001.same")).user?.id == otherUser)
+        #expect(try await signedIn(main, apple("001.same")).user?.id == firstUser)
+        #expect(try await main.count("users", where: "tenant = 'acme'") == 1)
+        #expect(try await main.count("users", where: "tenant = 'default'") == 1)
+        #expect(try await main.count("identities", where: "subject = '001.same' AND tenant = 'acme'") == 1)
+        // Each tenant's events name its own user only.
+        let acmeEvents = try #require(try await acme.handle(apple("002.acme-only")))
+        #expect(!acmeEvents.events.isEmpty)
+        let payloads = acmeEvents.events.map { String(decoding: $0.payload, as: UTF8.self) }
+        #expect(!payloads.contains { $0.contains(firstUser) })
+    }
+
+    @Test func aTenantsTokensAreUnknownToAnotherAndLeftAsTheyWere() async throws {
+        let (main, acme) = try await tenants()
+        let session = try #require(try await signedIn(main, apple("001.tokens")).session)
+        await #expect(throws: LoginError(.invalidRefreshToken, "")) {
+            try await acme.handle(request(.refresh) { $0.refreshToken = session.refreshToken })
+        }
+        let introspection = try #require(
+            try await acme.handle(request(.introspect) { $0.accessToken = session.accessToken }))
+        #expect(introspection.result.introspection?.active == false)
+        _ = try? await acme.handle(request(.logout) { $0.accessToken = session.accessToken })
+        await #expect(throws: LoginError(.invalidToken, "")) {
+            try await acme.handle(request(.apple) { $0.linkTo = session.accessToken })
+        }
+        // The default tenant's session was not touched: its token was not rotated, not revoked.
+        #expect(try await main.count("sessions", where: "revoked_at IS NOT NULL") == 0)
+        #expect(try await main.count("refresh_tokens", where: "used_at IS NOT NULL") == 0)
+        let refreshed = try await signedIn(main, request(.refresh) { $0.refreshToken = session.refreshToken })
+        #expect(refreshed.session?.refreshToken != nil)
+        let live = try #require(try await main.handle(request(.introspect) { $0.accessToken = session.accessToken }))
+        #expect(live.result.introspection?.active == true)
+    }
+
+    @Test func aRequestIDIsEachTenantsOwn() async throws {
+        let (main, acme) = try await tenants()
+        let first = try await signedIn(main, request(.guest, id: "shared-id") { _ in })
+        let other = try await signedIn(acme, request(.guest, id: "shared-id") { _ in })
+        #expect(first.user?.id != other.user?.id, "the second is a new request of its tenant, not a replay")
+        #expect(try await main.count("processed_requests", where: "request_id = 'shared-id'") == 2)
+        // Each is a replay within its own tenant.
+        #expect(try await acme.handle(request(.guest, id: "shared-id") { _ in }) == nil)
+        #expect(try await main.handle(request(.guest, id: "shared-id") { _ in }) == nil)
+    }
+
+    @Test func anAddressAndItsPasswordAreEachTenantsOwn() async throws {
+        let (main, acme) = try await tenants()
+        let register = { (password: String) in
+            self.request(.register) {
+                $0.email = "ada@example.com"
+                $0.password = password
+            }
+        }
+        let login = { (password: String) in
+            self.request(.password) {
+                $0.email = "ada@example.com"
+                $0.password = password
+            }
+        }
+        let mainUser = try await signedIn(main, register("correct horse battery")).user?.id
+        let acmeUser = try await signedIn(acme, register("other staple tenant")).user?.id
+        #expect(mainUser != nil && acmeUser != nil && mainUser != acmeUser)
+        #expect(try await signedIn(acme, login("other staple tenant")).user?.id == acmeUser)
+        #expect(try await signedIn(main, login("correct horse battery")).user?.id == mainUser)
+        // One tenant's password does not open the other's account, and its failures lock only its own.
+        for _ in 0..<3 {
+            await #expect(throws: LoginError(.invalidCredentials, "")) {
+                try await acme.handle(login("correct horse battery"))
+            }
+        }
+        await #expect(throws: LoginError(.tooManyAttempts, "")) { try await acme.handle(login("other staple tenant")) }
+        #expect(try await signedIn(main, login("correct horse battery")).user?.id == mainUser)
+        #expect(try await main.count("login_throttle", where: "account_key = '@acme/password:ada@example.com'") == 1)
+    }
+
+    @Test func anEmailCodeIsEachTenantsOwn() async throws {
+        let (main, acme) = try await tenants()
+        let ask = request(.emailCodeRequest) { $0.email = "grace@example.com" }
+        _ = try #require(try await main.handle(ask))
+        let stored = try #require(
+            try await main.query("SELECT tenant FROM one_time_codes WHERE email = 'grace@example.com'").first)
+        #expect(try stored.decode("tenant", as: String.self) == "default")
+        // The code sent for the default tenant is no live code of acme's: any code is refused there.
+        await #expect(throws: LoginError.self) {
+            try await acme.handle(
+                request(.emailCode) {
+                    $0.email = "grace@example.com"
+                    $0.code = "000000"
+                })
+        }
+        #expect(try await main.count("one_time_codes", where: "attempts > 0") == 0, "acme's guess counted nothing")
+    }
+}
