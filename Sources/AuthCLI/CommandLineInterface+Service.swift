@@ -141,8 +141,34 @@ extension CommandLineInterface {
                 "kafka.brokers": kafka.brokers.joined(separator: ","), "kafka.group": kafka.group,
                 "auth.token_format": configuration.accessTokenFormat.rawValue, "allocator": Allocator.description,
             ])
-        let application = try await WorkerApplication.build(configuration: configuration, kafka: kafka, logger: logger)
+        let tenants = try tenantConfigurations(configuration)
+        let application = try await WorkerApplication.build(
+            configuration: configuration, kafka: kafka, logger: logger, tenants: tenants)
+        if !tenants.isEmpty {
+            logger.info("Tenants served", metadata: [LogKey.tenants: tenants.keys.sorted().joined(separator: ",")])
+        }
+        // SIGHUP reads the tenants file again: its tenants are served from then on, or, when it
+        // has a mistake, each is logged and the tenants served stay as they were.
+        signal(SIGHUP, SIG_IGN)
+        let reload = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        reload.setEventHandler { [self] in
+            do {
+                try application.serveTenants(try tenantConfigurations(configuration))
+            } catch {
+                logger.error(
+                    "Tenants file refused; the tenants served are unchanged",
+                    metadata: [LogKey.error: "\(error)"])
+            }
+        }
+        reload.resume()
+        defer { reload.cancel() }
         try await application.run()
+    }
+
+    /// The tenants of `AUTH_TENANTS_FILE`, each a configuration of its own; none without the file.
+    func tenantConfigurations(_ configuration: WorkerConfiguration) throws -> [String: WorkerConfiguration] {
+        guard let path = configuration.tenantsFilePath else { return [:] }
+        return try TenantsFile.configurations(path: path, environment: environment)
     }
 
     /// Checks everything the worker would check at start, and more, connecting to nothing: the
@@ -152,6 +178,8 @@ extension CommandLineInterface {
         let kafka = try kafka()
         try kafka.validate()
         try configuration.validate()
+        let tenants = try tenantConfigurations(configuration)
+        for (_, tenant) in tenants { try tenant.validate() }
         _ = try ConsoleSettings.fromEnvironment(environment)
         do {
             try kafka.producerConfiguration.check()
@@ -188,6 +216,7 @@ extension CommandLineInterface {
               credential keys: \(credentials.isEmpty ? "none" : credentials.joined(separator: ", "))\(configuration.requireSealedCredentials ? " (sealed credentials required)" : "")
               identity providers: \(providers.isEmpty ? "none" : providers.joined(separator: ", "))
               results key: \(configuration.resultsKey == nil ? "none (a redelivered request cannot be answered again)" : "set")
+              tenants: default\(tenants.keys.sorted().map { ", " + $0 }.joined())
             """)
     }
 

@@ -27,24 +27,21 @@ public struct WorkerApplication: Sendable {
     /// The producer and the store's connections, as the group's first (so last stopped) service.
     public let clients: SharedClients
     public let logger: Logger
+    /// Makes a tenant's flows from its configuration (`serveTenants`).
+    let makeFlows: FlowMaker
 
     /// Validates the configuration, migrates when configured, and creates every part.
     /// - Throws: `ConfigurationError`, `PGError` (database unreachable or migration failed), `KafkaError`.
+    /// - Parameter tenants: the configurations of the tenants served besides the default one
+    ///   (`TenantsFile.configurations`), by name.
     public static func build(
         configuration: WorkerConfiguration, kafka: KafkaSettings, logger: Logger,
-        clock: any WorkerClock = SystemClock()
+        clock: any WorkerClock = SystemClock(), tenants: [String: WorkerConfiguration] = [:]
     ) async throws -> WorkerApplication {
         try kafka.validate()
         try configuration.validate()
+        for (_, tenant) in tenants { try tenant.validate() }
         let identifiers = Identifiers(clock: clock)
-        let accessTokens = try makeAccessTokenIssuer(configuration, identifiers: identifiers)
-        let providers = try IdentityProviders.build(
-            configuration: configuration, fetcher: HTTPDocumentFetcher(timeout: configuration.keySets.fetchTimeout),
-            clock: clock, logger: logger)
-        if !providers.names.isEmpty {
-            logger.info(
-                "Identity providers enabled", metadata: ["auth.providers": providers.names.joined(separator: ",")])
-        }
         var passwordPolicy = PasswordPolicy()
         passwordPolicy.contextWords = configuration.accounts.passwordContextWords
         let passwords = try PasswordService(
@@ -65,9 +62,11 @@ public struct WorkerApplication: Sendable {
                     "Migrations applied", metadata: ["db.versions": applied.map(String.init).joined(separator: ",")])
             }
         }
-        let flows = LoginFlows(
-            configuration: configuration, accessTokens: accessTokens, providers: providers, passwords: passwords,
-            attempts: store, clock: clock, identifiers: identifiers, logger: logger.child(label: "auth.flows"))
+        let makeFlows = FlowMaker(
+            store: store, passwords: passwords, clock: clock, identifiers: identifiers, logger: logger)
+        let (flows, providers) = try makeFlows(configuration, tenant: TenantScope.defaultName)
+        let served = try Dictionary(
+            uniqueKeysWithValues: tenants.map { name, tenant in (name, try makeFlows(tenant, tenant: name).flows) })
         let producer = try KafkaProducer(
             configuration: kafka.producerConfiguration, logger: logger.child(label: "kafka.producer"))
         let consumer = try KafkaConsumer(
@@ -79,7 +78,7 @@ public struct WorkerApplication: Sendable {
         metrics.track(providers)
         metrics.trackProcess()
         let worker = try RequestPipeline(
-            configuration: configuration, consumer: consumer, producer: producer, flows: flows,
+            configuration: configuration, consumer: consumer, producer: producer, flows: flows, tenants: served,
             notifications: AppleNotificationFlow(
                 provider: providers["apple"], configuration: configuration, clock: clock),
             store: store, clock: clock, metrics: metrics, logger: logger.child(label: "auth.worker"))
@@ -108,7 +107,50 @@ public struct WorkerApplication: Sendable {
             worker: worker,
             relay: relay, appleTokens: appleTokens, metrics: metrics, health: health, readiness: readiness,
             clients: SharedClients(producer: producer, store: store, logger: logger.child(label: "auth.lifecycle")),
-            logger: logger)
+            logger: logger, makeFlows: makeFlows)
+    }
+
+    /// Makes the flows of a tenant from its configuration, with the worker's store, password
+    /// service and clock: its token issuer and keys, its identity providers, its policies.
+    struct FlowMaker: Sendable {
+        let store: PostgresStore
+        let passwords: PasswordService
+        let clock: any WorkerClock
+        let identifiers: Identifiers
+        let logger: Logger
+
+        func callAsFunction(_ configuration: WorkerConfiguration, tenant: String) throws -> (
+            flows: LoginFlows, providers: IdentityProviders
+        ) {
+            let providers = try IdentityProviders.build(
+                configuration: configuration,
+                fetcher: HTTPDocumentFetcher(timeout: configuration.keySets.fetchTimeout), clock: clock, logger: logger)
+            if !providers.names.isEmpty {
+                var metadata: Logger.Metadata = ["auth.providers": providers.names.joined(separator: ",")]
+                if tenant != TenantScope.defaultName { metadata[LogKey.tenant] = tenant }
+                logger.info("Identity providers enabled", metadata: metadata)
+            }
+            let flows = LoginFlows(
+                configuration: configuration,
+                accessTokens: try makeAccessTokenIssuer(configuration, identifiers: identifiers), providers: providers,
+                passwords: passwords, attempts: store.attempts(for: tenant), clock: clock, identifiers: identifiers,
+                logger: logger.child(label: "auth.flows"))
+            return (flows, providers)
+        }
+    }
+
+    /// Serves the tenants of `configurations` (read again from the tenants file) in place of those
+    /// served so far; the default tenant's stay. Requests already being prepared finish with the
+    /// flows they were given; a request for a tenant no longer served is refused as unknown.
+    /// - Throws: `ConfigurationError` when a tenant's configuration does not make flows (nothing
+    ///   is replaced then).
+    public func serveTenants(_ configurations: [String: WorkerConfiguration]) throws {
+        for (_, tenant) in configurations { try tenant.validate() }
+        let flows = try Dictionary(
+            uniqueKeysWithValues: configurations.map { name, tenant in (name, try makeFlows(tenant, tenant: name).flows)
+            })
+        worker.tenants.replace(with: flows)
+        logger.info("Tenants served", metadata: [LogKey.tenants: flows.keys.sorted().joined(separator: ",")])
     }
 
     /// `/livez`: the consume loop showed progress recently. `/readyz`: PostgreSQL and a broker

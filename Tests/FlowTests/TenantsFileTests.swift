@@ -84,4 +84,44 @@ import Testing
         }
         #expect(deploymentWide.allSatisfy { !TenantsFile.perTenant.contains($0.name) })
     }
+
+    @Test func appleTokenExchangeIsTheDefaultTenantsAlone() throws {
+        let deployment = [
+            "AUTH_APPLE_AUDIENCES": "com.example.app", "AUTH_APPLE_TEAM_ID": "TEAM123456",
+            "AUTH_APPLE_KEY_ID": "KEY1234567", "AUTH_APPLE_PRIVATE_KEY_FILE": "/secrets/apple.p8",
+        ]
+        #expect(try WorkerConfiguration.fromEnvironment(deployment).appleTokens.isEnabled)
+        let file = try TenantsFile.parse(
+            Array(#"{"tenants": {"acme": {"AUTH_APPLE_AUDIENCES": "com.acme.app"}}}"#.utf8))
+        let acme = try #require(try file.configurations(environment: deployment)["acme"])
+        #expect(acme.appleAudiences == ["com.acme.app"])
+        #expect(!acme.appleTokens.isEnabled, "a tenant neither sets nor inherits Apple's token exchange")
+        do {
+            _ = try TenantsFile.parse(Array(#"{"tenants": {"acme": {"AUTH_APPLE_TEAM_ID": "OTHER"}}}"#.utf8))
+            Issue.record("expected AUTH_APPLE_TEAM_ID refused in a tenant")
+        } catch {
+            #expect(error.lines.first?.hasPrefix("tenant acme: AUTH_APPLE_TEAM_ID is the deployment's") == true)
+        }
+    }
+
+    @Test func aFileAtAPathIsReadWithEveryMistakeForItsVariable() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("tenants-\(UUID()).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        #expect(throws: ConfigurationError(variable: "AUTH_TENANTS_FILE", reason: "")) {
+            try TenantsFile.configurations(path: path, environment: [:])
+        }
+        try #"{"tenants": {"a": {"AUTH_BATCH_MAX": "1"}, "b": {"AUTH_NOPE": "1"}}}"#.write(
+            toFile: path, atomically: true, encoding: .utf8)
+        do {
+            _ = try TenantsFile.configurations(path: path, environment: [:])
+            Issue.record("expected the file refused")
+        } catch {
+            #expect(error.variable == "AUTH_TENANTS_FILE")
+            #expect(error.reason.contains("tenant a: AUTH_BATCH_MAX is the deployment's, not a tenant's (Processing)"))
+            #expect(error.reason.contains("tenant b: AUTH_NOPE is not a setting"))
+        }
+        try #"{"tenants": {"a": {"AUTH_SESSION_TTL_SECONDS": 60}}}"#.write(
+            toFile: path, atomically: true, encoding: .utf8)
+        #expect(try TenantsFile.configurations(path: path, environment: [:])["a"]?.sessions.sessionLifetime == 60)
+    }
 }

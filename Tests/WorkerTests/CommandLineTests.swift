@@ -171,6 +171,22 @@ import Testing
         #expect(refused.0 == 1)
         #expect(refused.2.contains("[0].claims.picture is not a known claim"), "\(refused.2)")
 
+        // The tenants file: its tenants listed; a mistake named with its tenant and variable.
+        let tenants = directory.appendingPathComponent("tenants.json").path
+        try #"{"tenants": {"acme": {"AUTH_APPLE_AUDIENCES": "com.acme.app"}}}"#.write(
+            toFile: tenants, atomically: true, encoding: .utf8)
+        let served = await run(
+            ["config", "check"], environment: environment.merging(["AUTH_TENANTS_FILE": tenants]) { $1 })
+        #expect(served.0 == 0, "\(served.2)")
+        #expect(served.1.contains("tenants: default, acme"), "\(served.1)")
+        try #"{"tenants": {"acme": {"AUTH_KAFKA_BROKERS": "elsewhere:9092"}}}"#.write(
+            toFile: tenants, atomically: true, encoding: .utf8)
+        let mistaken = await run(
+            ["config", "check"], environment: environment.merging(["AUTH_TENANTS_FILE": tenants]) { $1 })
+        #expect(mistaken.0 == 1)
+        #expect(mistaken.2.contains("AUTH_TENANTS_FILE"), "\(mistaken.2)")
+        #expect(mistaken.2.contains("tenant acme: AUTH_KAFKA_BROKERS"), "\(mistaken.2)")
+
         let typo = directory.appendingPathComponent("oidc.json").path
         try
             #"[{"name": "acme", "issuer": "https://id.acme.test", "jwks_uri": "https://id.acme.test/keys", "audiences": ["x"], "algoritms": ["RS256"]}]"#

@@ -452,6 +452,10 @@ extension Setting {
         "AUTH_HEALTH_ADDRESS", .operations,
         "IPv4 address the health endpoint listens on",
         default: "`0.0.0.0`")
+    public static let tenantsFile = Setting(
+        "AUTH_TENANTS_FILE", .processing,
+        "JSON file of the tenants served besides the default one, each with its own settings ([operations](operations.md#tenants)); read again on SIGHUP",
+        default: "none")
     public static let logLevel = Setting(
         "AUTH_LOG_LEVEL", .operations,
         "`debug`, `info`, `warning`, `error`",
@@ -492,6 +496,6 @@ extension Setting {
         .webauthnAttestation, .webauthnOptionsRateLimit, .webauthnOptionsGlobalRateLimit,
         .batchMax, .batchSize, .maxInFlight, .batchWaitMS, .batchLingerMS, .maxRetryDelayMS, .idempotencyTTLSeconds,
         .requestDeadlineSeconds, .outboxRelayGraceSeconds, .purgeIntervalSeconds, .shutdownTimeoutSeconds,
-        .healthPort, .healthAddress, .logLevel, .buildCommit, .benchDatabaseURL,
+        .tenantsFile, .healthPort, .healthAddress, .logLevel, .buildCommit, .benchDatabaseURL,
     ]
 }

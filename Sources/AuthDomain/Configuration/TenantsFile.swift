@@ -84,6 +84,23 @@ public struct TenantsFile: Sendable, Equatable {
         return TenantsFile(tenants: tenants)
     }
 
+    /// Reads and checks the file at `path` and makes each tenant's configuration from the
+    /// deployment's `environment` (`configurations`).
+    /// - Throws: `ConfigurationError` for `AUTH_TENANTS_FILE`, its reason every mistake, a line each.
+    public static func configurations(path: String, environment: [String: String]) throws(ConfigurationError)
+        -> [String: WorkerConfiguration]
+    {
+        let variable = Setting.tenantsFile.name
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigurationError(variable: variable, reason: "cannot read \(path)")
+        }
+        do {
+            return try parse(Array(data)).configurations(environment: environment)
+        } catch {
+            throw ConfigurationError(variable: variable, reason: "(\(path)):\n" + error.description)
+        }
+    }
+
     /// Each tenant's configuration: the deployment's `environment` with the tenant's settings in
     /// place of its own, read and checked as the deployment's is. Throws `Mistakes` with the
     /// first mistake of each tenant whose settings do not make a configuration.
@@ -93,7 +110,9 @@ public struct TenantsFile: Sendable, Equatable {
         for (name, settings) in tenants.sorted(by: { $0.key < $1.key }) {
             do {
                 configurations[name] = try WorkerConfiguration.fromEnvironment(
-                    environment.merging(settings) { _, tenant in tenant })
+                    environment.merging(settings) { _, tenant in tenant }.filter {
+                        !Self.defaultTenantOnly.contains($0.key)
+                    })
             } catch {
                 lines.append("tenant \(name): \(error)")
             }
@@ -102,21 +121,32 @@ public struct TenantsFile: Sendable, Equatable {
         return configurations
     }
 
+    /// Settings a tenant neither sets nor inherits: its configuration goes without them.
+    public static let defaultTenantOnly: Set<String> = Set(
+        [Setting.appleTeamID, .appleKeyID, .applePrivateKeyFile].map(\.name))
+
     /// The domain's settings by name.
     static let declared: [String: Setting] = Dictionary(
         Setting.domain.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
 
     /// The settings a tenant may set: what its apps and users see and the policies they are held
     /// to. The rest (topics, the database, batching, the key-set cache, password hashing, the
-    /// purge) is one for the deployment.
+    /// purge) is one for the deployment, and so are, for now: the reply-key requirement and the
+    /// guests' global ceiling (the consume loop applies them before a request's tenant is
+    /// prepared), the password policy's context words (one password service), and Sign in with
+    /// Apple's token exchange (`defaultTenantOnly`).
+    ///
+    /// Sign in with Apple's token exchange and revocation (`AUTH_APPLE_TEAM_ID`, …) serve the
+    /// default tenant only: `apple_tokens` keeps one token a subject until the release after
+    /// migration 26, and one Apple team's apps share their users' subjects.
     public static let perTenant: Set<String> = Set(
         [
             Setting.accessTokenFormat, .signingKeys, .signingKeysNext, .jwksUri, .tokenIssuer, .tokenAudience,
-            .requireReplyKey, .accessTokenTTLSeconds, .refreshTokenTTLSeconds, .sessionTTLSeconds, .guestAbilities,
+            .accessTokenTTLSeconds, .refreshTokenTTLSeconds, .sessionTTLSeconds, .guestAbilities,
             .refreshReuseGraceSeconds, .reauthMaxAgeSeconds, .appleAudiences, .googleAudiences, .googleHostedDomains,
-            .oidcProviders, .appleTeamID, .appleKeyID, .applePrivateKeyFile, .linkByVerifiedEmail, .loginMaxFailures,
-            .loginLockSeconds, .loginLockMaxSeconds, .guestRateLimit, .guestGlobalRateLimit, .registerRateLimit,
-            .registerGlobalRateLimit, .passwordContextWords, .passwordChangeEndsSessions, .requireVerifiedEmail,
+            .oidcProviders, .linkByVerifiedEmail, .loginMaxFailures,
+            .loginLockSeconds, .loginLockMaxSeconds, .guestRateLimit, .registerRateLimit,
+            .registerGlobalRateLimit, .passwordChangeEndsSessions, .requireVerifiedEmail,
             .mailKey, .emailCodeTTLSeconds, .emailCodeMaxAttempts, .emailCodeRateLimit, .passwordResetRateLimit,
             .emailCodeSignup, .smsKey, .phoneCodeTTLSeconds, .phoneCodeMaxAttempts, .phoneCodeSignup, .smsCountries,
             .smsNumberRateLimit, .smsPrefixRateLimit, .smsCountryRateLimit, .smsClientRateLimit, .smsIPRateLimit,

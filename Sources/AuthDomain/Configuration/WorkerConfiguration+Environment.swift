@@ -66,6 +66,7 @@ extension WorkerConfiguration {
         if let value = reader.string(.appleKeysURL) { config.appleKeysURL = value }
         if let value = reader.string(.googleKeysURL) { config.googleKeysURL = value }
         if let value = reader.string(.oidcProviders) { config.oidcProvidersPath = value }
+        if let value = reader.string(.tenantsFile) { config.tenantsFilePath = value }
         if let value = reader.list(.googleHostedDomains) { config.googleHostedDomains = value }
         if let value = try reader.seconds(.keysMinTTLSeconds) { config.keySets.minimumLifetime = value }
         if let value = try reader.seconds(.keysMaxTTLSeconds) { config.keySets.maximumLifetime = value }

@@ -51,6 +51,8 @@ public struct WorkerConfiguration: Sendable {
     public var keySets = KeySetSettings()
     /// Env: `AUTH_OIDC_PROVIDERS`: path of a JSON file describing further providers.
     public var oidcProvidersPath: String?
+    /// The tenants file (`TenantsFile`); nil: the default tenant only. Env: `AUTH_TENANTS_FILE`.
+    public var tenantsFilePath: String?
     /// How provider key sets are fetched and cached.
     public struct KeySetSettings: Sendable, Equatable {
         /// Shortest time a fetched set is trusted, whatever `Cache-Control` says.

@@ -3,6 +3,9 @@ public enum LogKey {
     public static let requestID = "auth.request_id"
     /// The requests a retry holds up: up to 20 ids, comma-separated.
     public static let requestIDs = "auth.request_ids"
+    /// A tenant's name (`auth.tenants`: several, comma-separated).
+    public static let tenant = "auth.tenant"
+    public static let tenants = "auth.tenants"
     public static let userID = "auth.user_id"
     public static let method = "auth.method"
     public static let errorCode = "auth.error_code"

@@ -59,12 +59,12 @@ extension RequestPipeline {
                 LoginError(error.code, error.description, field: error.field), requestID: id, traceparent,
                 tenant: nil, mode: binary == nil ? .structured : .binary, message: message)
         case .valid(var request):
-            if let tenant = request.tenant, tenant != Tenant.defaultName {
+            if let tenant = request.tenant, tenants.flows(for: tenant) == nil {
                 // A tenant this deployment does not serve: refused before anything is read or
                 // written, answered in the tenant's name.
                 return refusedUnread(
-                    LoginError(.unknownTenant, "this deployment serves no tenant \"\(tenant)\"", field: "tenant"),
-                    requestID: request.id, request.traceparent, tenant: tenant, mode: request.mode, message: message)
+                    TenantFlows.unknown(tenant), requestID: request.id, request.traceparent, tenant: tenant,
+                    mode: request.mode, message: message)
             }
             request.partitionKey = message.key.flatMap { String(validating: $0, as: UTF8.self) }
             job.request = request
@@ -330,6 +330,9 @@ extension RequestPipeline {
     ///   then prepares it, retrying as it does).
     func prepareAtOnce(_ preparation: PendingPreparation) -> PreparationOutcome? {
         do {
+            guard let flows = tenants.flows(for: preparation.request.tenant) else {
+                return .refused(TenantFlows.unknown(preparation.request.tenant ?? Tenant.defaultName))
+            }
             guard let prepared = try flows.prepareAtOnce(preparation.request) else { return nil }
             return .login(
                 PreparedRequest(
@@ -370,10 +373,15 @@ extension RequestPipeline {
                 }
                 let outcome: PreparationOutcome
                 do {
+                    // A tenant dropped by a reload since the request was read is refused as unknown.
+                    let tenant = preparation.request.tenant
+                    guard let flows = self.tenants.flows(for: tenant) else {
+                        throw TenantFlows.unknown(tenant ?? Tenant.defaultName)
+                    }
                     let prepared = try await self.retrying(
                         "prepare request", requestIDs: [preparation.request.id]
                     ) {
-                        try await self.flows.prepare(preparation.request)
+                        try await flows.prepare(preparation.request)
                     }
                     outcome = .login(
                         PreparedRequest(

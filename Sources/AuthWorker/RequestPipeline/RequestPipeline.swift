@@ -32,7 +32,8 @@ public final class RequestPipeline: Service {
     let configuration: WorkerConfiguration
     let consumer: KafkaConsumer
     let producer: KafkaProducer
-    let flows: LoginFlows
+    /// Each served tenant's flows: a request is prepared by its tenant's.
+    public let tenants: TenantFlows
     let notifications: AppleNotificationFlow?
     let store: PostgresStore
     let clock: any WorkerClock
@@ -53,13 +54,13 @@ public final class RequestPipeline: Service {
 
     public init(
         configuration: WorkerConfiguration, consumer: KafkaConsumer, producer: KafkaProducer, flows: LoginFlows,
-        notifications: AppleNotificationFlow?, store: PostgresStore, clock: any WorkerClock, metrics: WorkerMetrics,
-        logger: Logger
+        tenants: [String: LoginFlows] = [:], notifications: AppleNotificationFlow?, store: PostgresStore,
+        clock: any WorkerClock, metrics: WorkerMetrics, logger: Logger
     ) throws {
         self.configuration = configuration
         self.consumer = consumer
         self.producer = producer
-        self.flows = flows
+        self.tenants = TenantFlows(main: flows, others: tenants)
         self.notifications = notifications
         self.store = store
         self.clock = clock

@@ -1,0 +1,138 @@
+import AuthClient
+import AuthCrypto
+import Foundation
+import JOSE
+import JOSEFixtures
+import Messages
+import Testing
+
+@testable import AuthWorker
+@testable import TestSupport
+
+/// One worker, run as operators run it (`auth-worker run` with `AUTH_TENANTS_FILE`), serving the
+/// default tenant and `acme` side by side through the broker: each with its own Apple audience,
+/// token issuer and signing key, its own users; a tenant added to the file is served after
+/// SIGHUP, and a file with a mistake leaves the tenants served as they were.
+extension ProcessIntegrationTests {
+    @Test func twoTenantsSideBySideAndOneAddedOnSIGHUP() async throws {
+        let topics = try await IntegrationEnvironment.makeTopics()
+        let databaseURL = try await IntegrationEnvironment.makeDatabase()
+        let brokers = try #require(IntegrationEnvironment.kafkaBrokers)
+        let keys = try KeyServer()
+        defer { keys.stop() }
+        keys.serve("/apple/keys", .init(body: TestSigner.keySet([Signers.rsa2048])))
+        let main = try TestKeys.temporaryKeyFile()
+        let acme = try TestKeys.temporaryKeyFile()
+        let tenantsFile = FileManager.default.temporaryDirectory.appendingPathComponent("tenants-\(UUID()).json").path
+        func writeTenants(_ text: String) throws {
+            try text.write(toFile: tenantsFile, atomically: true, encoding: .utf8)
+        }
+        let acmeSettings = """
+            "acme": {"AUTH_APPLE_AUDIENCES": "com.acme.app", "AUTH_TOKEN_ISSUER": "https://auth.acme.example",
+                     "AUTH_SIGNING_KEYS": "\(acme.path)", "AUTH_SESSION_TTL_SECONDS": 3600}
+            """
+        try writeTenants(#"{"tenants": {\#(acmeSettings)}}"#)
+        defer {
+            for path in [main.path, acme.path, tenantsFile] { try? FileManager.default.removeItem(atPath: path) }
+        }
+        let (process, output, _) = try launch(
+            ["run"],
+            environment: [
+                "AUTH_KAFKA_BROKERS": brokers, "AUTH_DATABASE_URL": databaseURL, "AUTH_MIGRATE_ON_START": "true",
+                "AUTH_KAFKA_GROUP": IntegrationEnvironment.uniqueName("group"),
+                "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
+                "AUTH_TOPIC_EVENTS": topics.events, "AUTH_TOPIC_NOTIFICATIONS": topics.notifications,
+                "AUTH_TOPIC_DLQ": topics.deadLetters, "AUTH_KAFKA_FETCH_WAIT_MS": "5", "AUTH_HEALTH_PORT": "0",
+                "AUTH_ACCESS_TOKEN_FORMAT": "jwt", "AUTH_SIGNING_KEYS": main.path,
+                "AUTH_TOKEN_ISSUER": "https://auth.example.com", "AUTH_APPLE_AUDIENCES": "com.example.app",
+                "AUTH_APPLE_KEYS_URL": keys.url("/apple/keys").absoluteString, "AUTH_TENANTS_FILE": tenantsFile,
+            ])
+        let logs = LogCollector(output)
+        defer { process.terminate() }
+        let assigned = await logs.value(of: "msg", inLineWith: "Partitions assigned", timeout: .seconds(60))
+        let early = await logs.all()
+        #expect(assigned != nil, "\(early)")
+        let served = await logs.value(of: "auth.tenants", inLineWith: "Tenants served")
+        #expect(served == "acme")
+
+        func client(_ tenant: String?) async throws -> AuthClient {
+            var configuration = AuthClient.Configuration(brokers: [brokers])
+            configuration.requestsTopic = topics.requests
+            configuration.resultsTopic = topics.results
+            configuration.timeout = .seconds(30)
+            configuration.tenant = tenant
+            return try await AuthClient.connect(configuration, logger: IntegrationEnvironment.quietLogger)
+        }
+        let mainClient = try await client(nil)
+        let acmeClient = try await client("acme")
+        let betaClient = try await client("beta")
+        let now = Int(Date().timeIntervalSince1970)
+        func apple(_ audience: String, _ sub: String) -> LoginRequestData {
+            var data = LoginRequestData(method: "apple")
+            data.identityToken = Signers.rsa2048.token(
+                ["iss": "https://appleid.apple.com", "aud": audience, "sub": sub, "iat": now - 5, "exp": now + 600],
+                algorithm: .rs256)
+            return data
+        }
+        /// A JWT's claims and its header's key id.
+        func claims(_ token: String) throws -> (claims: [String: Any], kid: String?) {
+            let parts = token.split(separator: ".").map(String.init)
+            try #require(parts.count == 3)
+            let header = try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(parts[0]))))
+            let body = try JSONSerialization.jsonObject(with: Data(try #require(Base64URL.decode(parts[1]))))
+            return (try #require(body as? [String: Any]), (header as? [String: Any])?["kid"] as? String)
+        }
+
+        // Each tenant's Apple audience: acme's app signs in at acme only, the default's at the default only.
+        let acmeUser = try await acmeClient.login(apple("com.acme.app", "001.shared"))
+        #expect(acmeUser.isOK && acmeUser.newUser == true, "\(String(describing: acmeUser.error))")
+        let refusedAtMain = try await mainClient.login(apple("com.acme.app", "001.shared"))
+        #expect(refusedAtMain.error?.code == .audienceMismatch)
+        let refusedAtAcme = try await acmeClient.login(apple("com.example.app", "001.shared"))
+        #expect(refusedAtAcme.error?.code == .audienceMismatch)
+        let mainUser = try await mainClient.login(apple("com.example.app", "001.shared"))
+        #expect(mainUser.isOK && mainUser.newUser == true, "the same Apple user is another account here")
+        #expect(mainUser.user?.id != nil && mainUser.user?.id != acmeUser.user?.id)
+
+        // Each tenant's issuer and key.
+        let acmeToken = try claims(try #require(acmeUser.session?.accessToken))
+        #expect(acmeToken.claims["iss"] as? String == "https://auth.acme.example")
+        #expect(acmeToken.kid == acme.key.keyID)
+        let mainToken = try claims(try #require(mainUser.session?.accessToken))
+        #expect(mainToken.claims["iss"] as? String == "https://auth.example.com")
+        #expect(mainToken.kid == main.key.keyID)
+        // A tenant's session is unknown to the other.
+        let crossed = try await acmeClient.introspect(try #require(mainUser.session?.accessToken))
+        #expect(crossed.active == false)
+        var refresh = LoginRequestData(method: "refresh")
+        refresh.refreshToken = acmeUser.session?.refreshToken
+        #expect(try await mainClient.login(refresh).error?.code == .invalidRefreshToken)
+        #expect(try await acmeClient.login(refresh).isOK, "and still works in its own")
+
+        // beta is not served until the file names it and the worker reads it again.
+        #expect(try await betaClient.login(LoginRequestData(method: "guest")).error?.code == .unknownTenant)
+        try writeTenants(#"{"tenants": {\#(acmeSettings), "beta": {"AUTH_SESSION_TTL_SECONDS": 7200}}}"#)
+        kill(process.processIdentifier, SIGHUP)
+        let reloaded = await logs.value(of: "auth.tenants", inLineWith: "\"auth.tenants\":\"acme,beta\"")
+        let sofar = await logs.all()
+        #expect(reloaded == "acme,beta", "\(sofar)")
+        let betaGuest = try await betaClient.login(LoginRequestData(method: "guest"))
+        #expect(betaGuest.isOK, "\(String(describing: betaGuest.error))")
+        #expect(
+            try claims(try #require(betaGuest.session?.accessToken)).claims["iss"] as? String
+                == "https://auth.example.com")
+
+        // A file with a mistake is refused, named in the log, and the tenants served stay.
+        try writeTenants(#"{"tenants": {"beta": {"AUTH_DATABASE_URL": "postgres://elsewhere"}}}"#)
+        kill(process.processIdentifier, SIGHUP)
+        let refusal = await logs.value(of: "error", inLineWith: "Tenants file refused")
+        #expect(
+            refusal?.contains("tenant beta: AUTH_DATABASE_URL is the deployment's") == true,
+            "\(String(describing: refusal))")
+        #expect(try await betaClient.login(LoginRequestData(method: "guest")).isOK)
+        #expect(try await acmeClient.login(LoginRequestData(method: "guest")).isOK)
+        await mainClient.close()
+        await acmeClient.close()
+        await betaClient.close()
+    }
+}
