@@ -97,6 +97,17 @@ import Testing
         #expect(!acmeEvents.events.isEmpty)
         let payloads = acmeEvents.events.map { String(decoding: $0.payload, as: UTF8.self) }
         #expect(!payloads.contains { $0.contains(firstUser) })
+        // Each names its tenant; the default tenant's name none, as before tenants.
+        for event in acmeEvents.events {
+            let envelope = try JSONSerialization.jsonObject(with: Data(event.payload)) as? [String: Any]
+            #expect(envelope?["tenant"] as? String == "acme")
+        }
+        let mainEvents = try #require(try await main.handle(apple("002.main-only"))).events
+        #expect(!mainEvents.isEmpty)
+        for event in mainEvents {
+            let envelope = try JSONSerialization.jsonObject(with: Data(event.payload)) as? [String: Any]
+            #expect(envelope?["tenant"] == nil)
+        }
     }
 
     @Test func aTenantsTokensAreUnknownToAnotherAndLeftAsTheyWere() async throws {

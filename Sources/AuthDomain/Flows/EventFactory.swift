@@ -10,6 +10,8 @@ package struct EventFactory: Sendable {
     let source: String
     let traceparent: String?
     let now: Date
+    /// The tenant of the request, for a tenant other than the default one (whose events name none).
+    var tenant: String?
 
     package init(identifiers: Identifiers, topic: String, source: String, traceparent: String?, now: Date) {
         self.identifiers = identifiers
@@ -181,7 +183,8 @@ package struct EventFactory: Sendable {
     {
         let id = try identifiers.uuid()
         let envelope = CloudEvent(
-            id: id.lowercasedString, source: source, type: type, time: now, traceparent: traceparent, data: data)
+            id: id.lowercasedString, source: source, type: type, time: now, traceparent: traceparent, tenant: tenant,
+            data: data)
         return OutboxEvent(
             id: id, topic: topic, key: key, payload: MessageCoding.encode(envelope),
             createdAt: now)

@@ -133,7 +133,9 @@ public struct LoginFlows: Sendable {
 
     /// The events a request causes, stamped with its trace and time.
     func events(for request: LoginRequest, at date: Date) -> EventFactory {
-        EventFactory(configuration, identifiers: identifiers, traceparent: request.traceparent, now: date)
+        var events = EventFactory(configuration, identifiers: identifiers, traceparent: request.traceparent, now: date)
+        if let tenant = request.tenant, tenant != Tenant.defaultName { events.tenant = tenant }
+        return events
     }
 
     /// A new session's ids, secrets and lifetimes.
