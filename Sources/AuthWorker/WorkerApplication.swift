@@ -5,6 +5,7 @@ import Kafka
 import PGStore
 import Passwords
 import ServiceKit
+import Synchronization
 
 /// Composes the running worker from a configuration: the one place that wires the parts.
 ///
@@ -29,6 +30,8 @@ public struct WorkerApplication: Sendable {
     public let logger: Logger
     /// Makes a tenant's flows from its configuration (`serveTenants`).
     let makeFlows: FlowMaker
+    /// Each served tenant's key documents, at `/tenants/<name>/.well-known/…` on the health port.
+    let tenantDocuments: TenantDocuments
 
     /// Validates the configuration, migrates when configured, and creates every part.
     /// - Throws: `ConfigurationError`, `PGError` (database unreachable or migration failed), `KafkaError`.
@@ -94,10 +97,13 @@ public struct WorkerApplication: Sendable {
             topics: configuration.topics.all, outboxBacklog: metrics.outboxBacklog, databaseLoss: worker.databaseLoss,
             logger: logger.child(label: "auth.health"))
         let published = try PublishedKeys(configuration: configuration)
+        let tenantDocuments = TenantDocuments(maxAge: configuration.keySetMaxAge)
+        try tenantDocuments.replace(with: tenants)
         let health = configuration.healthPort.map { port in
             makeHealthServer(
                 port: port, configuration: configuration, producer: producer, worker: worker, metrics: metrics,
-                readiness: readiness, published: published, logger: logger.child(label: "auth.health"))
+                readiness: readiness, published: published, tenants: tenantDocuments,
+                logger: logger.child(label: "auth.health"))
         }
         let appleTokens = try AppleTokenService(
             configuration: configuration, store: store, clock: clock, metrics: metrics,
@@ -107,7 +113,30 @@ public struct WorkerApplication: Sendable {
             worker: worker,
             relay: relay, appleTokens: appleTokens, metrics: metrics, health: health, readiness: readiness,
             clients: SharedClients(producer: producer, store: store, logger: logger.child(label: "auth.lifecycle")),
-            logger: logger, makeFlows: makeFlows)
+            logger: logger, makeFlows: makeFlows, tenantDocuments: tenantDocuments)
+    }
+
+    /// Each served tenant's JWK Set and discovery document (`PublishedKeys` of its configuration),
+    /// by path: `/tenants/<name>/.well-known/jwks.json` and `…/openid-configuration`.
+    final class TenantDocuments: Sendable {
+        let maxAge: Int
+        private let documents = Mutex<[String: HealthServer.Respond]>([:])
+
+        init(maxAge: Int) { self.maxAge = maxAge }
+
+        /// Publishes the documents of `tenants` in place of those published so far.
+        /// - Throws: `ConfigurationError` for a key file that cannot be loaded (nothing replaced).
+        func replace(with tenants: [String: WorkerConfiguration]) throws {
+            var all: [String: HealthServer.Respond] = [:]
+            for (name, configuration) in tenants {
+                for (path, respond) in keyDocuments(try PublishedKeys(configuration: configuration), maxAge: maxAge) {
+                    all["/tenants/" + name + path] = respond
+                }
+            }
+            documents.withLock { $0 = all }
+        }
+
+        func document(_ path: String) -> HTTPResponse? { documents.withLock { $0[path] }?() }
     }
 
     /// Makes the flows of a tenant from its configuration, with the worker's store, password
@@ -146,6 +175,7 @@ public struct WorkerApplication: Sendable {
     ///   is replaced then).
     public func serveTenants(_ configurations: [String: WorkerConfiguration]) throws {
         for (_, tenant) in configurations { try tenant.validate() }
+        try tenantDocuments.replace(with: configurations)
         let flows = try Dictionary(
             uniqueKeysWithValues: configurations.map { name, tenant in (name, try makeFlows(tenant, tenant: name).flows)
             })
@@ -159,10 +189,13 @@ public struct WorkerApplication: Sendable {
     /// never waits on PostgreSQL or the broker.
     static func makeHealthServer(
         port: UInt16, configuration: WorkerConfiguration, producer: KafkaProducer, worker: RequestPipeline,
-        metrics: WorkerMetrics, readiness: Readiness, published: PublishedKeys, logger: Logger
+        metrics: WorkerMetrics, readiness: Readiness, published: PublishedKeys,
+        tenants: TenantDocuments? = nil, logger: Logger
     ) -> HealthServer {
         // A loop stuck longer than the longest retry wait plus a poll is not alive.
         let livenessLimit = max(60, Int(configuration.processing.maxRetryDelay.wholeMilliseconds / 1000) * 3)
+        var documents: (@Sendable (String) -> HTTPResponse?)?
+        if let tenants { documents = { path in tenants.document(path) } }
         return HealthServer(
             host: configuration.healthAddress, port: port,
             routes: [
@@ -173,7 +206,8 @@ public struct WorkerApplication: Sendable {
                 },
                 "/readyz": { readiness.answer() },
                 "/metrics": { (200, metrics.prometheusText()) },
-            ], responses: keyDocuments(published, maxAge: configuration.keySetMaxAge), logger: logger)
+            ], responses: keyDocuments(published, maxAge: configuration.keySetMaxAge), documents: documents,
+            logger: logger)
     }
 
     /// `/.well-known/jwks.json` and `/.well-known/openid-configuration`, cacheable for `maxAge`

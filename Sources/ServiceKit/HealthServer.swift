@@ -25,6 +25,8 @@ public final class HealthServer: Service, @unchecked Sendable {
     private let requestedPort: UInt16
     private let routes: [String: Check]
     private let responses: [String: Respond]
+    /// Documents whose paths change while it runs (each tenant's keys), asked after the fixed ones.
+    private let documents: (@Sendable (String) -> HTTPResponse?)?
     private let logger: Logger
     private let stopped = Atomic<Bool>(false)
     private let boundPort = Atomic<Int>(0)
@@ -49,9 +51,11 @@ public final class HealthServer: Service, @unchecked Sendable {
     ///   - port: 0 picks a free port (tests).
     public init(
         host: String = "0.0.0.0", port: UInt16, routes: [String: Check], responses: [String: Respond] = [:],
-        logger: Logger, requestTimeout: Duration = .milliseconds(200), maximumConnections: Int = 256
+        documents: (@Sendable (String) -> HTTPResponse?)? = nil, logger: Logger,
+        requestTimeout: Duration = .milliseconds(200), maximumConnections: Int = 256
     ) {
         self.responses = responses
+        self.documents = documents
         self.host = host
         self.requestedPort = port
         self.routes = routes
@@ -251,6 +255,8 @@ public final class HealthServer: Service, @unchecked Sendable {
             reply = HTTPResponse(
                 status: status, body: body, contentType: path == "/metrics" ? "text/plain; version=0.0.4" : "text/plain"
             )
+        } else if parts.first == "GET", let document = documents?(path) {
+            reply = document
         } else {
             reply = HTTPResponse(status: 404, body: "not found\n")
         }

@@ -35,6 +35,7 @@ extension ProcessIntegrationTests {
         defer {
             for path in [main.path, acme.path, tenantsFile] { try? FileManager.default.removeItem(atPath: path) }
         }
+        let healthPort = try IsolatedCluster.freePort()
         let (process, output, _) = try launch(
             ["run"],
             environment: [
@@ -42,7 +43,8 @@ extension ProcessIntegrationTests {
                 "AUTH_KAFKA_GROUP": IntegrationEnvironment.uniqueName("group"),
                 "AUTH_TOPIC_REQUESTS": topics.requests, "AUTH_TOPIC_RESULTS": topics.results,
                 "AUTH_TOPIC_EVENTS": topics.events, "AUTH_TOPIC_NOTIFICATIONS": topics.notifications,
-                "AUTH_TOPIC_DLQ": topics.deadLetters, "AUTH_KAFKA_FETCH_WAIT_MS": "5", "AUTH_HEALTH_PORT": "0",
+                "AUTH_TOPIC_DLQ": topics.deadLetters, "AUTH_KAFKA_FETCH_WAIT_MS": "5",
+                "AUTH_HEALTH_PORT": String(healthPort), "AUTH_HEALTH_ADDRESS": "127.0.0.1",
                 "AUTH_ACCESS_TOKEN_FORMAT": "jwt", "AUTH_SIGNING_KEYS": main.path,
                 "AUTH_TOKEN_ISSUER": "https://auth.example.com", "AUTH_APPLE_AUDIENCES": "com.example.app",
                 "AUTH_APPLE_KEYS_URL": keys.url("/apple/keys").absoluteString, "AUTH_TENANTS_FILE": tenantsFile,
@@ -101,6 +103,16 @@ extension ProcessIntegrationTests {
         let mainToken = try claims(try #require(mainUser.session?.accessToken))
         #expect(mainToken.claims["iss"] as? String == "https://auth.example.com")
         #expect(mainToken.kid == main.key.keyID)
+        // Each tenant's keys and discovery document, beside the default tenant's.
+        let health = "http://127.0.0.1:\(healthPort)"
+        let acmeKeys = try await HTTP.get(health + "/tenants/acme/.well-known/jwks.json")
+        #expect(
+            acmeKeys.status == 200 && acmeKeys.body.contains(acme.key.keyID) && !acmeKeys.body.contains(main.key.keyID))
+        let mainKeys = try await HTTP.get(health + "/.well-known/jwks.json")
+        #expect(mainKeys.body.contains(main.key.keyID) && !mainKeys.body.contains(acme.key.keyID))
+        let acmeDiscovery = try await HTTP.get(health + "/tenants/acme/.well-known/openid-configuration")
+        #expect(acmeDiscovery.body.contains(#""issuer":"https://auth.acme.example""#), "\(acmeDiscovery.body)")
+        #expect(try await HTTP.get(health + "/tenants/beta/.well-known/jwks.json").status == 404)
         // A tenant's session is unknown to the other.
         let crossed = try await acmeClient.introspect(try #require(mainUser.session?.accessToken))
         #expect(crossed.active == false)
@@ -116,6 +128,7 @@ extension ProcessIntegrationTests {
         let reloaded = await logs.value(of: "auth.tenants", inLineWith: "\"auth.tenants\":\"acme,beta\"")
         let sofar = await logs.all()
         #expect(reloaded == "acme,beta", "\(sofar)")
+        #expect(try await HTTP.get(health + "/tenants/beta/.well-known/jwks.json").body.contains(main.key.keyID))
         let betaGuest = try await betaClient.login(LoginRequestData(method: "guest"))
         #expect(betaGuest.isOK, "\(String(describing: betaGuest.error))")
         #expect(
