@@ -50,6 +50,7 @@ extension PostgresStore {
                         SELECT i.user_id, \(unsafeRaw: Self.provenPasswordAddress) AS verified
                         FROM identities i JOIN users u ON u.id = i.user_id
                         WHERE i.provider = 'password' AND i.subject = lower(\(email))
+                          AND i.tenant = \(TenantScope.defaultName)
                         FOR UPDATE OF u
                         """
                     ).first
@@ -82,7 +83,9 @@ extension PostgresStore {
                 let removed = try connection.query(
                     """
                     DELETE FROM admin_roles
-                    WHERE user_id IN (SELECT user_id FROM identities WHERE provider = 'password' AND subject = lower(\(email)))
+                    WHERE user_id IN (SELECT user_id FROM identities
+                                      WHERE provider = 'password' AND subject = lower(\(email))
+                                        AND tenant = \(TenantScope.defaultName))
                     RETURNING user_id, role
                     """
                 ).map { row in

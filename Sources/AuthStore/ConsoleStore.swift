@@ -159,6 +159,9 @@ extension PostgresStore {
     /// milliseconds, so the primary key holds users by age. A prefix most accounts share
     /// (`guest_`) still reads every account it matches.
     static func userSearch(_ query: String, offset: Int, limit: Int) -> PGQuery {
+        // The console is the default tenant's until its roles are per tenant: another tenant's
+        // users are neither listed nor found.
+        let tenant = TenantScope.defaultName
         let text = query.trimmingCharacters(in: .whitespaces)
         let columns = """
             u.id, u.handle, u.name, u.email, u.email_verified, u.is_guest, u.disabled_at IS NOT NULL AS disabled,
@@ -167,7 +170,8 @@ extension PostgresStore {
         guard !text.isEmpty else {
             return """
                 SELECT \(unsafeRaw: columns) FROM users u
-                WHERE u.id = ANY(ARRAY(SELECT id FROM users ORDER BY id DESC LIMIT \(limit) OFFSET \(offset)))
+                WHERE u.id = ANY(ARRAY(
+                    SELECT id FROM users WHERE tenant = \(tenant) ORDER BY id DESC LIMIT \(limit) OFFSET \(offset)))
                 ORDER BY u.id DESC
                 """
         }
@@ -182,13 +186,14 @@ extension PostgresStore {
         return """
             SELECT \(unsafeRaw: columns) FROM users u
             WHERE u.id = ANY(ARRAY(
-                SELECT id FROM users WHERE id = \(id)
-                UNION SELECT id FROM users WHERE handle LIKE \(prefix)
-                UNION SELECT id FROM users WHERE lower(email) LIKE \(prefix) AND email IS NOT NULL
-                UNION SELECT id FROM users WHERE phone LIKE \(prefix) AND phone IS NOT NULL
-                UNION SELECT user_id FROM identities WHERE lower(email) LIKE \(prefix) AND email IS NOT NULL
+                SELECT id FROM users WHERE id = \(id) AND tenant = \(tenant)
+                UNION SELECT id FROM users WHERE handle LIKE \(prefix) AND tenant = \(tenant)
+                UNION SELECT id FROM users WHERE lower(email) LIKE \(prefix) AND email IS NOT NULL AND tenant = \(tenant)
+                UNION SELECT id FROM users WHERE phone LIKE \(prefix) AND phone IS NOT NULL AND tenant = \(tenant)
                 UNION SELECT user_id FROM identities
-                      WHERE subject = \(text) AND provider = ANY(ARRAY(
+                      WHERE lower(email) LIKE \(prefix) AND email IS NOT NULL AND tenant = \(tenant)
+                UNION SELECT user_id FROM identities
+                      WHERE subject = \(text) AND tenant = \(tenant) AND provider = ANY(ARRAY(
                           WITH RECURSIVE providers (name) AS (
                               SELECT min(provider) FROM identities
                               UNION ALL
@@ -314,7 +319,8 @@ extension PostgresStore {
                     """
                     SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_guest,
                            u.disabled_at IS NOT NULL AS disabled, u.created_at, u.phone, r.role
-                    FROM users u LEFT JOIN admin_roles r ON r.user_id = u.id WHERE u.id = \(id)
+                    FROM users u LEFT JOIN admin_roles r ON r.user_id = u.id
+                    WHERE u.id = \(id) AND u.tenant = \(TenantScope.defaultName)
                     """
                 ).first
             else { return nil }

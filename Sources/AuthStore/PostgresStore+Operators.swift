@@ -6,13 +6,14 @@ import PGStore
 extension PostgresStore {
     // MARK: - Operators
 
-    /// Guests created before `cutoff` that never gained an identity, oldest first.
+    /// The default tenant's guests created before `cutoff` that never gained an identity, oldest
+    /// first (operator commands are the default tenant's until they take a tenant).
     public func staleGuests(createdBefore cutoff: Date, limit: Int) async throws -> [UUID] {
         try await pool.withConnection { connection in
             try connection.query(
                 """
                 SELECT id FROM users
-                WHERE is_guest AND created_at < \(cutoff)
+                WHERE is_guest AND created_at < \(cutoff) AND tenant = \(TenantScope.defaultName)
                   AND NOT EXISTS (SELECT 1 FROM identities WHERE identities.user_id = users.id)
                 ORDER BY created_at LIMIT \(limit)
                 """

@@ -46,15 +46,24 @@ public struct UserReport: Codable, Sendable {
     /// sign up of those whose address, or one of whose identities' address, is `idOrEmail` in any
     /// case. Both addresses by their lower-case indexes (`users_email_prefix`, `identities_email`),
     /// the users then by their key.
+    ///
+    /// The default tenant's users only: operator commands are that tenant's until they take one.
     static func lookup(_ idOrEmail: String) -> PGQuery {
-        if let id = UUID(uuidString: idOrEmail) { return "SELECT * FROM users WHERE id = \(id)" }
+        let tenant = TenantScope.defaultName
+        if let id = UUID(uuidString: idOrEmail) {
+            return "SELECT * FROM users WHERE id = \(id) AND tenant = \(tenant)"
+        }
         if idOrEmail.hasPrefix("+") {
-            return "SELECT * FROM users WHERE phone = \(idOrEmail) AND phone IS NOT NULL ORDER BY created_at LIMIT 1"
+            return """
+                SELECT * FROM users WHERE phone = \(idOrEmail) AND phone IS NOT NULL AND tenant = \(tenant)
+                ORDER BY created_at LIMIT 1
+                """
         }
         return """
             SELECT * FROM users WHERE id = ANY(ARRAY(
                 SELECT id FROM users WHERE lower(email) = lower(\(idOrEmail)) AND email IS NOT NULL
                 UNION SELECT user_id FROM identities WHERE lower(email) = lower(\(idOrEmail)) AND email IS NOT NULL))
+              AND tenant = \(tenant)
             ORDER BY created_at LIMIT 1
             """
     }
