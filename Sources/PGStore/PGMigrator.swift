@@ -68,7 +68,11 @@ public enum PGMigrator {
         _ connection: PGConnection, migrations: [PGMigration], lockWaits: LockWaits = LockWaits()
     ) throws -> [Int] {
         try takeLock(connection)
+        // A build on a big table takes as long as the table needs: the connection's statement
+        // timeout (a minute by default, `PGConnection.defaultSettings`) would cancel it there.
+        try connection.execute(unsafeSQL: "SET statement_timeout = 0")
         defer {
+            _ = try? connection.execute(unsafeSQL: "RESET statement_timeout")
             _ = try? connection.execute(unsafeSQL: "RESET lock_timeout")
             _ = try? connection.query("SELECT pg_advisory_unlock(\(lockKey))")
         }

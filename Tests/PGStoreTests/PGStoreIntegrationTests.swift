@@ -461,6 +461,20 @@ import Testing
         #expect(try writer.query("SELECT count(w) AS n FROM rows").first?.decode("n", as: Int.self) == 0)
     }
 
+    /// A migration's statements run without the connection's statement timeout (an index built on
+    /// a big table takes as long as the table needs; the default minute cancelled it), and the
+    /// connection has its timeout back afterwards.
+    @Test func aMigrationIsNotCutShortByTheConnectionsStatementTimeout() throws {
+        let url = try IntegrationEnvironment.makeDatabaseNow()
+        let connection = try PGConnection(conninfo: url + "&options=-c%20statement_timeout%3D200")
+        let slow = PGMigration(
+            version: 4, name: "slow", outsideTransaction: ["SELECT pg_sleep(0.5)"], sql: "SELECT pg_sleep(0.5)")
+        #expect(try PGMigrator.migrate(connection, migrations: [slow]) == [4])
+        #expect(throws: PGError.self, "the connection's own timeout holds again") {
+            try connection.execute(unsafeSQL: "SELECT pg_sleep(0.5)")
+        }
+    }
+
     @Test func thePoolBoundsConnectionsAndServesConcurrentCallers() async throws {
         let pool = PGPool(conninfo: try await IntegrationEnvironment.makeDatabase(), size: 3)
         let pids = try await withThrowingTaskGroup(of: Int.self) { group in

@@ -389,20 +389,30 @@ import Testing
         try await Blocking.run {
             let connection = try PGConnection(conninfo: url)
             try PGMigrator.migrate(connection, migrations: before)
-            try connection.execute(
-                unsafeSQL: """
-                    INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)
-                    SELECT md5(n::text)::uuid, 'user_' || n, false, false, false, now(), now()
-                    FROM generate_series(1, 1000000) AS n;
-                    INSERT INTO identities (provider, subject, user_id, email_verified, is_private_email, created_at,
-                                            last_login_at)
-                    SELECT 'apple', 'sub.' || n, md5(n::text)::uuid, false, false, now(), now()
-                    FROM generate_series(1, 1000000) AS n;
-                    INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at)
-                    SELECT 'request-' || n, 'apple', 'ok', now(), now() + interval '1 day'
-                    FROM generate_series(1, 1000000) AS n;
-                    ANALYZE
-                    """)
+            // The load is the test's setup, not a statement the worker runs: no time limit (under
+            // a full parallel run it took over the connections' default minute).
+            try connection.execute(unsafeSQL: "SET statement_timeout = 0")
+            for load in [
+                """
+                INSERT INTO users (id, handle, email_verified, is_private_email, is_guest, created_at, updated_at)
+                SELECT md5(n::text)::uuid, 'user_' || n, false, false, false, now(), now()
+                FROM generate_series(1, 1000000) AS n
+                """,
+                """
+                INSERT INTO identities (provider, subject, user_id, email_verified, is_private_email, created_at,
+                                        last_login_at)
+                SELECT 'apple', 'sub.' || n, md5(n::text)::uuid, false, false, now(), now()
+                FROM generate_series(1, 1000000) AS n
+                """,
+                """
+                INSERT INTO processed_requests (request_id, method, status, processed_at, expires_at)
+                SELECT 'request-' || n, 'apple', 'ok', now(), now() + interval '1 day'
+                FROM generate_series(1, 1000000) AS n
+                """,
+                "ANALYZE",
+            ] {
+                try connection.execute(unsafeSQL: load)
+            }
         }
         let migrating = Atomic<Bool>(true)
         // Sign-ins as the release before writes them, one after another, each timed.
