@@ -147,5 +147,22 @@ extension ProcessIntegrationTests {
         await mainClient.close()
         await acmeClient.close()
         await betaClient.close()
+
+        // The Python gateway example, with a second gateway in acme's name: acme's token checked
+        // against acme's own key set and issuer, the default tenant's token unknown there.
+        let example = try await Subprocess.run(
+            ["python3", ProjectPaths.root.appendingPathComponent("examples/python-gateway/gateway.py").path],
+            environment: ProcessInfo.processInfo.environment.merging([
+                "AUTH_KAFKA_BROKERS": brokers, "AUTH_WORKER_URL": health, "AUTH_TOPIC_REQUESTS": topics.requests,
+                "AUTH_TOPIC_RESULTS": topics.results, "AUTH_TOKEN_ISSUER": "https://auth.example.com",
+                "AUTH_EXAMPLE_TENANT": "acme", "AUTH_EXAMPLE_TENANT_ISSUER": "https://auth.acme.example",
+            ]) { $1 })
+        #expect(example.status == 0, "\(example.output)")
+        let steps = example.output.split(separator: "\n").compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
+        }
+        #expect(steps.map { $0["step"] as? String } == ["login", "verify", "tenant", "introspect", "logout"])
+        let tenantStep = steps.first { $0["step"] as? String == "tenant" }
+        #expect(tenantStep?["iss"] as? String == "https://auth.acme.example", "\(example.output)")
     }
 }

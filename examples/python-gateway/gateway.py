@@ -27,6 +27,12 @@ the worker has its public half as AUTH_SMS_KEY and signs up by phone, AUTH_PHONE
 the example also plays the SMS service: it asks for a code for AUTH_EXAMPLE_PHONE, reads
 `auth.phone.code_requested` from the events topic (AUTH_TOPIC_EVENTS), opens the sealed code with
 that key, and signs in with `phone_code`. A real SMS service texts the code instead.
+
+Tenants: with AUTH_EXAMPLE_TENANT set to a tenant the worker serves (its tenants file), and
+AUTH_EXAMPLE_TENANT_ISSUER to that tenant's AUTH_TOKEN_ISSUER, a second gateway sends its
+requests in that tenant's name (the `tenant` attribute): it signs a guest in there, verifies the
+token against the tenant's own JWK Set (`/tenants/<name>/.well-known/jwks.json`) and issuer, and
+checks that the first gateway's token is unknown in that tenant.
 """
 import base64
 import hashlib
@@ -55,6 +61,8 @@ REDIRECT_URI = os.environ.get("AUTH_EXAMPLE_REDIRECT_URI", "com.example.app://oa
 EVENTS = os.environ.get("AUTH_TOPIC_EVENTS", "auth.user.events")
 SMS_KEY_FILE = os.environ.get("AUTH_EXAMPLE_SMS_KEY_FILE")
 PHONE = os.environ.get("AUTH_EXAMPLE_PHONE", "+14155550100")
+TENANT = os.environ.get("AUTH_EXAMPLE_TENANT")
+TENANT_ISSUER = os.environ.get("AUTH_EXAMPLE_TENANT_ISSUER", ISSUER)
 
 
 def kafka_properties():
@@ -139,6 +147,25 @@ def github_sign_in(gateway):
     return {"user": signed_in["user"]["id"], "email": signed_in["user"]["email"], "reused_code": "invalid_code"}
 
 
+def tenant_sign_in(other_token):
+    """A gateway of another app: its guest's token is its tenant's, signed with its keys, and the
+    first gateway's token is unknown there."""
+    gateway = AuthGateway(tenant=TENANT)
+    try:
+        signed_in = gateway.call({"method": "guest", "device": {"name": "Python example", "platform": "cli"}})
+        assert signed_in["status"] == "ok", signed_in
+        token = signed_in["session"]["access_token"]
+        keys = jwk.JWKSet.from_json(urllib.request.urlopen(
+            f"{WORKER_URL}/tenants/{TENANT}/.well-known/jwks.json", timeout=5).read())
+        claims = json.loads(jwt.JWT(jwt=token, key=keys, algs=["ES256", "EdDSA"],
+                                    check_claims={"iss": TENANT_ISSUER, "aud": AUDIENCE, "exp": None}).claims)
+        unknown = gateway.call({"method": "introspect", "access_token": other_token})["introspection"]
+        assert unknown == {"active": False}, unknown
+        return {"tenant": TENANT, "user": claims["sub"], "iss": claims["iss"], "other_tenants_token_active": False}
+    finally:
+        gateway.close()
+
+
 def browser(command):
     """What the page does with passkey_options: here, the software authenticator."""
     answer = subprocess.run([sys.executable, AUTHENTICATOR], input=json.dumps({**command, "origin": ORIGIN}),
@@ -165,7 +192,8 @@ class AuthGateway:
     """Publishes requests and reads their answers: every partition of the results topic, from its
     end when the gateway starts, matched to requests by the Kafka key (the request's id)."""
 
-    def __init__(self):
+    def __init__(self, tenant=None):
+        self.tenant = tenant
         self.producer = Producer({**KAFKA, "enable.idempotence": True, "linger.ms": 0})
         self.consumer = Consumer({**KAFKA, "group.id": f"gateway-{uuid.uuid4()}",
                                   "enable.auto.commit": False, "fetch.wait.max.ms": 10})
@@ -186,6 +214,8 @@ class AuthGateway:
             data = {**data, "reply_key": reply_key.export_public(as_dict=True)["x"]}
         event = {"specversion": "1.0", "id": request_id, "source": "/gateway/python-example",
                  "type": "auth.login.request", "datacontenttype": "application/json", "data": data}
+        if self.tenant:
+            event["tenant"] = self.tenant
         self.producer.produce(REQUESTS, key=request_id, value=json.dumps(event),
                               headers={"content-type": "application/cloudevents+json"})
         self.producer.flush(10)
@@ -204,7 +234,9 @@ class AuthGateway:
             self.early[key] = message.value()
         else:
             raise TimeoutError(f"no answer to {request_id}")
-        result = json.loads(value)["data"]
+        answer = json.loads(value)
+        assert answer.get("tenant") == self.tenant, answer  # an answer names the tenant its request did
+        result = answer["data"]
         if "sealed_session" in result:
             token = jwe.JWE()
             token.deserialize(result.pop("sealed_session"), key=reply_key)
@@ -241,6 +273,9 @@ def main():
 
         if SMS_KEY_FILE:
             steps["phone"] = phone_sign_in(gateway)
+
+        if TENANT:
+            steps["tenant"] = tenant_sign_in(access_token)
 
         introspected = gateway.call({"method": "introspect", "access_token": access_token})["introspection"]
         assert introspected["active"] and introspected["sid"] == claims["sid"], introspected
