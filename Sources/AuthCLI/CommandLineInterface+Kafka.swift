@@ -57,6 +57,10 @@ extension CommandLineInterface {
             guard let seconds = Int(value), seconds > 0 else { throw UsageError(message: "--timeout takes seconds") }
             timeout = seconds
         }
+        let tenant = arguments.values["--tenant"]
+        if let tenant, !Tenant.isValidName(tenant) {
+            throw UsageError(message: "--tenant takes a tenant's name: 1 to 32 of a-z, 0-9 and -")
+        }
         let configuration = try configuration(needs: [.brokers])
         let quiet = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)
         let kafka = try kafka()
@@ -65,6 +69,7 @@ extension CommandLineInterface {
         clientConfiguration.resultsTopic = configuration.topics.results
         clientConfiguration.source = "/gateway/cli"
         clientConfiguration.kafkaProperties = kafka.properties
+        clientConfiguration.tenant = tenant
         let client = try await AuthClient.connect(clientConfiguration, logger: quiet)
         var data = LoginRequestData(method: "guest")
         data.device = device

@@ -132,6 +132,8 @@ extension CommandLineInterface {
     }
 
     func runWorker() async throws {
+        // SIGHUP reads the tenants file again (below); until then it is ignored, not fatal.
+        signal(SIGHUP, SIG_IGN)
         let configuration = try configuration()
         let kafka = try kafka()
         let logger = logger(configuration)
@@ -149,7 +151,6 @@ extension CommandLineInterface {
         }
         // SIGHUP reads the tenants file again: its tenants are served from then on, or, when it
         // has a mistake, each is logged and the tenants served stay as they were.
-        signal(SIGHUP, SIG_IGN)
         let reload = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         reload.setEventHandler { [self] in
             do {

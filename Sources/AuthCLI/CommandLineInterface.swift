@@ -71,8 +71,10 @@ public struct CommandLineInterface: Sendable {
             words: ["keys", "jwks"], arguments: "",
             summary: "print the public JWK Set of AUTH_SIGNING_KEYS and AUTH_CREDENTIAL_KEYS"),
         Command(
-            words: ["request", "guest"], arguments: "[--device NAME] [--platform P] [--timeout SECONDS]",
-            summary: "publish a guest login and print its result", options: ["--device", "--platform", "--timeout"]),
+            words: ["request", "guest"],
+            arguments: "[--device NAME] [--platform P] [--timeout SECONDS] [--tenant NAME]",
+            summary: "publish a guest login and print its result",
+            options: ["--device", "--platform", "--timeout", "--tenant"]),
         Command(
             words: ["topics", "create"], arguments: "[--partitions N]",
             summary:

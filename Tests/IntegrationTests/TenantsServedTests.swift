@@ -148,6 +148,18 @@ extension ProcessIntegrationTests {
         await acmeClient.close()
         await betaClient.close()
 
+        // `auth-worker request guest --tenant`: a guest of acme's, answered in acme's name.
+        let cli = [
+            "AUTH_KAFKA_BROKERS": brokers, "AUTH_TOPIC_REQUESTS": topics.requests,
+            "AUTH_TOPIC_RESULTS": topics.results,
+        ]
+        let byHand = try await runToEnd(["request", "guest", "--tenant", "acme"], environment: cli)
+        #expect(byHand.status == 0, "\(byHand.errors)")
+        let handResult = try JSONSerialization.jsonObject(with: Data(byHand.output.utf8)) as? [String: Any]
+        #expect(handResult?["status"] as? String == "ok", "\(byHand.output)")
+        let misnamed = try await runToEnd(["request", "guest", "--tenant", "Acme"], environment: cli)
+        #expect(misnamed.status == 2 && misnamed.errors.contains("--tenant"), "\(misnamed.errors)")
+
         // The Python gateway example, with a second gateway in acme's name: acme's token checked
         // against acme's own key set and issuer, the default tenant's token unknown there.
         let example = try await Subprocess.run(
