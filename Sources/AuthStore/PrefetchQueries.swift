@@ -238,51 +238,54 @@ struct PrefetchQueries {
     func fill(_ caches: inout [String: Cache], from results: [PGRows]) throws {
         for ((slot, index), rows) in zip(slots, results) {
             let prefetch = parts[index]
-            let tenant = prefetch.tenant
-            var cache = caches[tenant] ?? Cache()
-            defer { caches[tenant] = cache }
-            switch slot {
-            case .identities:
-                for key in prefetch.identities { cache.identities[key] = .some(nil) }
-                for row in rows {
-                    let identity = try Decode.identity(row)
-                    cache.identities[IdentityKey(provider: identity.provider, subject: identity.subject)] = identity
-                }
-            case .refreshTokens:
-                for hash in prefetch.refreshTokens { cache.remember(refreshToken: nil, hash: hash) }
-                for row in rows where try Decode.owned(row, by: tenant) {
-                    let hash = try row.decode("token_hash", as: PGBytes.self).bytes
-                    cache.remember(refreshToken: try Decode.refreshToken(row), hash: hash)
-                }
-            case .sessions:
-                for id in prefetch.sessions { cache.sessions[id] = .some(nil) }
-                for row in rows where try Decode.owned(row, by: tenant) {
-                    let session = try Decode.session(row, idColumn: "id")
-                    cache.sessions[session.id] = session
-                }
-            case .accessTokens:
-                for hash in prefetch.accessTokens { cache.remember(accessToken: nil, hash: hash) }
-                for row in rows where try Decode.owned(row, by: tenant) {
-                    let hash = try row.decode("token_hash", as: PGBytes.self).bytes
-                    cache.remember(accessToken: try Decode.accessToken(row), hash: hash)
-                }
-            case .users:
-                for id in prefetch.users { cache.users[id] = .some(nil) }
-                for row in rows {
-                    let user = try Decode.user(row)
-                    cache.users[user.id] = user
-                    cache.activeFactors[user.id] = try row.decode("has_factor", as: Bool.self)
-                }
-            case .handles:
-                for handle in prefetch.handles { cache.takenHandles[handle] = false }
-                for row in rows { cache.takenHandles[try row.decode("handle", as: String.self)] = true }
-            case .rateLimits:
-                for bucket in prefetch.rateLimitBuckets {
-                    cache.rateLimits[TenantScope.scoped(bucket, in: tenant)] = .some(nil)
-                }
-                for row in rows {
-                    cache.rateLimits[try row.decode("bucket", as: String.self)] = try Decode.rateLimit(row)
-                }
+            try Self.fill(slot, rows, asked: prefetch, into: &caches[prefetch.tenant, default: Cache()])
+        }
+    }
+
+    /// One query's rows into its tenant's cache, in place.
+    private static func fill(_ slot: Slot, _ rows: PGRows, asked prefetch: Prefetch, into cache: inout Cache) throws {
+        let tenant = prefetch.tenant
+        switch slot {
+        case .identities:
+            for key in prefetch.identities { cache.identities[key] = .some(nil) }
+            for row in rows {
+                let identity = try Decode.identity(row)
+                cache.identities[IdentityKey(provider: identity.provider, subject: identity.subject)] = identity
+            }
+        case .refreshTokens:
+            for hash in prefetch.refreshTokens { cache.remember(refreshToken: nil, hash: hash) }
+            for row in rows where try Decode.owned(row, by: tenant) {
+                let hash = try row.decode("token_hash", as: PGBytes.self).bytes
+                cache.remember(refreshToken: try Decode.refreshToken(row), hash: hash)
+            }
+        case .sessions:
+            for id in prefetch.sessions { cache.sessions[id] = .some(nil) }
+            for row in rows where try Decode.owned(row, by: tenant) {
+                let session = try Decode.session(row, idColumn: "id")
+                cache.sessions[session.id] = session
+            }
+        case .accessTokens:
+            for hash in prefetch.accessTokens { cache.remember(accessToken: nil, hash: hash) }
+            for row in rows where try Decode.owned(row, by: tenant) {
+                let hash = try row.decode("token_hash", as: PGBytes.self).bytes
+                cache.remember(accessToken: try Decode.accessToken(row), hash: hash)
+            }
+        case .users:
+            for id in prefetch.users { cache.users[id] = .some(nil) }
+            for row in rows {
+                let user = try Decode.user(row)
+                cache.users[user.id] = user
+                cache.activeFactors[user.id] = try row.decode("has_factor", as: Bool.self)
+            }
+        case .handles:
+            for handle in prefetch.handles { cache.takenHandles[handle] = false }
+            for row in rows { cache.takenHandles[try row.decode("handle", as: String.self)] = true }
+        case .rateLimits:
+            for bucket in prefetch.rateLimitBuckets {
+                cache.rateLimits[TenantScope.scoped(bucket, in: tenant)] = .some(nil)
+            }
+            for row in rows {
+                cache.rateLimits[try row.decode("bucket", as: String.self)] = try Decode.rateLimit(row)
             }
         }
     }

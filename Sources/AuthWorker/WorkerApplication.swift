@@ -43,7 +43,6 @@ public struct WorkerApplication: Sendable {
     ) async throws -> WorkerApplication {
         try kafka.validate()
         try configuration.validate()
-        for (_, tenant) in tenants { try tenant.validate() }
         let identifiers = Identifiers(clock: clock)
         var passwordPolicy = PasswordPolicy()
         passwordPolicy.contextWords = configuration.accounts.passwordContextWords
@@ -68,8 +67,7 @@ public struct WorkerApplication: Sendable {
         let makeFlows = FlowMaker(
             store: store, passwords: passwords, clock: clock, identifiers: identifiers, logger: logger)
         let (flows, providers) = try makeFlows(configuration, tenant: TenantScope.defaultName)
-        let served = try Dictionary(
-            uniqueKeysWithValues: tenants.map { name, tenant in (name, try makeFlows(tenant, tenant: name).flows) })
+        let served = try makeFlows.tenants(tenants)
         let producer = try KafkaProducer(
             configuration: kafka.producerConfiguration, logger: logger.child(label: "kafka.producer"))
         let consumer = try KafkaConsumer(
@@ -166,6 +164,17 @@ public struct WorkerApplication: Sendable {
                 logger: logger.child(label: "auth.flows"))
             return (flows, providers)
         }
+
+        /// Each tenant's flows, its configuration checked first (at start and on a reload alike).
+        /// - Throws: `ConfigurationError` for a tenant whose configuration does not make flows.
+        func tenants(_ configurations: [String: WorkerConfiguration]) throws -> [String: LoginFlows] {
+            var flows: [String: LoginFlows] = [:]
+            for (name, configuration) in configurations {
+                try configuration.validate()
+                flows[name] = try self(configuration, tenant: name).flows
+            }
+            return flows
+        }
     }
 
     /// Serves the tenants of `configurations` (read again from the tenants file) in place of those
@@ -174,11 +183,8 @@ public struct WorkerApplication: Sendable {
     /// - Throws: `ConfigurationError` when a tenant's configuration does not make flows (nothing
     ///   is replaced then).
     public func serveTenants(_ configurations: [String: WorkerConfiguration]) throws {
-        for (_, tenant) in configurations { try tenant.validate() }
+        let flows = try makeFlows.tenants(configurations)
         try tenantDocuments.replace(with: configurations)
-        let flows = try Dictionary(
-            uniqueKeysWithValues: configurations.map { name, tenant in (name, try makeFlows(tenant, tenant: name).flows)
-            })
         worker.tenants.replace(with: flows)
         logger.info("Tenants served", metadata: [LogKey.tenants: flows.keys.sorted().joined(separator: ",")])
     }
