@@ -23,18 +23,23 @@ public final class AdminConsole: Sendable {
     let settings: ConsoleSettings
     let store: PostgresStore
     let flows: LoginFlows
+    /// The flows of the tenants besides the default one (`AUTH_TENANTS_FILE`), for what an action
+    /// sends in a tenant's name (a verification code with its mail keys).
+    let tenantFlows: [String: LoginFlows]
     let clock: any WorkerClock
     let logger: Logger
     let pageSize = 20
 
+    /// - Parameter flows: the default tenant's, whose accounts sign in to the console.
     public init(
         configuration: WorkerConfiguration, settings: ConsoleSettings = ConsoleSettings(), store: PostgresStore,
-        flows: LoginFlows, clock: any WorkerClock, logger: Logger
+        flows: LoginFlows, tenantFlows: [String: LoginFlows] = [:], clock: any WorkerClock, logger: Logger
     ) {
         self.configuration = configuration
         self.settings = settings
         self.store = store
         self.flows = flows
+        self.tenantFlows = tenantFlows
         self.clock = clock
         self.logger = logger
     }
@@ -330,6 +335,9 @@ struct ConsoleRefusal: Error {
     static let notFound = ConsoleRefusal(404, "not_found", "there is nothing here")
     static let unauthenticated = ConsoleRefusal(401, "unauthenticated", "sign in to the console first")
     static let adminsOnly = ConsoleRefusal(403, "forbidden", "only console admins may do this")
+    static func otherTenant(_ served: String) -> ConsoleRefusal {
+        ConsoleRefusal(403, "forbidden", "your console role serves the users of tenant \"\(served)\" only")
+    }
     static let ownAccount = ConsoleRefusal(
         409, "own_account", "the console does not act on your own account; use the app or another admin")
     static let noSuchUser = ConsoleRefusal(404, "unknown_user", "there is no such user")

@@ -66,11 +66,17 @@ struct ConsoleActionOutcome: Encodable, Sendable {
 }
 
 extension AdminConsole {
-    /// Performs `action` on user `id` for `session`'s holder, after the role and own-account checks.
+    /// Performs `action` on user `id` for `session`'s holder, after the role, tenant and
+    /// own-account checks. A user of a tenant the role does not serve is no such user; the action
+    /// runs as the user's tenant's (its unit of work finds that tenant's rows only, its events
+    /// name it).
     func perform(_ action: ConsoleAction, on id: UUID, by session: PostgresStore.ConsoleSession) async throws
         -> ConsoleActionOutcome
     {
-        if action.needsAdmin && session.role != .admin { throw ConsoleRefusal.adminsOnly }
+        if action.needsAdmin && !session.role.mayChangeAccounts { throw ConsoleRefusal.adminsOnly }
+        guard let tenant = try await store.tenant(ofUser: id, within: session.tenant) else {
+            throw ConsoleRefusal.noSuchUser
+        }
         guard id != session.userID else { throw ConsoleRefusal.ownAccount }
         // Console users are not each other's to act on: a support agent could sign an admin out
         // again and again, an admin disable another. The operator's CLI manages them.
@@ -80,21 +86,24 @@ extension AdminConsole {
         case .endSession(let sessionID):
             guard
                 let ended = try await AccountAdministration.endSessions(
-                    id, only: sessionID, actor: actor, store: store, configuration: configuration, clock: clock)
+                    id, only: sessionID, actor: actor, store: store, configuration: configuration, clock: clock,
+                    tenant: tenant)
             else { throw ConsoleRefusal.noSuchUser }
             return ConsoleActionOutcome(
                 sessionsEnded: ended, notice: ended == 0 ? "session_already_ended" : "session_ended")
         case .endSessions:
             guard
                 let ended = try await AccountAdministration.endSessions(
-                    id, only: nil, actor: actor, store: store, configuration: configuration, clock: clock)
+                    id, only: nil, actor: actor, store: store, configuration: configuration, clock: clock,
+                    tenant: tenant)
             else { throw ConsoleRefusal.noSuchUser }
             return ConsoleActionOutcome(sessionsEnded: ended, notice: "sessions_ended")
         case .disable, .enable:
             let disable = action == .disable
             guard
                 let change = try await AccountAdministration.setDisabled(
-                    id, disabled: disable, actor: actor, store: store, configuration: configuration, clock: clock)
+                    id, disabled: disable, actor: actor, store: store, configuration: configuration, clock: clock,
+                    tenant: tenant)
             else { throw ConsoleRefusal.noSuchUser }
             return ConsoleActionOutcome(
                 sessionsEnded: change.sessionsEnded, changed: change.changed,
@@ -103,22 +112,24 @@ extension AdminConsole {
         case .removeFactor:
             guard
                 let removed = try await AccountAdministration.removeFactor(
-                    id, actor: actor, store: store, configuration: configuration, clock: clock)
+                    id, actor: actor, store: store, configuration: configuration, clock: clock,
+                    tenant: tenant)
             else { throw ConsoleRefusal.noSuchUser }
             return ConsoleActionOutcome(
                 removed: removed, notice: removed ? "factor_removed" : "no_factor")
         case .removePasskeys(let only):
             guard
                 let removed = try await AccountAdministration.removePasskeys(
-                    id, only: only, actor: actor, store: store, configuration: configuration, clock: clock)
+                    id, only: only, actor: actor, store: store, configuration: configuration, clock: clock,
+                    tenant: tenant)
             else { throw ConsoleRefusal.noSuchUser }
             return ConsoleActionOutcome(
                 removed: removed > 0, passkeysRemoved: removed, notice: removed > 0 ? "passkeys_removed" : "no_passkeys"
             )
         case .resendVerification:
-            return try await resendVerification(id, actor: actor)
+            return try await resendVerification(id, actor: actor, tenant: tenant)
         case .delete(let confirm):
-            guard let details = try await store.userDetails(id, at: clock.now()) else {
+            guard let details = try await store.userDetails(id, tenant: tenant, at: clock.now()) else {
                 throw ConsoleRefusal.noSuchUser
             }
             guard confirm == details.user.handle else {
@@ -127,17 +138,24 @@ extension AdminConsole {
             }
             guard
                 try await AccountDeletion.deleteUser(
-                    id, reason: "admin", actor: actor, store: store, configuration: configuration, clock: clock) != nil
+                    id, reason: "admin", actor: actor, store: store, configuration: configuration, clock: clock,
+                    tenant: tenant) != nil
             else { throw ConsoleRefusal.noSuchUser }
             return ConsoleActionOutcome(deleted: true, notice: "deleted")
         }
     }
 
     /// Resends the account's verification code, each refusal said as the console says it.
-    private func resendVerification(_ id: UUID, actor: String) async throws -> ConsoleActionOutcome {
+    private func resendVerification(_ id: UUID, actor: String, tenant: String) async throws -> ConsoleActionOutcome {
+        guard let flows = tenant == Tenant.defaultName ? flows : tenantFlows[tenant] else {
+            throw ConsoleRefusal(
+                409, "codes_not_enabled",
+                "this console does not know tenant \"\(tenant)\"'s settings: restart it after adding the tenant")
+        }
         let sent: Bool?
         do {
-            sent = try await AccountAdministration.resendVerification(id, actor: actor, flows: flows, store: store)
+            sent = try await AccountAdministration.resendVerification(
+                id, actor: actor, flows: flows, store: store, tenant: tenant)
         } catch let error as LoginError {
             switch error.code.rawValue {
             case "too_many_attempts":
@@ -183,15 +201,16 @@ extension AdminConsole {
             return Self.json(
                 status: 200,
                 Me(
-                    userID: session.userID, email: session.email, role: session.role.rawValue,
+                    userID: session.userID, email: session.email, role: session.role.rawValue, tenant: session.tenant,
                     csrfToken: request.cookie(Self.sessionCookie).flatMap(Self.csrfToken(sessionCookie:)) ?? ""))
         case ("GET", ["users"]):
             let (query, page) = try searchParameters(request)
-            let found = try await store.searchUsers(query, offset: page * pageSize, limit: pageSize)
+            let tenant = try searchedTenant(request, session)
+            let found = try await store.searchUsers(query, tenant: tenant, offset: page * pageSize, limit: pageSize)
             return Self.json(status: 200, UserPage(users: found.users, page: page, more: found.more))
         case ("GET", let p) where p.count == 2 && p[0] == "users":
             let id = try userID(p[1])
-            guard let details = try await store.userDetails(id, at: clock.now()) else {
+            guard let details = try await store.userDetails(id, tenant: session.tenant, at: clock.now()) else {
                 throw ConsoleRefusal.noSuchUser
             }
             return Self.json(status: 200, details)
@@ -230,6 +249,19 @@ extension AdminConsole {
         return id
     }
 
+    /// The tenant whose users a search lists: an operator's `tenant` parameter (the default
+    /// tenant without one); the tenant a role for one tenant serves (a `tenant` naming another is
+    /// refused, 403).
+    func searchedTenant(_ request: HTTPRequest, _ session: PostgresStore.ConsoleSession) throws -> String {
+        let asked = request.query["tenant"]
+        if let asked, !Tenant.isValidName(asked) {
+            throw ConsoleRefusal(400, "malformed_request", "tenant is a tenant's name: 1 to 32 of a-z, 0-9 and -")
+        }
+        guard let served = session.tenant else { return asked ?? Tenant.defaultName }
+        if let asked, asked != served { throw ConsoleRefusal.otherTenant(served) }
+        return served
+    }
+
     /// `q` (at most 200 characters) and `page` (0 to 10,000) from the query.
     func searchParameters(_ request: HTTPRequest) throws -> (query: String, page: Int) {
         let query = request.query["q"] ?? ""
@@ -250,10 +282,12 @@ extension AdminConsole {
         @LowercaseUUID var userID: UUID
         var email: String
         var role: String
+        /// The tenant the role serves; absent for an operator.
+        var tenant: String?
         var csrfToken: String
 
         enum CodingKeys: String, CodingKey {
-            case email, role
+            case email, role, tenant
             case userID = "user_id"
             case csrfToken = "csrf_token"
         }
@@ -270,17 +304,21 @@ extension AdminConsole {
     func searchPage(_ request: HTTPRequest) async throws -> HTTPAnswer {
         guard let session = try await session(request) else { throw ConsoleRefusal.unauthenticated }
         let (query, page) = try searchParameters(request)
-        let found = try await store.searchUsers(query, offset: page * pageSize, limit: pageSize)
+        let tenant = try searchedTenant(request, session)
+        let found = try await store.searchUsers(query, tenant: tenant, offset: page * pageSize, limit: pageSize)
         return Pages.html(
             status: 200,
             Pages.search(
-                session: session, csrf: csrf(request), query: query, page: page, users: found.users, more: found.more))
+                session: session, csrf: csrf(request), query: query, tenant: tenant, page: page, users: found.users,
+                more: found.more))
     }
 
     func userPage(_ request: HTTPRequest, id text: String) async throws -> HTTPAnswer {
         guard let session = try await session(request) else { throw ConsoleRefusal.unauthenticated }
         let id = try userID(text)
-        guard let details = try await store.userDetails(id, at: clock.now()) else { throw ConsoleRefusal.noSuchUser }
+        guard let details = try await store.userDetails(id, tenant: session.tenant, at: clock.now()) else {
+            throw ConsoleRefusal.noSuchUser
+        }
         let notice = request.query["done"].flatMap { Pages.notices[$0] }
         return Pages.html(
             status: 200, Pages.user(session: session, csrf: csrf(request), details: details, notice: notice))

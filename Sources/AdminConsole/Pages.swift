@@ -42,7 +42,7 @@ enum Pages {
         if let session {
             bar = """
                 <nav><a href="/admin/users">Users</a>
-                <span class="who">\(escape(session.email)) · \(session.role.rawValue)</span>
+                <span class="who">\(escape(session.email)) · \(escape(roleText(session)))</span>
                 <form method="post" action="/admin/sign-out" class="inline">
                 <input type="hidden" name="csrf" value="\(escape(csrf))">
                 <button type="submit" id="sign-out">Sign out</button></form></nav>
@@ -58,6 +58,13 @@ enum Pages {
             \(content)
             </main></body></html>
             """
+    }
+
+    /// The role as the bar shows it: `support`, `admin` (the default tenant's), `support @ acme`,
+    /// `operator (every tenant)`.
+    static func roleText(_ session: PostgresStore.ConsoleSession) -> String {
+        guard let tenant = session.tenant else { return session.role.rawValue + " (every tenant)" }
+        return tenant == Tenant.defaultName ? session.role.rawValue : session.role.rawValue + " @ " + tenant
     }
 
     static func signIn(csrf: String, email: String, error: String?) -> String {
@@ -113,7 +120,7 @@ enum Pages {
     }
 
     static func search(
-        session: PostgresStore.ConsoleSession, csrf: String, query: String, page: Int,
+        session: PostgresStore.ConsoleSession, csrf: String, query: String, tenant: String, page: Int,
         users: [PostgresStore.UserSummary],
         more: Bool
     ) -> String {
@@ -131,15 +138,24 @@ enum Pages {
                 """
         }
         var pager = ""
-        let q = component(query)
+        var q = component(query)
+        // An operator chooses the tenant searched; a role for one tenant searches that one.
+        var tenantField = ""
+        if session.tenant == nil {
+            q += "&amp;tenant=" + component(tenant)
+            tenantField = """
+                <label>Tenant <input type="text" name="tenant" id="tenant" value="\(escape(tenant))" maxlength="32"
+                 pattern="[a-z0-9-]{1,32}" required></label>
+                """
+        }
         if page > 0 { pager += "<a href=\"/admin/users?q=\(q)&amp;page=\(page - 1)\" rel=\"prev\">Previous</a> " }
         if more { pager += "<a href=\"/admin/users?q=\(q)&amp;page=\(page + 1)\" rel=\"next\" id=\"next\">Next</a>" }
         return layout(
             title: "Users", session: session, csrf: csrf,
             """
-            <h1>Users</h1>
+            <h1>Users\(tenant == Tenant.defaultName ? "" : " of " + escape(tenant))</h1>
             <form method="get" action="/admin/users" class="search">
-            <input type="search" name="q" id="q" value="\(escape(query))" maxlength="200"
+            \(tenantField)<input type="search" name="q" id="q" value="\(escape(query))" maxlength="200"
              placeholder="e-mail, handle, user id or provider subject">
             <button type="submit" id="search">Search</button></form>
             <table id="users"><thead><tr><th>Handle</th><th>Name</th><th>E-mail</th><th>Phone</th><th></th><th>Created</th></tr></thead>
@@ -185,7 +201,7 @@ enum Pages {
         var own: Bool { details.user.id == session.userID }
         /// A console user's account is the operator CLI's to act on, not another console user's.
         var consoleUser: Bool { details.consoleRole != nil && !own }
-        var admin: Bool { session.role == .admin && !own && !consoleUser }
+        var admin: Bool { session.role.mayChangeAccounts && !own && !consoleUser }
     }
 
     static func user(
@@ -224,6 +240,7 @@ enum Pages {
             <dl class="profile">
             <dt>Handle</dt><dd id="handle">\(escape(user.handle))</dd>
             <dt>User id</dt><dd class="mono">\(id)</dd>
+            <dt>Tenant</dt><dd id="tenant">\(escape(user.tenant))</dd>
             <dt>E-mail</dt><dd>\(escape(user.email ?? "—"))\(user.emailVerified ? " (verified)" : user.email == nil ? "" : " (not verified)")</dd>
             <dt>Phone</dt><dd id="phone">\(escape(user.phone ?? "—"))</dd>
             <dt>Kind</dt><dd>\(user.isGuest ? "guest" : "member")</dd>

@@ -20,7 +20,7 @@ import ServiceKit
 extension CommandLineInterface {
     // MARK: - users delete, guests purge
 
-    func deleteUser(_ argument: String) async throws -> Int32 {
+    func deleteUser(_ argument: String, tenant: String) async throws -> Int32 {
         guard let id = UUID(uuidString: argument) else {
             throw UsageError(message: "usage: auth-worker users delete ID (a user id)")
         }
@@ -28,7 +28,8 @@ extension CommandLineInterface {
         let store = operatorStore(configuration)
         guard
             let deletion = try await AccountDeletion.deleteUser(
-                id, reason: "operator", store: store, configuration: configuration, clock: SystemClock())
+                id, reason: "operator", store: store, configuration: configuration, clock: SystemClock(),
+                tenant: tenant)
         else {
             errorOutput("auth-worker: no user \(argument)")
             return 1
@@ -40,13 +41,13 @@ extension CommandLineInterface {
 
     // MARK: - users disable|enable, admins
 
-    func setDisabled(_ argument: String, disabled: Bool) async throws -> Int32 {
+    func setDisabled(_ argument: String, disabled: Bool, tenant: String) async throws -> Int32 {
         let configuration = try configuration(needs: [.database])
         let store = operatorStore(configuration)
-        guard let id = try await store.userReport(argument)?.userID,
+        guard let id = try await store.userReport(argument, tenant: tenant)?.userID,
             let change = try await AccountAdministration.setDisabled(
                 id, disabled: disabled, actor: "operator", store: store, configuration: configuration,
-                clock: SystemClock())
+                clock: SystemClock(), tenant: tenant)
         else {
             errorOutput("auth-worker: no user \(argument)")
             return 1
@@ -60,20 +61,22 @@ extension CommandLineInterface {
         return 0
     }
 
-    func endSessions(_ positionals: [String], usage: String) async throws -> Int32 {
+    func endSessions(_ positionals: [String], tenant: String, usage: String) async throws -> Int32 {
         let only = try Self.optionalID(positionals, usage: usage)
-        return try await onUser(positionals[0]) { id, store, configuration in
+        return try await onUser(positionals[0], tenant: tenant) { id, store, configuration in
             try await AccountAdministration.endSessions(
-                id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+                id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock(),
+                tenant: tenant)
         } done: { id, ended in
             "ended \(ended) session(s) of user \(id.lowercasedString)"
         }
     }
 
-    func removeFactor(_ argument: String) async throws -> Int32 {
-        try await onUser(argument) { id, store, configuration in
+    func removeFactor(_ argument: String, tenant: String) async throws -> Int32 {
+        try await onUser(argument, tenant: tenant) { id, store, configuration in
             try await AccountAdministration.removeFactor(
-                id, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+                id, actor: "operator", store: store, configuration: configuration, clock: SystemClock(),
+                tenant: tenant)
         } done: { id, removed in
             removed
                 ? "removed the second factor of user \(id.lowercasedString)"
@@ -81,26 +84,28 @@ extension CommandLineInterface {
         }
     }
 
-    func removePasskeys(_ positionals: [String], usage: String) async throws -> Int32 {
+    func removePasskeys(_ positionals: [String], tenant: String, usage: String) async throws -> Int32 {
         let only = try Self.optionalID(positionals, usage: usage)
-        return try await onUser(positionals[0]) { id, store, configuration in
+        return try await onUser(positionals[0], tenant: tenant) { id, store, configuration in
             try await AccountAdministration.removePasskeys(
-                id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock())
+                id, only: only, actor: "operator", store: store, configuration: configuration, clock: SystemClock(),
+                tenant: tenant)
         } done: { id, removed in
             "removed \(removed) passkey(s) of user \(id.lowercasedString)"
         }
     }
 
-    /// An operator's chore on one user (by id or address): `act` in its own transaction (nil: no
-    /// such user), the events it caused published at once, and `done`'s line printed.
+    /// An operator's chore on one of `tenant`'s users (by id or address): `act` in its own
+    /// transaction (nil: no such user), the events it caused published at once, and `done`'s line
+    /// printed.
     private func onUser<Outcome>(
-        _ argument: String,
+        _ argument: String, tenant: String,
         _ act: (UUID, PostgresStore, WorkerConfiguration) async throws -> Outcome?,
         done: (UUID, Outcome) -> String
     ) async throws -> Int32 {
         let configuration = try configuration(needs: [.database])
         let store = operatorStore(configuration)
-        guard let id = try await store.userReport(argument)?.userID,
+        guard let id = try await store.userReport(argument, tenant: tenant)?.userID,
             let outcome = try await act(id, store, configuration)
         else {
             errorOutput("auth-worker: no user \(argument)")
@@ -122,11 +127,19 @@ extension CommandLineInterface {
         guard let role = arguments.values["--role"].flatMap(AccountAdministration.Role.init(rawValue:)) else {
             throw UsageError(message: usage)
         }
+        // An operator serves every tenant: naming one is a mistake, not a narrower grant.
+        if role.isAcrossTenants && arguments.values["--tenant"] != nil {
+            throw UsageError(message: "an operator serves every tenant: grant it without --tenant; \(usage)")
+        }
+        let tenant = try Self.tenant(arguments, usage: usage)
         let store = operatorStore(try configuration(needs: [.database]))
         let email = arguments.positionals[0]
-        switch try await store.grantAdminRole(email: email, role: role, by: "operator", at: Date()) {
+        switch try await store.grantAdminRole(email: email, role: role, tenant: tenant, by: "operator", at: Date()) {
         case .granted(let id):
-            output("\(email) (user \(id.lowercasedString)) may use the admin console as \(role.rawValue)")
+            let serves =
+                role.isAcrossTenants
+                ? "for every tenant's users" : "for the users of tenant \(tenant)"
+            output("\(email) (user \(id.lowercasedString)) may use the admin console as \(role.rawValue) \(serves)")
             return 0
         case .noPasswordAccount:
             errorOutput(
@@ -155,7 +168,7 @@ extension CommandLineInterface {
         let store = operatorStore(try configuration(needs: [.database]))
         for grant in try await store.adminGrants() {
             let line = AdminLine(
-                email: grant.email, role: grant.role, userID: grant.userID.lowercasedString,
+                email: grant.email, role: grant.role, tenant: grant.tenant, userID: grant.userID.lowercasedString,
                 grantedAt: Timestamp.format(grant.grantedAt), grantedBy: grant.grantedBy,
                 emailVerified: grant.emailVerified)
             output(String(decoding: try MessageCoding.encodeDocument(line), as: UTF8.self))
@@ -171,7 +184,8 @@ extension CommandLineInterface {
         let store = operatorStore(configuration)
         let cutoff = Date() - age
         let deletion = try await AccountDeletion.purgeGuests(
-            createdBefore: cutoff, store: store, configuration: configuration, clock: SystemClock())
+            createdBefore: cutoff, store: store, configuration: configuration, clock: SystemClock(),
+            tenant: try Self.tenant(arguments, usage: usage))
         await publishNow(store: store, configuration: configuration)
         output("purged \(deletion.users) guest(s) created before \(Timestamp.format(cutoff))")
         return 0
@@ -220,14 +234,15 @@ extension CommandLineInterface {
         let configuration = try configuration(needs: [.database])
         let store = operatorStore(configuration)
         let argument = arguments.positionals[0]
+        let tenant = try Self.tenant(arguments, usage: usage)
         // An id is looked up as it is: the trail outlives a deleted account.
         var id = UUID(uuidString: argument)
-        if id == nil { id = try await store.userReport(argument)?.userID }
+        if id == nil { id = try await store.userReport(argument, tenant: tenant)?.userID }
         guard let id else {
             errorOutput("auth-worker: no user \(argument)")
             return 1
         }
-        for entry in try await store.auditTrail(userID: id, since: since) {
+        for entry in try await store.auditTrail(userID: id, since: since, tenant: tenant) {
             let line = AuditLine(
                 at: Timestamp.format(entry.at), action: entry.action, outcome: entry.outcome, actor: entry.actor,
                 requestId: entry.requestID, clientId: entry.clientID, deviceName: entry.deviceName,
@@ -260,10 +275,10 @@ extension CommandLineInterface {
         }
     }
 
-    func showUser(_ argument: String) async throws -> Int32 {
+    func showUser(_ argument: String, tenant: String) async throws -> Int32 {
         let configuration = try configuration(needs: [.database])
         let store = operatorStore(configuration)
-        guard let report = try await store.userReport(argument) else {
+        guard let report = try await store.userReport(argument, tenant: tenant) else {
             errorOutput("auth-worker: no user \(argument)")
             return 1
         }
@@ -276,6 +291,8 @@ extension CommandLineInterface {
 private struct AdminLine: Encodable {
     var email: String
     var role: String
+    /// The tenant whose users the role serves; absent for an operator (every tenant's).
+    var tenant: String?
     var userID: String
     var grantedAt: String
     var grantedBy: String
@@ -283,7 +300,7 @@ private struct AdminLine: Encodable {
     var emailVerified: Bool
 
     enum CodingKeys: String, CodingKey {
-        case email, role
+        case email, role, tenant
         case userID = "user_id"
         case grantedAt = "granted_at"
         case grantedBy = "granted_by"

@@ -48,7 +48,8 @@ extension CommandLineInterface {
 
     // MARK: - request guest
 
-    func requestGuest(_ arguments: Arguments) async throws -> Int32 {
+    /// - Parameter tenant: the tenant named in the request (none: the default tenant, unnamed).
+    func requestGuest(_ arguments: Arguments, tenant: String?) async throws -> Int32 {
         var device = LoginRequestData.Device(name: "auth-worker CLI", platform: "cli")
         if let name = arguments.values["--device"] { device.name = name }
         if let platform = arguments.values["--platform"] { device.platform = platform }
@@ -56,10 +57,6 @@ extension CommandLineInterface {
         if let value = arguments.values["--timeout"] {
             guard let seconds = Int(value), seconds > 0 else { throw UsageError(message: "--timeout takes seconds") }
             timeout = seconds
-        }
-        let tenant = arguments.values["--tenant"]
-        if let tenant, !Tenant.isValidName(tenant) {
-            throw UsageError(message: "--tenant takes a tenant's name: 1 to 32 of a-z, 0-9 and -")
         }
         let configuration = try configuration(needs: [.brokers])
         let quiet = Logger(label: "auth-worker", level: .error, handler: JSONLinesLogHandler.standardError)

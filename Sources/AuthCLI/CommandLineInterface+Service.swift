@@ -120,10 +120,20 @@ extension CommandLineInterface {
             accessTokens: try WorkerApplication.makeAccessTokenIssuer(configuration, identifiers: identifiers),
             passwords: passwords, attempts: store, clock: clock, identifiers: identifiers,
             logger: logger.child(label: "auth.flows"))
+        // The other tenants' flows, for what an action sends in a tenant's name (read at start).
+        var tenantFlows: [String: LoginFlows] = [:]
+        for (name, tenant) in try tenantConfigurations(configuration) {
+            try tenant.validate()
+            tenantFlows[name] = LoginFlows(
+                configuration: tenant,
+                accessTokens: try WorkerApplication.makeAccessTokenIssuer(tenant, identifiers: identifiers),
+                passwords: passwords, attempts: store.attempts(for: name), clock: clock, identifiers: identifiers,
+                logger: logger.child(label: "auth.flows"))
+        }
         let service = try ConsoleService(
             console: AdminConsole(
-                configuration: configuration, settings: console, store: store, flows: flows, clock: clock,
-                logger: logger.child(label: "auth.console")),
+                configuration: configuration, settings: console, store: store, flows: flows, tenantFlows: tenantFlows,
+                clock: clock, logger: logger.child(label: "auth.console")),
             host: console.address, port: console.port, logger: logger.child(label: "auth.console.http"))
         logger.info(
             "Admin console listening",

@@ -81,44 +81,50 @@ public struct CommandLineInterface: Sendable {
                 "create the AUTH_TOPIC_* topics that do not exist yet (default 4 partitions, the cluster's replication)",
             options: ["--partitions"]),
         Command(
-            words: ["users", "show"], arguments: "ID_OR_EMAIL",
-            summary: "print a user, its identities and sessions (no secrets)", positionals: 1...1),
+            words: ["users", "show"], arguments: "ID_OR_EMAIL [--tenant NAME]",
+            summary: "print a user, its identities and sessions (no secrets)", options: ["--tenant"], positionals: 1...1
+        ),
         Command(
-            words: ["users", "audit"], arguments: "ID_OR_EMAIL [--since DURATION]",
+            words: ["users", "audit"], arguments: "ID_OR_EMAIL [--since DURATION] [--tenant NAME]",
             summary: "print a user's audit trail, one JSON line a row, oldest first (--since 30d: only newer)",
-            options: ["--since"], positionals: 1...1),
+            options: ["--tenant", "--since"], positionals: 1...1),
         Command(
-            words: ["users", "delete"], arguments: "ID",
-            summary: "delete a user and its sessions; emits auth.user.deleted", positionals: 1...1),
+            words: ["users", "delete"], arguments: "ID [--tenant NAME]",
+            summary: "delete a user and its sessions; emits auth.user.deleted", options: ["--tenant"],
+            positionals: 1...1),
         Command(
-            words: ["users", "disable"], arguments: "ID_OR_EMAIL",
+            words: ["users", "disable"], arguments: "ID_OR_EMAIL [--tenant NAME]",
             summary: "disable a user: its sessions end, its sign-ins and refreshes answer account_disabled",
-            positionals: 1...1),
+            options: ["--tenant"], positionals: 1...1),
         Command(
-            words: ["users", "enable"], arguments: "ID_OR_EMAIL", summary: "enable a disabled user again",
-            positionals: 1...1),
+            words: ["users", "enable"], arguments: "ID_OR_EMAIL [--tenant NAME]",
+            summary: "enable a disabled user again",
+            options: ["--tenant"], positionals: 1...1),
         Command(
-            words: ["users", "end-sessions"], arguments: "ID_OR_EMAIL [SESSION_ID]",
+            words: ["users", "end-sessions"], arguments: "ID_OR_EMAIL [SESSION_ID] [--tenant NAME]",
             summary: "end one session of a user's, or all of them; emits auth.session.revoked (reason admin)",
-            positionals: 1...2),
+            options: ["--tenant"], positionals: 1...2),
         Command(
-            words: ["users", "remove-factor"], arguments: "ID_OR_EMAIL",
-            summary: "remove a user's second factor (a lost phone); emits auth.mfa.disabled", positionals: 1...1),
+            words: ["users", "remove-factor"], arguments: "ID_OR_EMAIL [--tenant NAME]",
+            summary: "remove a user's second factor (a lost phone); emits auth.mfa.disabled", options: ["--tenant"],
+            positionals: 1...1),
         Command(
-            words: ["users", "remove-passkeys"], arguments: "ID_OR_EMAIL [PASSKEY_ID]",
+            words: ["users", "remove-passkeys"], arguments: "ID_OR_EMAIL [PASSKEY_ID] [--tenant NAME]",
             summary: "remove one of a user's passkeys, or all; emits auth.passkey.removed (reason admin)",
-            positionals: 1...2),
+            options: ["--tenant"], positionals: 1...2),
         Command(
-            words: ["admins", "grant"], arguments: "EMAIL --role support|admin",
-            summary: "let a password account use the admin console (support: read, end sessions; admin: all)",
-            options: ["--role"], positionals: 1...1),
+            words: ["admins", "grant"], arguments: "EMAIL --role support|admin [--tenant NAME] | --role operator",
+            summary:
+                "let a password account use the admin console: for one tenant's users as support (read, end sessions) or admin (all), for every tenant's as operator",
+            options: ["--role", "--tenant"], positionals: 1...1),
         Command(
             words: ["admins", "revoke"], arguments: "EMAIL", summary: "take an account's console role away",
             positionals: 1...1),
         Command(words: ["admins", "list"], arguments: "", summary: "print the console's users, one JSON line each"),
         Command(
-            words: ["guests", "purge"], arguments: "--older-than DURATION",
-            summary: "delete guests older than DURATION (30d, 12h) that never signed up", options: ["--older-than"]),
+            words: ["guests", "purge"], arguments: "--older-than DURATION [--tenant NAME]",
+            summary: "delete guests older than DURATION (30d, 12h) that never signed up",
+            options: ["--tenant", "--older-than"]),
         Command(
             words: ["token", "verify"], arguments: "--provider NAME [--keys FILE] [--at UNIX_TIME] [--nonce RAW] TOKEN",
             summary: "verify a provider token as a login would; print its header and claims, or the error code and why",
@@ -235,6 +241,8 @@ public struct CommandLineInterface: Sendable {
 
     /// Runs one parsed command. - Returns: its exit status.
     private func dispatch(_ command: Command, _ parsed: Arguments) async throws -> Int32 {
+        // Whose users an account command reads and acts on (`--tenant`, where a command takes it).
+        let tenant = try Self.tenant(parsed, usage: command.usage)
         switch command.words {
         case ["run"]:
             try await runWorker()
@@ -257,27 +265,27 @@ public struct CommandLineInterface: Sendable {
         case ["keys", "jwks"]:
             try printJWKS()
         case ["request", "guest"]:
-            return try await requestGuest(parsed)
+            return try await requestGuest(parsed, tenant: parsed.values["--tenant"] == nil ? nil : tenant)
         case ["topics", "create"]:
             return try await createTopics(parsed, usage: command.usage)
         case ["users", "show"]:
-            return try await showUser(parsed.positionals[0])
+            return try await showUser(parsed.positionals[0], tenant: tenant)
         case ["users", "delete"]:
-            return try await deleteUser(parsed.positionals[0])
+            return try await deleteUser(parsed.positionals[0], tenant: tenant)
         case ["users", "audit"]:
             return try await showAudit(parsed, usage: command.usage)
         case ["guests", "purge"]:
             return try await purgeGuests(parsed, usage: command.usage)
         case ["users", "disable"]:
-            return try await setDisabled(parsed.positionals[0], disabled: true)
+            return try await setDisabled(parsed.positionals[0], disabled: true, tenant: tenant)
         case ["users", "enable"]:
-            return try await setDisabled(parsed.positionals[0], disabled: false)
+            return try await setDisabled(parsed.positionals[0], disabled: false, tenant: tenant)
         case ["users", "end-sessions"]:
-            return try await endSessions(parsed.positionals, usage: command.usage)
+            return try await endSessions(parsed.positionals, tenant: tenant, usage: command.usage)
         case ["users", "remove-factor"]:
-            return try await removeFactor(parsed.positionals[0])
+            return try await removeFactor(parsed.positionals[0], tenant: tenant)
         case ["users", "remove-passkeys"]:
-            return try await removePasskeys(parsed.positionals, usage: command.usage)
+            return try await removePasskeys(parsed.positionals, tenant: tenant, usage: command.usage)
         case ["admins", "grant"]:
             return try await grantAdmin(parsed, usage: command.usage)
         case ["admins", "revoke"]:
@@ -290,6 +298,17 @@ public struct CommandLineInterface: Sendable {
             throw UsageError(message: command.usage)
         }
         return 0
+    }
+
+    /// The tenant `--tenant` names (the default tenant without it): whose users a command
+    /// reads and acts on. A tenant no longer in the tenants file is still a name: its users can
+    /// be shown, disabled and deleted.
+    static func tenant(_ parsed: Arguments, usage: String) throws -> String {
+        guard let name = parsed.values["--tenant"] else { return Tenant.defaultName }
+        guard Tenant.isValidName(name) else {
+            throw UsageError(message: "--tenant takes a tenant's name, 1 to 32 of a-z, 0-9 and -; \(usage)")
+        }
+        return name
     }
 
     func configuration(needs endpoints: Set<Endpoint> = []) throws -> WorkerConfiguration {

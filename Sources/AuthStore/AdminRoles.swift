@@ -11,6 +11,8 @@ extension PostgresStore {
         public var userID: UUID
         public var email: String
         public var role: String
+        /// The tenant whose users the role serves; nil for an operator (every tenant's).
+        public var tenant: String?
         public var grantedAt: Date
         public var grantedBy: String
         /// Whether the address is proven; a role on an unproven one opens no console session.
@@ -38,11 +40,14 @@ extension PostgresStore {
         """
 
     /// Grants (or changes) an account's console role, only to a proven address; recorded in its
-    /// audit trail.
+    /// audit trail. Console users are accounts of the default tenant; the role serves `tenant`'s
+    /// users (`support`, `admin`) or every tenant's (`operator`, whose `tenant` is ignored).
     public func grantAdminRole(
-        email: String, role: AccountAdministration.Role, by actor: String, at date: Date
+        email: String, role: AccountAdministration.Role, tenant: String = TenantScope.defaultName, by actor: String,
+        at date: Date
     ) async throws -> AdminGrantOutcome {
-        try await pool.withConnection { connection in
+        let served: String? = role.isAcrossTenants ? nil : tenant
+        return try await pool.withConnection { connection in
             try connection.withTransaction { connection in
                 guard
                     let account = try connection.query(
@@ -59,15 +64,17 @@ extension PostgresStore {
                 guard try account.decode("verified", as: Bool.self) else { return .addressNotVerified }
                 _ = try connection.query(
                     """
-                    INSERT INTO admin_roles (user_id, role, granted_at, granted_by)
-                    VALUES (\(userID), \(role.rawValue), \(date), \(actor))
-                    ON CONFLICT (user_id) DO UPDATE SET role = EXCLUDED.role, granted_at = EXCLUDED.granted_at,
+                    INSERT INTO admin_roles (user_id, role, tenant, granted_at, granted_by)
+                    VALUES (\(userID), \(role.rawValue), \(served), \(date), \(actor))
+                    ON CONFLICT (user_id) DO UPDATE SET role = EXCLUDED.role, tenant = EXCLUDED.tenant,
+                                                        granted_at = EXCLUDED.granted_at,
                                                         granted_by = EXCLUDED.granted_by
                     """)
                 try Self.audit(
                     [
                         AuditEntry(
-                            at: date, userID: userID, action: "operator.admin_grant", outcome: role.rawValue,
+                            at: date, userID: userID, action: "operator.admin_grant",
+                            outcome: served.map { TenantScope.named(role.rawValue, in: $0) } ?? role.rawValue,
                             actor: actor)
                     ],
                     on: connection)
@@ -110,7 +117,7 @@ extension PostgresStore {
         try await pool.withConnection { connection in
             try connection.query(
                 """
-                SELECT r.user_id, i.subject AS email, r.role, r.granted_at, r.granted_by,
+                SELECT r.user_id, i.subject AS email, r.role, r.tenant, r.granted_at, r.granted_by,
                        \(unsafeRaw: Self.provenPasswordAddress) AS verified
                 FROM admin_roles r JOIN identities i ON i.user_id = r.user_id AND i.provider = 'password'
                      JOIN users u ON u.id = r.user_id
@@ -119,7 +126,8 @@ extension PostgresStore {
             ).map { row in
                 AdminGrant(
                     userID: try row.decode("user_id"), email: try row.decode("email"), role: try row.decode("role"),
-                    grantedAt: try row.decode("granted_at"), grantedBy: try row.decode("granted_by"),
+                    tenant: try row.decode("tenant", as: String?.self), grantedAt: try row.decode("granted_at"),
+                    grantedBy: try row.decode("granted_by"),
                     emailVerified: try row.decode("verified"))
             }
         }

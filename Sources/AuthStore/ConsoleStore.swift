@@ -10,6 +10,8 @@ extension PostgresStore {
         public var userID: UUID
         public var email: String
         public var role: AccountAdministration.Role
+        /// The tenant whose users the role serves; nil for an operator, who serves every tenant's.
+        public var tenant: String?
         /// The login session the console's sign-in opened (ended at sign-out).
         public var sessionID: UUID
         public var createdAt: Date
@@ -34,7 +36,8 @@ extension PostgresStore {
                 INSERT INTO console_sessions (id_hash, user_id, session_id, client, created_at, last_seen_at)
                 SELECT \(PGBytes(idHash)), r.user_id, \(sessionID), \(client), \(now), \(now)
                 FROM admin_roles r JOIN users u ON u.id = r.user_id
-                WHERE r.user_id = \(userID) AND u.disabled_at IS NULL AND \(unsafeRaw: Self.holdsProvenPasswordAddress)
+                WHERE r.user_id = \(userID) AND u.disabled_at IS NULL AND u.tenant = \(TenantScope.defaultName)
+                  AND \(unsafeRaw: Self.holdsProvenPasswordAddress)
                 RETURNING (SELECT role FROM admin_roles WHERE user_id = \(userID)) AS role
                 """
             ).first?.decode("role")
@@ -58,7 +61,7 @@ extension PostgresStore {
                       AND u.disabled_at IS NULL AND s.id = c.session_id AND s.revoked_at IS NULL
                       AND s.expires_at > \(now) AND c.created_at > \(now - absoluteLifetime)
                       AND c.last_seen_at > \(now - idleLifetime)
-                    RETURNING c.user_id, r.role, c.session_id, c.created_at,
+                    RETURNING c.user_id, r.role, r.tenant, c.session_id, c.created_at,
                               coalesce((SELECT subject FROM identities
                                         WHERE user_id = c.user_id AND provider = 'password' LIMIT 1), u.email, '')
                                   AS email
@@ -66,8 +69,11 @@ extension PostgresStore {
                 ).first,
                 let role = AccountAdministration.Role(rawValue: try row.decode("role"))
             else { return nil }
+            let tenant: String? = try row.decode("tenant", as: String?.self)
+            // A role for one tenant names it; an operator's names none (the table's check).
+            guard role.isAcrossTenants == (tenant == nil) else { return nil }
             return ConsoleSession(
-                userID: try row.decode("user_id"), email: try row.decode("email"), role: role,
+                userID: try row.decode("user_id"), email: try row.decode("email"), role: role, tenant: tenant,
                 sessionID: try row.decode("session_id"), createdAt: try row.decode("created_at"))
         }
     }
@@ -108,6 +114,8 @@ extension PostgresStore {
         public var createdAt: Date
         /// The account's phone number (E.164), when it has one.
         public var phone: String?
+        /// The tenant the account belongs to.
+        public var tenant: String
 
         /// From a row of `users` with `disabled` computed (`disabled_at IS NOT NULL`).
         init(row: PGRow) throws {
@@ -120,23 +128,25 @@ extension PostgresStore {
             disabled = try row.decode("disabled")
             createdAt = try row.decode("created_at")
             phone = try row.decode("phone", as: String?.self)
+            tenant = try row.decode("tenant")
         }
 
         enum CodingKeys: String, CodingKey {
-            case id, handle, name, email, disabled, phone
+            case id, handle, name, email, disabled, phone, tenant
             case emailVerified = "email_verified"
             case isGuest = "is_guest"
             case createdAt = "created_at"
         }
     }
 
-    /// Users whose id, provider subject or address is `query`, or whose handle, address or phone
-    /// number begins with it (case-insensitive); all users, newest first, when it is empty.
+    /// `tenant`'s users whose id, provider subject or address is `query`, or whose handle, address
+    /// or phone number begins with it (case-insensitive); all its users, newest first, when it is
+    /// empty.
     /// - Returns: up to `limit` users from `offset`, and whether more follow.
-    public func searchUsers(_ query: String, offset: Int, limit: Int) async throws -> (
+    public func searchUsers(_ query: String, tenant: String, offset: Int, limit: Int) async throws -> (
         users: [UserSummary], more: Bool
     ) {
-        let statement = Self.userSearch(query, offset: offset, limit: limit + 1)
+        let statement = Self.userSearch(query, tenant: tenant, offset: offset, limit: limit + 1)
         return try await pool.withConnection { connection in
             let rows = try connection.query(statement)
             let users = try rows.prefix(limit).map(UserSummary.init(row:))
@@ -158,14 +168,11 @@ extension PostgresStore {
     /// ids' order: they are UUIDv7 (`Identifiers.uuid`), which begin with their creation's
     /// milliseconds, so the primary key holds users by age. A prefix most accounts share
     /// (`guest_`) still reads every account it matches.
-    static func userSearch(_ query: String, offset: Int, limit: Int) -> PGQuery {
-        // The console is the default tenant's until its roles are per tenant: another tenant's
-        // users are neither listed nor found.
-        let tenant = TenantScope.defaultName
+    static func userSearch(_ query: String, tenant: String, offset: Int, limit: Int) -> PGQuery {
         let text = query.trimmingCharacters(in: .whitespaces)
         let columns = """
             u.id, u.handle, u.name, u.email, u.email_verified, u.is_guest, u.disabled_at IS NOT NULL AS disabled,
-            u.created_at, u.phone
+            u.created_at, u.phone, u.tenant
             """
         guard !text.isEmpty else {
             return """
@@ -304,6 +311,15 @@ extension PostgresStore {
         }
     }
 
+    /// The tenant user `id` belongs to, if it is `within` (nil: any tenant, an operator's view).
+    public func tenant(ofUser id: UUID, within: String?) async throws -> String? {
+        try await pool.withConnection { connection in
+            try connection.query(
+                "SELECT tenant FROM users WHERE id = \(id) AND (\(within)::text IS NULL OR tenant = \(within))"
+            ).first?.decode("tenant")
+        }
+    }
+
     /// The account's console role, if it holds one.
     public func consoleRole(of id: UUID) async throws -> String? {
         try await pool.withConnection { connection in
@@ -311,16 +327,18 @@ extension PostgresStore {
         }
     }
 
-    /// One user's page: the 50 newest sessions and audit lines. - Returns: nil when there is no such user.
-    public func userDetails(_ id: UUID, at now: Date) async throws -> UserDetails? {
+    /// One user's page: the 50 newest sessions and audit lines.
+    /// - Parameter tenant: the tenant the user must belong to; nil: any (an operator's).
+    /// - Returns: nil when `tenant` has no such user.
+    public func userDetails(_ id: UUID, tenant: String?, at now: Date) async throws -> UserDetails? {
         try await pool.withConnection { connection in
             guard
                 let row = try connection.query(
                     """
                     SELECT u.id, u.handle, u.name, u.email, u.email_verified, u.is_guest,
-                           u.disabled_at IS NOT NULL AS disabled, u.created_at, u.phone, r.role
+                           u.disabled_at IS NOT NULL AS disabled, u.created_at, u.phone, u.tenant, r.role
                     FROM users u LEFT JOIN admin_roles r ON r.user_id = u.id
-                    WHERE u.id = \(id) AND u.tenant = \(TenantScope.defaultName)
+                    WHERE u.id = \(id) AND (\(tenant)::text IS NULL OR u.tenant = \(tenant))
                     """
                 ).first
             else { return nil }

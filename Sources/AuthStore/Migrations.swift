@@ -9,6 +9,7 @@ public enum Migrations {
         accountAdministration, consoleSessions, outboxWithoutPartialIndex, foreignKeysServedByIndexes,
         requestsByUser, finishedAppleJobs, refreshTokensBySessionAndTime, endedSessionsForgetTheirTokens,
         usersFoundByIndex, staffNamedByID, phoneNumbers, usersFoundByPhone, roomForUpdatesInPlace, tenants,
+        consoleRolesPerTenant,
     ]
 
     /// The tables whose rows are a tenant's, each with a `tenant` column: the accounts and what
@@ -19,6 +20,20 @@ public enum Migrations {
         "users", "identities", "processed_requests", "one_time_codes", "passkeys", "webauthn_challenges",
         "apple_tokens", "apple_jobs", "audit_log",
     ]
+
+    /// A console role serves one tenant's users (`support` or `admin`, its `tenant`), or every
+    /// tenant's (`operator`, no tenant). The roles granted so far are the default tenant's. The
+    /// table holds a row a console user: adding a column with a constant default rewrites none.
+    static let consoleRolesPerTenant = PGMigration(
+        version: 27, name: "console roles per tenant",
+        sql: """
+            ALTER TABLE admin_roles ADD COLUMN tenant text DEFAULT 'default';
+            ALTER TABLE admin_roles DROP CONSTRAINT IF EXISTS admin_roles_role_check;
+            ALTER TABLE admin_roles ADD CONSTRAINT admin_roles_role_check
+                CHECK (role IN ('support', 'admin', 'operator'));
+            ALTER TABLE admin_roles ADD CONSTRAINT admin_roles_tenant_check
+                CHECK ((role = 'operator') = (tenant IS NULL));
+            """)
 
     /// Every row is a tenant's; those written so far are the default tenant's (`'default'`).
     ///

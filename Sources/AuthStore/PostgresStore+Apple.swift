@@ -154,12 +154,15 @@ extension PostgresStore {
     }
 
     /// A user's audit trail, oldest first (`auth-worker users audit`).
-    public func auditTrail(userID: UUID, since: Date?) async throws -> [AuditEntry] {
+    public func auditTrail(
+        userID: UUID, since: Date?, tenant: String = TenantScope.defaultName
+    ) async throws -> [AuditEntry] {
         try await pool.withConnection { connection in
             try connection.query(
                 """
                 \(unsafeRaw: PostgresUnitOfWork.auditColumns)
-                WHERE user_id = \(userID) AND at >= \(since ?? Date(timeIntervalSince1970: 0)) ORDER BY at, id
+                WHERE user_id = \(userID) AND tenant = \(tenant) AND at >= \(since ?? Date(timeIntervalSince1970: 0))
+                ORDER BY at, id
                 """
             ).map(Decode.audit)
         }

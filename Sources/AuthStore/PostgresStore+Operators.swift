@@ -6,14 +6,15 @@ import PGStore
 extension PostgresStore {
     // MARK: - Operators
 
-    /// The default tenant's guests created before `cutoff` that never gained an identity, oldest
-    /// first (operator commands are the default tenant's until they take a tenant).
-    public func staleGuests(createdBefore cutoff: Date, limit: Int) async throws -> [UUID] {
+    /// `tenant`'s guests created before `cutoff` that never gained an identity, oldest first.
+    public func staleGuests(
+        createdBefore cutoff: Date, limit: Int, tenant: String = TenantScope.defaultName
+    ) async throws -> [UUID] {
         try await pool.withConnection { connection in
             try connection.query(
                 """
                 SELECT id FROM users
-                WHERE is_guest AND created_at < \(cutoff) AND tenant = \(TenantScope.defaultName)
+                WHERE is_guest AND created_at < \(cutoff) AND tenant = \(tenant)
                   AND NOT EXISTS (SELECT 1 FROM identities WHERE identities.user_id = users.id)
                 ORDER BY created_at LIMIT \(limit)
                 """
@@ -22,8 +23,9 @@ extension PostgresStore {
     }
 
     /// What `auth-worker users show` prints: the user, identities and sessions, never a secret.
-    public func userReport(_ idOrEmail: String) async throws -> UserReport? {
-        try await pool.withConnection { try UserReport.load(idOrEmail, connection: $0) }
+    /// `tenant`'s users only.
+    public func userReport(_ idOrEmail: String, tenant: String = TenantScope.defaultName) async throws -> UserReport? {
+        try await pool.withConnection { try UserReport.load(idOrEmail, tenant: tenant, connection: $0) }
     }
 
 }

@@ -177,11 +177,14 @@ public final class PostgresStore: Sendable {
         }
     }
 
-    /// Runs `body` in a transaction of its own (a notification, an operator command).
-    public func transaction<Output: Sendable>(_ body: @escaping @Sendable (any UnitOfWork) throws -> Output)
-        async throws -> Output
-    {
-        let outcomes = try await runBatch([0], prefetch: Prefetch()) { _, unit in try body(unit) }
+    /// Runs `body` in a transaction of its own (a notification, an operator command), as
+    /// `tenant`'s: it reads and writes that tenant's rows only.
+    public func transaction<Output: Sendable>(
+        tenant: String = TenantScope.defaultName, _ body: @escaping @Sendable (any UnitOfWork) throws -> Output
+    ) async throws -> Output {
+        let outcomes = try await runBatch([0], prefetch: Prefetch(), tenant: { _ in tenant }) { _, unit in
+            try body(unit)
+        }
         switch outcomes.first {
         case .written(let output, _): return output
         case .refused(let error): throw error

@@ -47,9 +47,8 @@ public struct UserReport: Codable, Sendable {
     /// case. Both addresses by their lower-case indexes (`users_email_prefix`, `identities_email`),
     /// the users then by their key.
     ///
-    /// The default tenant's users only: operator commands are that tenant's until they take one.
-    static func lookup(_ idOrEmail: String) -> PGQuery {
-        let tenant = TenantScope.defaultName
+    /// `tenant`'s users only.
+    static func lookup(_ idOrEmail: String, tenant: String) -> PGQuery {
         if let id = UUID(uuidString: idOrEmail) {
             return "SELECT * FROM users WHERE id = \(id) AND tenant = \(tenant)"
         }
@@ -68,8 +67,8 @@ public struct UserReport: Codable, Sendable {
             """
     }
 
-    static func load(_ idOrEmail: String, connection: PGConnection) throws -> UserReport? {
-        let rows = try connection.query(lookup(idOrEmail))
+    static func load(_ idOrEmail: String, tenant: String, connection: PGConnection) throws -> UserReport? {
+        let rows = try connection.query(lookup(idOrEmail, tenant: tenant))
         guard let row = rows.first else { return nil }
         var user: [String: String] = [:]
         for (column, value) in zip(row.columns, row.values) { user[column] = value }

@@ -17,23 +17,37 @@ import Testing
 final class ConsoleTestBed: @unchecked Sendable {
     let clock = ManualClock(Date(timeIntervalSince1970: 1_795_953_600))
     let harness: FlowHarness
+    /// The harnesses of the tenants besides the default one, on the same database, by name.
+    let tenants: [String: FlowHarness]
     let console: AdminConsole
     let logs = InMemoryLogHandler()
     let mail: (privateKey: [UInt8], publicKey: [UInt8])
 
-    init(configure: (inout WorkerConfiguration) -> Void = { _ in }) async throws {
+    /// - Parameter tenants: tenants served besides the default one, each with the same settings.
+    init(tenants names: [String] = [], configure: @escaping (inout WorkerConfiguration) -> Void = { _ in })
+        async throws
+    {
         let passwords = try PasswordService(parameters: fastArgon2, threads: 2)
         let resultsKey = try SecureRandom.bytes(32)
         let mail = try X25519.generateKeyPair()
         self.mail = mail
-        harness = try await FlowHarness(clock: clock, passwords: passwords) { config in
+        let settings = { (config: inout WorkerConfiguration) in
             config.resultsKey = resultsKey
             config.mfa.issuer = "Example App"
             config.emailCodes.mailKey = mail.publicKey
             configure(&config)
         }
+        harness = try await FlowHarness(clock: clock, passwords: passwords, configure: settings)
+        var tenants: [String: FlowHarness] = [:]
+        for name in names {
+            tenants[name] = try await FlowHarness(
+                clock: clock, passwords: passwords, databaseURL: harness.databaseURL, tenant: name,
+                configure: settings)
+        }
+        self.tenants = tenants
         console = AdminConsole(
-            configuration: harness.configuration, store: harness.store, flows: harness.flows, clock: clock,
+            configuration: harness.configuration, store: harness.store, flows: harness.flows,
+            tenantFlows: tenants.mapValues(\.flows), clock: clock,
             logger: Logger(label: "console", level: .debug, handler: logs))
     }
 
@@ -48,9 +62,11 @@ final class ConsoleTestBed: @unchecked Sendable {
         var totpURI: String?
     }
 
-    func register(_ email: String, name: String? = nil, password: String = "correct horse battery")
-        async throws -> Member
-    {
+    /// - Parameter tenant: whose account (the default tenant's without one).
+    func register(
+        _ email: String, name: String? = nil, password: String = "correct horse battery", tenant: String? = nil
+    ) async throws -> Member {
+        let harness = try tenant.map { try #require(tenants[$0]) } ?? harness
         let outcome = try #require(
             try await harness.handle(
                 makeRequest(.register) {
@@ -99,14 +115,18 @@ final class ConsoleTestBed: @unchecked Sendable {
         clock.advance(by: 30)
     }
 
-    /// A member with a factor and a console role.
-    func staff(_ email: String, role: AccountAdministration.Role) async throws -> Member {
+    /// A member (of the default tenant, as every console user) with a factor and a console role
+    /// serving `tenant`'s users (ignored for an operator).
+    func staff(
+        _ email: String, role: AccountAdministration.Role, tenant: String = TenantScope.defaultName
+    ) async throws -> Member {
         var member = try await register(email)
         try await enrollFactor(&member)
         // Console roles go only to proven addresses: this member proved theirs.
         _ = try await harness.query(
             "UPDATE identities SET email_verified = true WHERE provider = 'password' AND subject = lower(\(email))")
-        let granted = try await harness.store.grantAdminRole(email: email, role: role, by: "operator", at: clock.now())
+        let granted = try await harness.store.grantAdminRole(
+            email: email, role: role, tenant: tenant, by: "operator", at: clock.now())
         #expect(granted == .granted(member.id))
         return member
     }
@@ -120,7 +140,8 @@ final class ConsoleTestBed: @unchecked Sendable {
     }
 
     /// Refreshes a session through the flows: its error code, or nil when it worked.
-    func refreshError(_ refreshToken: String) async throws -> String? {
+    func refreshError(_ refreshToken: String, tenant: String? = nil) async throws -> String? {
+        let harness = try tenant.map { try #require(tenants[$0]) } ?? harness
         do {
             let outcome = try await harness.handle(makeRequest(.refresh) { $0.refreshToken = refreshToken })
             return outcome?.result.error?.code.rawValue
@@ -130,7 +151,8 @@ final class ConsoleTestBed: @unchecked Sendable {
     }
 
     /// A password sign-in's error code through the flows, or nil when it worked.
-    func passwordError(_ member: Member) async throws -> String? {
+    func passwordError(_ member: Member, tenant: String? = nil) async throws -> String? {
+        let harness = try tenant.map { try #require(tenants[$0]) } ?? harness
         do {
             let outcome = try await harness.handle(
                 makeRequest(.password) {

@@ -191,26 +191,42 @@ import Testing
         #expect(try await main.count("one_time_codes", where: "attempts > 0") == 0, "acme's guess counted nothing")
     }
 
-    /// The console and the operator's commands are the default tenant's until their roles take a
-    /// tenant: another tenant's users are neither listed, found, shown nor purged there.
-    @Test func theConsoleAndTheOperatorsCommandsSeeTheDefaultTenantOnly() async throws {
+    /// What the console and the operator's commands read is one tenant's: another tenant's users
+    /// are neither listed, found, shown nor purged there.
+    @Test func theConsoleAndTheOperatorsCommandsSeeOneTenantAtATime() async throws {
         let (main, acme) = try await tenants()
         let acmeUser = try #require(try await signedIn(acme, apple("001.console")).user?.id)
         let mainUser = try #require(try await signedIn(main, apple("001.console")).user?.id)
         let acmeGuest = try #require(try await signedIn(acme, request(.guest) { _ in }).user?.id)
         let ids = { (users: [PostgresStore.UserSummary]) in users.map { $0.id.lowercasedString } }
         let store = main.store
-        let listed = ids(try await store.searchUsers("", offset: 0, limit: 50).users)
+        let listed = ids(try await store.searchUsers("", tenant: "default", offset: 0, limit: 50).users)
         #expect(listed.contains(mainUser) && !listed.contains(acmeUser) && !listed.contains(acmeGuest))
         for query in [acmeUser, "same", "same@example.com", "001.console"] {
-            let found = ids(try await store.searchUsers(query, offset: 0, limit: 50).users)
+            let found = ids(try await store.searchUsers(query, tenant: "default", offset: 0, limit: 50).users)
             #expect(!found.contains(acmeUser), "\(query)")
         }
-        #expect(ids(try await store.searchUsers("001.console", offset: 0, limit: 50).users) == [mainUser])
-        #expect(try await store.userDetails(try #require(UUID(uuidString: acmeUser)), at: clock.now()) == nil)
+        #expect(
+            ids(try await store.searchUsers("001.console", tenant: "default", offset: 0, limit: 50).users) == [mainUser]
+        )
+        #expect(
+            try await store.userDetails(try #require(UUID(uuidString: acmeUser)), tenant: "default", at: clock.now())
+                == nil)
         #expect(try await store.userReport(acmeUser) == nil)
         #expect(try await store.userReport("same@example.com")?.userID?.lowercasedString == mainUser)
         clock.advance(by: 86_400)
         #expect(try await store.staleGuests(createdBefore: clock.now(), limit: 10).isEmpty, "acme's guest is acme's")
+        // And acme's, asked as acme's.
+        #expect(
+            ids(try await store.searchUsers("001.console", tenant: "acme", offset: 0, limit: 50).users) == [acmeUser])
+        #expect(try await store.userReport(acmeUser, tenant: "acme")?.userID?.lowercasedString == acmeUser)
+        #expect(try await store.userReport(mainUser, tenant: "acme") == nil)
+        let guests = try await store.staleGuests(createdBefore: clock.now(), limit: 10, tenant: "acme")
+        #expect(guests.map(\.lowercasedString) == [acmeGuest])
+        // An operator (no tenant) finds either by id; its page names the tenant.
+        let acmeID = try #require(UUID(uuidString: acmeUser))
+        #expect(try await store.userDetails(acmeID, tenant: nil, at: clock.now())?.user.tenant == "acme")
+        #expect(try await store.tenant(ofUser: acmeID, within: nil) == "acme")
+        #expect(try await store.tenant(ofUser: acmeID, within: "default") == nil)
     }
 }

@@ -16,7 +16,8 @@ extension Trait where Self == ConditionTrait {
 /// The admin console as a support agent and an admin use it: the real worker (`auth-worker run`)
 /// and console (`auth-worker admin`) processes, users made through Kafka, Chromium driven by
 /// Selenium (`Tests/Tools/console-browser.py`), then the console's API run against its OpenAPI
-/// document by schemathesis, signed in.
+/// document by schemathesis, signed in. A second tenant's support agent sees that tenant's users
+/// only.
 @Suite(.requiresServices, .requiresBrowser, .serialized, .timeLimit(.minutes(10))) struct ConsoleBrowserTests {
     static var browserIsAvailable: Bool {
         FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium")
@@ -30,9 +31,12 @@ extension Trait where Self == ConditionTrait {
         let (signingKey, _) = try TestKeys.temporaryKeyFile(.es256)
         let resultsKey = FileManager.default.temporaryDirectory.appendingPathComponent("results-\(UUID()).key").path
         try Hex.encode(try SecureRandom.bytes(32)).write(toFile: resultsKey, atomically: true, encoding: .utf8)
+        // A second tenant, acme, with the default tenant's settings: its users are another
+        // support agent's.
+        let tenantsFile = FileManager.default.temporaryDirectory.appendingPathComponent("tenants-\(UUID()).json").path
+        try #"{"tenants": {"acme": {}}}"#.write(toFile: tenantsFile, atomically: true, encoding: .utf8)
         defer {
-            try? FileManager.default.removeItem(atPath: signingKey)
-            try? FileManager.default.removeItem(atPath: resultsKey)
+            for path in [signingKey, resultsKey, tenantsFile] { try? FileManager.default.removeItem(atPath: path) }
         }
         let brokers = try #require(IntegrationEnvironment.kafkaBrokers)
         let environment = [
@@ -43,7 +47,7 @@ extension Trait where Self == ConditionTrait {
             "AUTH_SIGNING_KEYS": signingKey, "AUTH_RESULTS_KEY_FILE": resultsKey,
             "AUTH_KAFKA_SESSION_TIMEOUT_MS": "6000", "AUTH_HEALTH_PORT": "0", "AUTH_HEALTH_ADDRESS": "127.0.0.1",
             "AUTH_KAFKA_FETCH_WAIT_MS": "5", "AUTH_REQUIRE_REPLY_KEY": "true", "AUTH_CONSOLE_PORT": "0",
-            "AUTH_ARGON2_MEMORY_KIB": "8192",
+            "AUTH_ARGON2_MEMORY_KIB": "8192", "AUTH_TENANTS_FILE": tenantsFile,
             "AUTH_ARGON2_ITERATIONS": "2",
         ]
         let processes = ProcessIntegrationTests()
@@ -80,7 +84,10 @@ extension Trait where Self == ConditionTrait {
         #expect(script.status == 0, "see \(report.path): \(script.output.suffix(3000))")
         #expect(
             steps.map { $0["step"] as? String }
-                == ["accounts", "signed_in", "session_ended", "disabled_and_enabled", "deleted", "schemathesis"],
+                == [
+                    "accounts", "signed_in", "session_ended", "tenant_boundary", "disabled_and_enabled", "deleted",
+                    "schemathesis",
+                ],
             "\(script.output)")
     }
 }

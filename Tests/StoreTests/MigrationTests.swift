@@ -334,7 +334,8 @@ import Testing
             VALUES ('apple', '001234.0f0e.0123', \(id), now(), now())
             """)
         func found(_ query: String, offset: Int = 0) throws -> [String] {
-            let rows = try connection.query(PostgresStore.userSearch(query, offset: offset, limit: 21))
+            let rows = try connection.query(
+                PostgresStore.userSearch(query, tenant: "default", offset: offset, limit: 21))
             let ids = try rows.map { try $0.decode("id", as: UUID.self) }
             #expect(ids.map(\.uuidString) == ids.map(\.uuidString).sorted(by: >), "newest (the highest id) first")
             return try rows.map { try $0.decode("handle") }
@@ -352,16 +353,18 @@ import Testing
         let all = try connection.query("SELECT id FROM users ORDER BY id DESC LIMIT 21 OFFSET 40").map {
             try $0.decode("id", as: UUID.self)
         }
-        let page = try connection.query(PostgresStore.userSearch("", offset: 40, limit: 21)).map {
+        let page = try connection.query(PostgresStore.userSearch("", tenant: "default", offset: 40, limit: 21)).map {
             try $0.decode("id", as: UUID.self)
         }
         #expect(page == all && page.count == 21, "everyone, newest first, a page at a time")
-        let report = try #require(try connection.query(UserReport.lookup("PersonH778@mail.example")).first)
+        let report = try #require(
+            try connection.query(UserReport.lookup("PersonH778@mail.example", tenant: "default")).first)
         #expect(try report.decode("handle", as: String.self) == "h778")
-        let byIdentity = try #require(try connection.query(UserReport.lookup("u1234@EXAMPLE.com")).first)
+        let byIdentity = try #require(
+            try connection.query(UserReport.lookup("u1234@EXAMPLE.com", tenant: "default")).first)
         #expect(try byIdentity.decode("id", as: UUID.self) == id)
-        #expect(try connection.query(UserReport.lookup(id.uuidString)).count == 1)
-        let byPhone = try #require(try connection.query(UserReport.lookup("+14155551500")).first)
+        #expect(try connection.query(UserReport.lookup(id.uuidString, tenant: "default")).count == 1)
+        let byPhone = try #require(try connection.query(UserReport.lookup("+14155551500", tenant: "default")).first)
         #expect(try byPhone.decode("handle", as: String.self) == "h500")
         let scans = try connection.query(
             """

@@ -47,12 +47,14 @@ def check(condition, message):
 class Gateway(gateway.AuthGateway):
     """The example's client, opening every sealed part of an answer (session, factor secret)."""
 
-    def call(self, data, timeout=15):
+    def call(self, data, timeout=15, tenant=None):
         key = jwk.JWK.generate(kty="OKP", crv="X25519")
         request_id = str(uuid.uuid4())
         event = {"specversion": "1.0", "id": request_id, "source": "/gateway/console-test",
                  "type": "auth.login.request", "datacontenttype": "application/json",
                  "data": {**data, "reply_key": key.export_public(as_dict=True)["x"]}}
+        if tenant:
+            event["tenant"] = tenant
         self.producer.produce(gateway.REQUESTS, key=request_id, value=json.dumps(event),
                               headers={"content-type": "application/cloudevents+json"})
         self.producer.flush(10)
@@ -71,17 +73,17 @@ class Gateway(gateway.AuthGateway):
         return result
 
 
-def member(gw, email, name=None, device="Laptop"):
+def member(gw, email, name=None, device="Laptop", tenant=None):
     data = {"method": "register", "email": email, "password": "correct horse battery",
             "device": {"name": device, "platform": "web"}}
     if name:
         data["name"] = name
-    answer = gw.call(data)
+    answer = gw.call(data, tenant=tenant)
     check(answer["status"] == "ok", f"register {email}: {answer}")
     return answer
 
 
-def staff(gw, email, role):
+def staff(gw, email, role, tenant=None):
     answer = member(gw, email)
     token = answer["session"]["access_token"]
     enrolled = gw.call({"method": "mfa_enroll", "access_token": token})
@@ -98,7 +100,8 @@ def staff(gw, email, role):
          "UPDATE identities SET email_verified = true WHERE provider = 'password' AND subject = lower('%s')"
          % email.replace("'", "''")], capture_output=True, text=True)
     check(proved.returncode == 0, f"psql: {proved.stderr}")
-    granted = subprocess.run([BINARY, "admins", "grant", email, "--role", role], capture_output=True, text=True)
+    granted = subprocess.run([BINARY, "admins", "grant", email, "--role", role]
+                             + (["--tenant", tenant] if tenant else []), capture_output=True, text=True)
     check(granted.returncode == 0, f"admins grant: {granted.stderr}")
     return totp
 
@@ -162,12 +165,16 @@ def main():
     gw = Gateway()
     agent_totp = staff(gw, "agent@example.com", "support")
     admin_totp = staff(gw, "admin@example.com", "admin")
+    acme_totp = staff(gw, "acme-agent@example.com", "support", tenant="acme")
     laptop = member(gw, "lena@example.com", name="Lena Park")
+    # The same address in acme: another account, acme's agent's to help.
+    acme_lena = member(gw, "lena@example.com", name="Lena Acme", tenant="acme")
+    check(acme_lena["user"]["id"] != laptop["user"]["id"], "two tenants, two Lenas")
     phone = login(gw, "lena@example.com", "Lena's iPhone")
     check(phone["status"] == "ok", f"phone sign-in: {phone}")
     for index in range(3):
         member(gw, f"lena.{index}@example.org", name=f"Lena Example {index}")
-    step("accounts", users=6)
+    step("accounts", users=8)
 
     driver = browser()
     try:
@@ -195,6 +202,24 @@ def main():
         kept = gw.call({"method": "refresh", "refresh_token": laptop["session"]["refresh_token"]})
         check(kept["status"] == "ok", f"the laptop's refresh token: {kept}")
         step("session_ended", refresh=refused["error"]["code"])
+        click(driver, driver.find_element(By.ID, "sign-out"), lambda url: url.endswith("/admin/sign-in"), "signing out")
+
+        # Acme's agent: acme's Lena only, whatever is typed or put in the address bar.
+        sign_in(driver, "acme-agent@example.com", acme_totp)
+        links = open_user(driver, "lena")
+        check([link.get_attribute("href").rsplit("/", 1)[-1] for link in links] == [acme_lena["user"]["id"]],
+              f"acme's search for lena: {[link.text for link in links]}")
+        check("support @ acme" in driver.page_source, "the bar names the tenant served")
+        driver.get(CONSOLE + "/admin/users/" + laptop["user"]["id"])
+        check("Not found" in driver.page_source and "Lena Park" not in driver.page_source,
+              "the default tenant's Lena by id is no user to acme's agent")
+        driver.get(CONSOLE + "/admin/users?q=lena&tenant=default")
+        check("Refused" in driver.page_source and "Lena Park" not in driver.page_source,
+              "another tenant's search is refused")
+        driver.get(CONSOLE + "/admin/users/" + acme_lena["user"]["id"])
+        check(driver.find_element(By.ID, "tenant").text == "acme", "acme's Lena's page names her tenant")
+        step("tenant_boundary", found=len(links))
+        driver.get(CONSOLE + "/admin/users")
         click(driver, driver.find_element(By.ID, "sign-out"), lambda url: url.endswith("/admin/sign-in"), "signing out")
 
         sign_in(driver, "admin@example.com", admin_totp)

@@ -43,7 +43,10 @@ import Testing
         ["token", "verify", "--provider", "apple"], ["request", "guest", "--count", "3"],
         ["topics", "create", "--partitions", "0"], ["topics", "create", "extra"], ["users", "disable"],
         ["admins", "grant", "ada@example.com"], ["admins", "grant", "ada@example.com", "--role", "root"],
-        ["admins", "list", "extra"],
+        ["admins", "list", "extra"], ["users", "show", "ada@example.com", "--tenant", "Acme"],
+        ["admins", "grant", "ada@example.com", "--role", "operator", "--tenant", "acme"],
+        ["guests", "purge", "--older-than", "30d", "--tenant", ""],
+        ["admins", "revoke", "a@example.com", "--tenant", "x"],
     ])
     func whatACommandDoesNotTakeIsRefusedWithItsUsage(arguments: [String]) async {
         let (status, _, err) = await run(arguments)
@@ -114,6 +117,89 @@ import Testing
         let (stranger, _, strangerErr) = await run(
             ["admins", "grant", "eve@example.com", "--role", "admin"], environment: environment)
         #expect(stranger == 1 && strangerErr.contains("no account signs in with a password"))
+    }
+
+    /// Every account command with `--tenant` reads and acts on that tenant's users only: the same
+    /// address in two tenants is two users, each found, changed and deleted apart.
+    @Test(.requiresDatabase) func operatorsActOnATenantsUsersWithTenant() async throws {
+        let passwords = try PasswordService(parameters: fastArgon2, threads: 1)
+        let main = try await FlowHarness(clock: SystemClock(), passwords: passwords)
+        let acme = try await FlowHarness(
+            clock: SystemClock(), passwords: passwords, databaseURL: main.databaseURL, tenant: "acme")
+        func request(_ method: LoginMethod, _ fill: (inout LoginRequestData) -> Void) -> LoginRequest {
+            var data = LoginRequestData(method: method.rawValue)
+            fill(&data)
+            return LoginRequest(
+                id: UUID().uuidString, source: "/t", time: nil, traceparent: nil, method: method, data: data)
+        }
+        var ids: [String] = []
+        for harness in [main, acme] {
+            let outcome = try await harness.handle(
+                request(.register) {
+                    $0.email = "ada@example.com"
+                    $0.password = "correct horse battery"
+                })
+            ids.append(try #require(outcome?.result.user?.id))
+            _ = try await harness.handle(request(.guest) { _ in })
+        }
+        let (mainID, acmeID) = (ids[0], ids[1])
+        let environment = [
+            "AUTH_DATABASE_URL": main.databaseURL,
+            "AUTH_KAFKA_BROKERS": IntegrationEnvironment.kafkaBrokers ?? "127.0.0.1:1",
+        ]
+        let (shown, shownOut, _) = await run(
+            ["users", "show", "ada@example.com", "--tenant", "acme"], environment: environment)
+        #expect(shown == 0 && shownOut.contains(acmeID) && !shownOut.contains(mainID), "\(shownOut)")
+        let (_, defaultOut, _) = await run(["users", "show", "ada@example.com"], environment: environment)
+        #expect(defaultOut.contains(mainID) && !defaultOut.contains(acmeID))
+        #expect(await run(["users", "show", acmeID], environment: environment).0 == 1, "another tenant's id: no user")
+
+        let (disabled, disabledOut, err) = await run(
+            ["users", "disable", "ada@example.com", "--tenant", "acme"], environment: environment)
+        #expect(disabled == 0 && disabledOut.contains("disabled user \(acmeID)"), "\(err)")
+        #expect(try await main.count("users", where: "disabled_at IS NOT NULL") == 1)
+        #expect(try await main.count("users", where: "disabled_at IS NOT NULL AND tenant = 'acme'") == 1)
+        let (_, trail, _) = await run(
+            ["users", "audit", "ada@example.com", "--tenant", "acme"], environment: environment)
+        #expect(trail.contains("operator.account_disable"))
+        let (_, mainTrail, _) = await run(["users", "audit", "ada@example.com"], environment: environment)
+        #expect(!mainTrail.contains("operator.account_disable") && mainTrail.contains("register"), "\(mainTrail)")
+        // Its events went to the broker; what stays is its sessions' state.
+        #expect(try await main.count("sessions", where: "revoked_at IS NOT NULL AND user_id = '\(acmeID)'") == 1)
+        #expect(try await main.count("sessions", where: "revoked_at IS NULL AND user_id = '\(mainID)'") == 1)
+
+        for command in [["users", "end-sessions"], ["users", "remove-factor"], ["users", "remove-passkeys"]] {
+            let (status, out, _) = await run(command + [acmeID], environment: environment)
+            #expect(status == 1, "\(command) \(out)")
+            let (inAcme, _, _) = await run(command + [acmeID, "--tenant", "acme"], environment: environment)
+            #expect(inAcme == 0, "\(command)")
+        }
+        #expect(await run(["users", "delete", acmeID], environment: environment).0 == 1)
+        let (deleted, deletedOut, _) = await run(
+            ["users", "delete", acmeID, "--tenant", "acme"], environment: environment)
+        #expect(deleted == 0 && deletedOut.contains("deleted user \(acmeID)"))
+        #expect(try await main.count("users", where: "id = '\(mainID)'") == 1)
+
+        try await Task.sleep(for: .milliseconds(1100))
+        let (purged, purgedOut, _) = await run(
+            ["guests", "purge", "--older-than", "1s", "--tenant", "acme"], environment: environment)
+        #expect(purged == 0 && purgedOut.contains("purged 1 guest(s)"), "\(purgedOut)")
+        #expect(
+            try await main.count("users", where: "is_guest AND tenant = 'default'") == 1, "the default tenant's stays")
+        #expect(try await main.count("users", where: "is_guest AND tenant = 'acme'") == 0)
+
+        // Console roles: each names the tenant it serves; an operator's none.
+        _ = try await main.query("UPDATE identities SET email_verified = true WHERE provider = 'password'")
+        let (granted, grantOut, _) = await run(
+            ["admins", "grant", "ada@example.com", "--role", "support", "--tenant", "acme"], environment: environment)
+        #expect(granted == 0 && grantOut.contains("as support for the users of tenant acme"), "\(grantOut)")
+        let (_, list, _) = await run(["admins", "list"], environment: environment)
+        #expect(list.contains(#""role":"support""#) && list.contains(#""tenant":"acme""#) && list.contains(mainID))
+        let (operatorGranted, operatorOut, _) = await run(
+            ["admins", "grant", "ada@example.com", "--role", "operator"], environment: environment)
+        #expect(operatorGranted == 0 && operatorOut.contains("as operator for every tenant's users"))
+        let (_, operatorList, _) = await run(["admins", "list"], environment: environment)
+        #expect(operatorList.contains(#""role":"operator""#) && !operatorList.contains("tenant"), "\(operatorList)")
     }
 
     @Test func unknownCommandsAreRefused() async {

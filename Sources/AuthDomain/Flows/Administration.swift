@@ -7,9 +7,14 @@ import Messages
 /// with the same events and audit rows naming who acted.
 public enum AccountAdministration {
     /// The console's roles: `support` reads and ends sessions; `admin` also disables, removes
-    /// factors and deletes.
+    /// factors and deletes; both for one tenant's users. `operator` is an admin of every tenant's.
     public enum Role: String, Sendable, CaseIterable {
-        case support, admin
+        case support, admin, `operator`
+
+        /// Whether the role serves every tenant's users, not one tenant's.
+        public var isAcrossTenants: Bool { self == .operator }
+        /// Whether the role may change accounts (disable, remove factors, delete), not only read them.
+        public var mayChangeAccounts: Bool { self != .support }
     }
 
     /// What a disable or enable did.
@@ -121,13 +126,16 @@ extension LoginFlows {
     /// - Returns: a write answering whether a code was sent (false: verified already); its write
     ///   returns nil when there is no such user, and throws `LoginError` when the account has no
     ///   address, codes are not enabled or the limit is reached.
-    package func verificationResend(userID: UUID, actor: String) throws -> VerificationResend {
+    package func verificationResend(
+        userID: UUID, actor: String, tenant: String = Tenant.defaultName
+    ) throws -> VerificationResend {
         let keys = try codeKeys()
         let now = clock.now()
+        var events = EventFactory(configuration, identifiers: identifiers, now: now)
+        if tenant != Tenant.defaultName { events.tenant = tenant }
         return VerificationResend(
             userID: userID, actor: actor, code: try pendingCode(.verifyEmail, keys: keys, at: now),
-            limit: configuration.emailCodes.sendLimit,
-            events: EventFactory(configuration, identifiers: identifiers, now: now), now: now)
+            limit: configuration.emailCodes.sendLimit, events: events, now: now)
     }
 }
 

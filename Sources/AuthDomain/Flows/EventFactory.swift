@@ -31,9 +31,13 @@ package struct EventFactory: Sendable {
             traceparent: traceparent, now: now)
     }
 
-    /// For an operator's chore or a console user's action: no request, so no trace.
-    package static func `operator`(_ configuration: WorkerConfiguration, _ clock: any WorkerClock) -> EventFactory {
-        EventFactory(configuration, identifiers: Identifiers(clock: clock), now: clock.now())
+    /// For an operator's chore or a console user's action on `tenant`'s users: no request, so no trace.
+    package static func `operator`(
+        _ configuration: WorkerConfiguration, _ clock: any WorkerClock, tenant: String = Tenant.defaultName
+    ) -> EventFactory {
+        var events = EventFactory(configuration, identifiers: Identifiers(clock: clock), now: clock.now())
+        if tenant != Tenant.defaultName { events.tenant = tenant }
+        return events
     }
 
     func userCreated(_ user: StoredUser, provider: String) throws -> OutboxEvent {

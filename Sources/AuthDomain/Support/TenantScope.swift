@@ -11,4 +11,10 @@ public enum TenantScope {
     public static func scoped(_ key: String, in tenant: String) -> String {
         tenant == defaultName ? key : "@" + tenant + "/" + key
     }
+
+    /// `name` with its tenant, for what people read (an audit outcome, a log line): unchanged for
+    /// the default tenant, `<name>@<tenant>` for another.
+    public static func named(_ name: String, in tenant: String) -> String {
+        tenant == defaultName ? name : name + "@" + tenant
+    }
 }
