@@ -14,6 +14,10 @@ public final class WorkerMetrics: Sendable {
 
     /// `auth_results_total{code}`: every result published, by `ok` or error code (invalid requests too).
     public let results: MetricFamily<Counter>
+    /// `auth_tenant_results_total{tenant,code}`: the same by tenant, for the tenants served only
+    /// (`default` and the tenants file's: a bounded set); a request naming another is counted in
+    /// `auth_results_total` alone.
+    public let tenantResults: MetricFamily<Counter>
     /// `auth_request_duration_seconds{method,outcome}`: from the message entering the pipeline to
     /// its offset being released, one observation per message.
     public let requestDuration: MetricFamily<Histogram>
@@ -62,6 +66,11 @@ public final class WorkerMetrics: Sendable {
         results = registry.counter(
             "auth_results_total", help: "Results published, by status (ok) or error code; invalid requests included.",
             labels: ["code"])
+        tenantResults = registry.counter(
+            "auth_tenant_results_total",
+            help:
+                "Results published for the tenants served (default included), by tenant and status (ok) or error code.",
+            labels: ["tenant", "code"])
         requestDuration = registry.histogram(
             "auth_request_duration_seconds",
             help: "Time from a message entering the pipeline to its outcome being durable and published.",
@@ -142,8 +151,11 @@ public final class WorkerMetrics: Sendable {
         ) { [([], Double(pool.inUse))] }
     }
 
-    func count(_ result: LoginResultData) {
-        results.labels(result.error?.code.rawValue ?? "ok").increment()
+    /// Counts a result; `tenant`: the tenant served that it answers, nil for a tenant not served.
+    func count(_ result: LoginResultData, tenant: String?) {
+        let code = result.error?.code.rawValue ?? "ok"
+        results.labels(code).increment()
+        if let tenant { tenantResults.labels(tenant, code).increment() }
     }
 
     /// Replaces the lag figures with a fresh reading (partitions no longer assigned disappear).

@@ -123,6 +123,13 @@ extension ProcessIntegrationTests {
 
         // beta is not served until the file names it and the worker reads it again.
         #expect(try await betaClient.login(LoginRequestData(method: "guest")).error?.code == .unknownTenant)
+        // Results by tenant for the tenants served; a name not served gets no series of its own.
+        let metrics = try await HTTP.get(health + "/metrics").body
+        #expect(metrics.contains(#"auth_tenant_results_total{tenant="acme",code="ok"}"#), "\(metrics)")
+        #expect(metrics.contains(#"auth_tenant_results_total{tenant="default",code="ok"}"#))
+        #expect(metrics.contains(#"auth_tenant_results_total{tenant="default",code="audience_mismatch"}"#))
+        #expect(metrics.contains(#"auth_results_total{code="unknown_tenant"} 1"#))
+        #expect(!metrics.contains(#"tenant="beta""#))
         try writeTenants(#"{"tenants": {\#(acmeSettings), "beta": {"AUTH_SESSION_TTL_SECONDS": 7200}}}"#)
         kill(process.processIdentifier, SIGHUP)
         let reloaded = await logs.value(of: "auth.tenants", inLineWith: "\"auth.tenants\":\"acme,beta\"")

@@ -106,7 +106,9 @@ extension RequestPipeline {
         _ result: LoginResultData, json: [UInt8]? = nil, requestID: String, _ traceparent: String?,
         tenant: String? = nil, mode: CloudEventMode, tag: String
     ) -> ProducerRecord {
-        metrics.count(result)
+        // A tenant's label only for one served: a name a request chose is not a bounded set.
+        let served = tenant ?? Tenant.defaultName
+        metrics.count(result, tenant: tenants.flows(for: served) == nil ? nil : served)
         let id = Self.resultEventID(requestID: requestID, tag: tag)
         guard mode == .structured else {
             // Binary content mode, as the request came: the attributes in `ce_` headers, the data
