@@ -23,9 +23,13 @@ import Testing
         passwords = try PasswordService(parameters: fastArgon2, threads: 2)
     }
 
-    func service(userVerification: String = "required", rpID: String? = "example.com") async throws -> FlowHarness {
+    func service(
+        userVerification: String = "required", rpID: String? = "example.com", databaseURL: String? = nil,
+        tenant: String = TenantScope.defaultName
+    ) async throws -> FlowHarness {
         let resultsKey = try SecureRandom.bytes(32)
-        return try await FlowHarness(clock: clock, passwords: passwords) { config in
+        return try await FlowHarness(clock: clock, passwords: passwords, databaseURL: databaseURL, tenant: tenant) {
+            config in
             config.resultsKey = resultsKey
             config.passkeys.rpID = rpID
             config.passkeys.rpName = "Example"
@@ -441,6 +445,33 @@ import Testing
         #expect(types(events) == [UserEventType.passkeyRemoved])
         let gone = try await signIn(harness, credential: bobs, bends: ["sign_count": 2])
         #expect(gone.result.error?.code == .invalidCredentials)
+    }
+
+    /// A passkey is its tenant's: the default tenant's, presented at acme (same relying party),
+    /// signs nobody in there; the same credential id registered at acme is acme's own passkey of
+    /// another account, and each signs in at its own tenant only.
+    @Test func aPasskeyIsItsTenantsOwn() async throws {
+        let main = try await service()
+        let acme = try await service(databaseURL: main.databaseURL, tenant: "acme")
+        let guest = try await newGuest(main)
+        let (_, _, credential) = try await registered(main, token: guest.token)
+        let sessions = try await main.count("sessions")
+        let crossed = try await signIn(acme, credential: credential, bends: ["sign_count": 1])
+        #expect(crossed.result.error?.code == .invalidCredentials, "\(crossed.result)")
+        #expect(try await main.count("sessions") == sessions, "no session opened")
+        #expect(try await main.count("passkeys", where: "sign_count > 0") == 0, "its counter not moved")
+        // The same credential id at acme: a passkey of acme's own.
+        let acmeGuest = try await newGuest(acme)
+        let id = try #require(credential["credential_id"] as? String)
+        let (again, _, acmeCredential) = try await registered(
+            acme, token: acmeGuest.token, bends: ["credential_id": id])
+        #expect(again.status == "ok", "\(String(describing: again.error))")
+        #expect(try await main.count("passkeys", where: "tenant = 'acme'") == 1)
+        #expect(try await main.count("passkeys", where: "tenant = 'default'") == 1)
+        let atAcme = try await signIn(acme, credential: acmeCredential, bends: ["sign_count": 2])
+        #expect(atAcme.result.user?.id == acmeGuest.userID, "\(String(describing: atAcme.result.error))")
+        let atMain = try await signIn(main, credential: credential, bends: ["sign_count": 3])
+        #expect(atMain.result.user?.id == guest.userID, "\(String(describing: atMain.result.error))")
     }
 
     // MARK: - Managing passkeys

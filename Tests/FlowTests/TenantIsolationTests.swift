@@ -52,6 +52,8 @@ import Testing
             config.resultsKey = resultsKey
             config.emailCodes.mailKey = mailKey
             config.emailCodes.signUp = true
+            config.passkeys.rpID = "example.com"
+            config.passkeys.rpName = "Example"
         }
     }
 
@@ -128,6 +130,88 @@ import Testing
         #expect(try await main.count("refresh_tokens", where: "used_at IS NOT NULL") == 0)
         let refreshed = try await signedIn(main, request(.refresh) { $0.refreshToken = session.refreshToken })
         #expect(refreshed.session?.refreshToken != nil)
+        let live = try #require(try await main.handle(request(.introspect) { $0.accessToken = session.accessToken }))
+        #expect(live.result.introspection?.active == true)
+    }
+
+    /// Every method that acts on a session by its access token, given the default tenant's at
+    /// acme: answered as a token acme never issued is (`invalid_token`; the two that ask for the
+    /// password too say `invalid_credentials` either way), and the default tenant's account,
+    /// sessions, factor, passkeys, events and audit trail are as they were.
+    @Test func everyMethodGivenAnotherTenantsAccessTokenIsRefusedAndLeavesNothingBehind() async throws {
+        let (main, acme) = try await tenants()
+        let registered = try await signedIn(
+            main,
+            request(.register) {
+                $0.email = "tokens@example.com"
+                $0.password = "correct horse battery"
+            })
+        let session = try #require(registered.session)
+        let sessionID = try #require(
+            try await main.query("SELECT id FROM sessions").first?.decode("id", as: UUID.self))
+        let counts = { (harness: FlowHarness) in
+            [
+                try await harness.count("users", where: "true"),
+                try await harness.count("sessions", where: "revoked_at IS NULL"),
+                try await harness.count("refresh_tokens", where: "used_at IS NULL"),
+                try await harness.count("mfa_factors", where: "true"),
+                try await harness.count("passkeys", where: "true"), try await harness.count("outbox", where: "true"),
+                try await harness.count("one_time_codes", where: "true"),
+                try await harness.count("audit_log", where: "user_id IS NOT NULL"),
+                try await harness.count("webauthn_challenges", where: "true"),
+            ]
+        }
+        let before = try await counts(main)
+        let passkey = UUID().uuidString.lowercased()
+        // An export's answer is sealed to the gateway's key.
+        let replyKey = Base64URL.encode(try X25519.generateKeyPair().publicKey)
+        let methods: [(LoginMethod, (inout LoginRequestData) -> Void)] = [
+            (.logout, { _ in }), (.sendVerification, { _ in }),
+            (
+                .changePassword,
+                {
+                    $0.password = "correct horse battery"
+                    $0.newPassword = "another horse battery staple"
+                }
+            ),
+            (.mfaEnroll, { _ in }), (.mfaVerify, { $0.code = "123456" }), (.mfaRemove, { $0.code = "123456" }),
+            (.sessionsList, { _ in }), (.sessionRevoke, { $0.sessionID = sessionID.uuidString.lowercased() }),
+            (.accountExport, { $0.replyKey = replyKey }), (.accountDelete, { $0.password = "correct horse battery" }),
+            (.passkeyRegisterOptions, { _ in }), (.passkeyList, { _ in }),
+            (
+                .passkeyRename,
+                {
+                    $0.passkeyID = passkey
+                    $0.name = "Renamed"
+                }
+            ),
+            (.passkeyRemove, { $0.passkeyID = passkey }),
+        ]
+        func answer(_ method: LoginMethod, token: String, _ fill: (inout LoginRequestData) -> Void) async throws
+            -> String
+        {
+            do {
+                let outcome = try await acme.handle(
+                    request(method) {
+                        $0.accessToken = token
+                        fill(&$0)
+                    })
+                return outcome?.result.error?.code.rawValue ?? "ok"
+            } catch let error as LoginError {
+                return error.code.rawValue
+            }
+        }
+        // A token of the same shape that acme never issued.
+        let forged = String(session.accessToken.dropLast(4)) + (session.accessToken.hasSuffix("AAAA") ? "BBBB" : "AAAA")
+        for (method, fill) in methods {
+            let crossed = try await answer(method, token: session.accessToken, fill)
+            let unknown = try await answer(method, token: forged, fill)
+            #expect(crossed == unknown, "\(method): \(crossed), an unknown token: \(unknown)")
+            #expect(["invalid_token", "invalid_credentials"].contains(crossed), "\(method): \(crossed)")
+        }
+        let after = try await counts(main)
+        #expect(after == before, "nothing written anywhere: \(before) → \(after)")
+        // And the token is as good as before at its own tenant.
         let live = try #require(try await main.handle(request(.introspect) { $0.accessToken = session.accessToken }))
         #expect(live.result.introspection?.active == true)
     }
