@@ -59,8 +59,8 @@ extension CommandLineInterface {
 
     /// The public JWK Set: the signing keys of AUTH_SIGNING_KEYS and the credential keys of
     /// AUTH_CREDENTIAL_KEYS (`use: enc`), current keys first.
-    func printJWKS() throws {
-        let published = try PublishedKeys(configuration: try configuration())
+    func printJWKS(tenant: String) throws {
+        let published = try PublishedKeys(configuration: try configuration(ofTenant: tenant))
         guard !published.isEmpty else {
             throw UsageError(message: "no keys: set AUTH_SIGNING_KEYS and/or AUTH_CREDENTIAL_KEYS")
         }
@@ -69,7 +69,7 @@ extension CommandLineInterface {
 
     // MARK: - token verify
 
-    func verifyToken(_ arguments: Arguments, usage: String) async throws -> Int32 {
+    func verifyToken(_ arguments: Arguments, tenant: String, usage: String) async throws -> Int32 {
         guard let providerName = arguments.values["--provider"] else { throw UsageError(message: usage) }
         let token = arguments.positionals[0]
         let keysPath = arguments.values["--keys"]
@@ -79,7 +79,7 @@ extension CommandLineInterface {
             guard let seconds = Double(value) else { throw UsageError(message: "--at takes a Unix time") }
             at = Date(timeIntervalSince1970: seconds)
         }
-        let configuration = try configuration()
+        let configuration = try configuration(ofTenant: tenant)
         guard
             let providerConfiguration = try configuration.identityProviders().first(where: { $0.name == providerName })
         else {

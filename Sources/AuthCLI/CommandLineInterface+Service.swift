@@ -177,6 +177,18 @@ extension CommandLineInterface {
     }
 
     /// The tenants of `AUTH_TENANTS_FILE`, each a configuration of its own; none without the file.
+    /// The configuration of `tenant`: the deployment's for the default tenant, else the tenants
+    /// file's (a tenant it does not list is a usage error).
+    func configuration(ofTenant tenant: String) throws -> WorkerConfiguration {
+        let configuration = try configuration()
+        guard tenant != Tenant.defaultName else { return configuration }
+        guard let named = try tenantConfigurations(configuration)[tenant] else {
+            throw UsageError(
+                message: "no tenant \(tenant) in AUTH_TENANTS_FILE (\(configuration.tenantsFilePath ?? "not set"))")
+        }
+        return named
+    }
+
     func tenantConfigurations(_ configuration: WorkerConfiguration) throws -> [String: WorkerConfiguration] {
         guard let path = configuration.tenantsFilePath else { return [:] }
         return try TenantsFile.configurations(path: path, environment: environment)

@@ -68,8 +68,10 @@ public struct CommandLineInterface: Sendable {
             summary: "make a signing key, or with X25519 a credential key (PEM, mode 0600, never overwritten)",
             options: ["--alg"], positionals: 1...1),
         Command(
-            words: ["keys", "jwks"], arguments: "",
-            summary: "print the public JWK Set of AUTH_SIGNING_KEYS and AUTH_CREDENTIAL_KEYS"),
+            words: ["keys", "jwks"], arguments: "[--tenant NAME]",
+            summary:
+                "print the public JWK Set of AUTH_SIGNING_KEYS and AUTH_CREDENTIAL_KEYS (a tenant's with --tenant)",
+            options: ["--tenant"]),
         Command(
             words: ["request", "guest"],
             arguments: "[--device NAME] [--platform P] [--timeout SECONDS] [--tenant NAME]",
@@ -126,9 +128,11 @@ public struct CommandLineInterface: Sendable {
             summary: "delete guests older than DURATION (30d, 12h) that never signed up",
             options: ["--tenant", "--older-than"]),
         Command(
-            words: ["token", "verify"], arguments: "--provider NAME [--keys FILE] [--at UNIX_TIME] [--nonce RAW] TOKEN",
-            summary: "verify a provider token as a login would; print its header and claims, or the error code and why",
-            options: ["--provider", "--keys", "--at", "--nonce"], positionals: 1...1),
+            words: ["token", "verify"],
+            arguments: "--provider NAME [--keys FILE] [--at UNIX_TIME] [--nonce RAW] [--tenant NAME] TOKEN",
+            summary:
+                "verify a provider token as a login would (at a tenant with --tenant); print its header and claims, or the error code and why",
+            options: ["--provider", "--keys", "--at", "--nonce", "--tenant"], positionals: 1...1),
     ]
 
     /// The overview `--help` prints.
@@ -263,7 +267,7 @@ public struct CommandLineInterface: Sendable {
         case ["keys", "generate"]:
             try generateKey(parsed)
         case ["keys", "jwks"]:
-            try printJWKS()
+            try printJWKS(tenant: tenant)
         case ["request", "guest"]:
             return try await requestGuest(parsed, tenant: parsed.values["--tenant"] == nil ? nil : tenant)
         case ["topics", "create"]:
@@ -293,7 +297,7 @@ public struct CommandLineInterface: Sendable {
         case ["admins", "list"]:
             return try await listAdmins()
         case ["token", "verify"]:
-            return try await verifyToken(parsed, usage: command.usage)
+            return try await verifyToken(parsed, tenant: tenant, usage: command.usage)
         default:
             throw UsageError(message: command.usage)
         }

@@ -167,6 +167,29 @@ extension ProcessIntegrationTests {
         let misnamed = try await runToEnd(["request", "guest", "--tenant", "Acme"], environment: cli)
         #expect(misnamed.status == 2 && misnamed.errors.contains("--tenant"), "\(misnamed.errors)")
 
+        // The key and provider commands take the tenant's settings from the tenants file.
+        let settings = [
+            "AUTH_SIGNING_KEYS": main.path, "AUTH_APPLE_AUDIENCES": "com.example.app",
+            "AUTH_TENANTS_FILE": tenantsFile,
+        ]
+        try writeTenants(#"{"tenants": {\#(acmeSettings)}}"#)
+        let acmeJWKS = try await runToEnd(["keys", "jwks", "--tenant", "acme"], environment: settings)
+        #expect(acmeJWKS.status == 0 && acmeJWKS.output.contains(acme.key.keyID), "\(acmeJWKS.errors)")
+        #expect(!acmeJWKS.output.contains(main.key.keyID))
+        let mainJWKS = try await runToEnd(["keys", "jwks"], environment: settings)
+        #expect(mainJWKS.output.contains(main.key.keyID) && !mainJWKS.output.contains(acme.key.keyID))
+        let nobody = try await runToEnd(["keys", "jwks", "--tenant", "nobody"], environment: settings)
+        #expect(nobody.status == 2 && nobody.errors.contains("no tenant nobody"), "\(nobody.errors)")
+        let keySet = FileManager.default.temporaryDirectory.appendingPathComponent("apple-\(UUID()).json").path
+        try TestSigner.keySet([Signers.rsa2048]).write(to: URL(fileURLWithPath: keySet))
+        defer { try? FileManager.default.removeItem(atPath: keySet) }
+        let cliToken = try #require(apple("com.acme.app", "001.cli").identityToken)
+        let verify = ["token", "verify", "--provider", "apple", "--keys", keySet]
+        let atAcme = try await runToEnd(verify + ["--tenant", "acme", cliToken], environment: settings)
+        #expect(atAcme.status == 0 && atAcme.output.contains("001.cli"), "\(atAcme.errors)")
+        let atMain = try await runToEnd(verify + [cliToken], environment: settings)
+        #expect(atMain.status == 1 && atMain.errors.hasPrefix("audience_mismatch"), "\(atMain.errors)")
+
         // The Python gateway example, with a second gateway in acme's name: acme's token checked
         // against acme's own key set and issuer, the default tenant's token unknown there.
         let example = try await Subprocess.run(
