@@ -57,8 +57,9 @@ extension ProcessIntegrationTests {
         let served = await logs.value(of: "auth.tenants", inLineWith: "Tenants served")
         #expect(served == "acme")
 
-        func client(_ tenant: String?) async throws -> AuthClient {
+        func client(_ tenant: String?, sealing: Bool = true) async throws -> AuthClient {
             var configuration = AuthClient.Configuration(brokers: [brokers])
+            configuration.sealSessions = sealing
             configuration.requestsTopic = topics.requests
             configuration.resultsTopic = topics.results
             configuration.timeout = .seconds(30)
@@ -130,7 +131,9 @@ extension ProcessIntegrationTests {
         #expect(metrics.contains(#"auth_tenant_results_total{tenant="default",code="audience_mismatch"}"#))
         #expect(metrics.contains(#"auth_results_total{code="unknown_tenant"} 1"#))
         #expect(!metrics.contains(#"tenant="beta""#))
-        try writeTenants(#"{"tenants": {\#(acmeSettings), "beta": {"AUTH_SESSION_TTL_SECONDS": 7200}}}"#)
+        try writeTenants(
+            #"{"tenants": {\#(acmeSettings), "beta": {"AUTH_SESSION_TTL_SECONDS": 7200, "AUTH_REQUIRE_REPLY_KEY": true}}}"#
+        )
         kill(process.processIdentifier, SIGHUP)
         let reloaded = await logs.value(of: "auth.tenants", inLineWith: "\"auth.tenants\":\"acme,beta\"")
         let sofar = await logs.all()
@@ -141,6 +144,12 @@ extension ProcessIntegrationTests {
         #expect(
             try claims(try #require(betaGuest.session?.accessToken)).claims["iss"] as? String
                 == "https://auth.example.com")
+        // beta requires reply keys (its own AUTH_REQUIRE_REPLY_KEY); the default tenant does not.
+        let unsealed = [try await client("beta", sealing: false), try await client(nil, sealing: false)]
+        let betaUnsealed = try await unsealed[0].login(LoginRequestData(method: "guest"))
+        #expect(betaUnsealed.error?.code == .malformedRequest && betaUnsealed.error?.field == "data.reply_key")
+        #expect(try await unsealed[1].login(LoginRequestData(method: "guest")).isOK)
+        for client in unsealed { await client.close() }
 
         // A file with a mistake is refused, named in the log, and the tenants served stay.
         try writeTenants(#"{"tenants": {"beta": {"AUTH_DATABASE_URL": "postgres://elsewhere"}}}"#)

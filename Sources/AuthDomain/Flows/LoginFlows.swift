@@ -85,7 +85,7 @@ public struct RateLimitGrant: Sendable, Equatable {
 /// Definite refusals are thrown as `LoginError`; anything else thrown (a database that is down,
 /// a key set that cannot be fetched for a notification) is for the caller to retry.
 public struct LoginFlows: Sendable {
-    let configuration: WorkerConfiguration
+    package let configuration: WorkerConfiguration
     let accessTokens: any AccessTokenIssuer
     let providers: IdentityProviders
     let passwords: PasswordService?

@@ -53,10 +53,11 @@ struct LookupPlan {
 
 /// The settings the loop's decisions read, fixed for its run.
 struct LoopPolicy {
-    /// From the configuration (`AUTH_BATCH_MAX`, `AUTH_BATCH_LINGER_MS`, `AUTH_REQUIRE_REPLY_KEY`).
+    /// From the configuration (`AUTH_BATCH_MAX`, `AUTH_BATCH_LINGER_MS`).
     var batchMax = 500
     var batchLinger: Duration = .zero
-    var requireReplyKey = false
+    /// Whether a request of a tenant must carry a reply key (`TenantFlows.requiresReplyKey`).
+    var requiresReplyKey: (String?) -> Bool = { _ in false }
     // The loop's own tuning, explained where each is defined.
     var spillBacklog = RequestPipeline.spillBacklog
     var spillAfter = RequestPipeline.spillAfter
@@ -188,7 +189,7 @@ extension LoopState {
             else { return nil }
             let replyKey: [UInt8]?
             do {
-                replyKey = try request.replyKey(required: policy.requireReplyKey)
+                replyKey = try request.replyKey(required: policy.requiresReplyKey(request.tenant))
             } catch {
                 return nil
             }

@@ -276,7 +276,7 @@ extension RequestPipeline {
             }
             let replyKey: [UInt8]?
             do {
-                replyKey = try request.replyKey(required: configuration.sessions.requireReplyKey)
+                replyKey = try request.replyKey(required: tenants.requiresReplyKey(request.tenant))
             } catch {
                 state.move(job, to: .ready(refused(error, job: job, request: request)))
                 continue

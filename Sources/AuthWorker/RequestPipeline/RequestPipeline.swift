@@ -170,7 +170,7 @@ public final class RequestPipeline: Service {
         let processing = configuration.processing
         return LoopPolicy(
             batchMax: processing.batchMax, batchLinger: processing.batchLinger,
-            requireReplyKey: configuration.sessions.requireReplyKey)
+            requiresReplyKey: tenants.requiresReplyKey)
     }
 
     /// Starts what `LoopState.next` decided; the stages started are the state's to follow.

@@ -22,6 +22,16 @@ public final class TenantFlows: Sendable {
         return others.withLock { $0[tenant] }
     }
 
+    /// Whether a request of `tenant` must carry a reply key: its tenant's `AUTH_REQUIRE_REPLY_KEY`
+    /// (the default tenant's is the deployment's, and so is that of a tenant not served, which is
+    /// refused anyway).
+    public func requiresReplyKey(_ tenant: String?) -> Bool {
+        guard let tenant, tenant != Tenant.defaultName, let flows = flows(for: tenant) else {
+            return main.configuration.sessions.requireReplyKey
+        }
+        return flows.configuration.sessions.requireReplyKey
+    }
+
     /// The tenants served besides the default one, by name.
     public var names: [String] { others.withLock { $0.keys.sorted() } }
 
