@@ -9,11 +9,11 @@ public enum WriteItem: Sendable {
     /// A refusal's audit row: the refusal wrote nothing else.
     case audit(AuditEntry)
 
-    /// The tenant the item reads and writes as (Apple's notifications are the default tenant's).
+    /// The tenant the item reads and writes as.
     public var tenant: String {
         switch self {
         case .login(let work): work.tenant
-        case .notification: Tenant.defaultName
+        case .notification(let notification): notification.tenant
         case .audit(let entry): entry.tenant
         }
     }

@@ -3,7 +3,9 @@ import AuthCrypto
 import Foundation
 import JOSE
 import JOSEFixtures
+import Kafka
 import Messages
+import PGStore
 import Testing
 
 @testable import AuthWorker
@@ -121,6 +123,42 @@ extension ProcessIntegrationTests {
         refresh.refreshToken = acmeUser.session?.refreshToken
         #expect(try await mainClient.login(refresh).error?.code == .invalidRefreshToken)
         #expect(try await acmeClient.login(refresh).isOK, "and still works in its own")
+
+        // Apple's notifications name their tenant as requests do: acme's account deletion, for
+        // acme's audience, deletes acme's user only; for the default tenant's audience it is
+        // refused (a dead letter) and deletes nothing.
+        let producer = try KafkaProducer(
+            configuration: KafkaSettings.forTests(brokers).producerConfiguration,
+            logger: IntegrationEnvironment.quietLogger)
+        func notify(_ audience: String, tenant: String?) async throws {
+            let token = Signers.rsa2048.token(
+                [
+                    "iss": "https://appleid.apple.com", "aud": audience, "iat": now - 1, "exp": now + 600,
+                    "jti": UUID().uuidString, "events": #"{"type":"account-delete","sub":"001.shared"}"#,
+                ], algorithm: .rs256)
+            let envelope = CloudEvent(
+                id: UUID().uuidString, source: "/gateway/apple", type: "auth.provider.notification", time: Date(),
+                tenant: tenant, data: ProviderNotificationData(payload: token))
+            try await producer.send(
+                ProducerRecord(topic: topics.notifications, key: nil, value: MessageCoding.encode(envelope)))
+        }
+        try await notify("com.example.app", tenant: "acme")
+        try await notify("com.acme.app", tenant: "acme")
+        let database = try PGConnection(conninfo: databaseURL)
+        func appleUsers(_ tenant: String) throws -> Int {
+            try database.query(
+                "SELECT count(*) AS n FROM identities WHERE subject = '001.shared' AND tenant = \(tenant)"
+            ).first?.decode("n") ?? -1
+        }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try appleUsers("acme") > 0, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(try appleUsers("acme") == 0, "acme's Apple user deleted")
+        #expect(try appleUsers("default") == 1, "the default tenant's is another account")
+        let refusedNotification = await logs.value(of: "error", inLineWith: "Provider notification refused")
+        #expect(refusedNotification?.contains("audience") == true, "\(String(describing: refusedNotification))")
+        await producer.shutdown(timeout: .seconds(5))
 
         // beta is not served until the file names it and the worker reads it again.
         #expect(try await betaClient.login(LoginRequestData(method: "guest")).error?.code == .unknownTenant)

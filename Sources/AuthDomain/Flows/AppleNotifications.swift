@@ -11,35 +11,70 @@ import StrictJSON
 /// string) says what happened: `consent-revoked` ends the identity's sessions, `account-delete`
 /// (and `account-deleted`) deletes the user, `email-disabled` / `email-enabled` record the relay
 /// address's status. Each notification acts once, keyed by its verified content.
+///
+/// A notification for a tenant's app names the tenant in the envelope's `tenant` attribute, as a
+/// request does (the gateway knows which app's endpoint Apple called): it is verified with that
+/// tenant's Apple audiences and acts on that tenant's users only.
 public struct AppleNotificationFlow: Sendable {
     /// Why a notification can never be applied; it goes to the dead-letter topic.
     public struct Refusal: Error, CustomStringConvertible {
         public var description: String
     }
 
+    /// A notification as the gateway forwarded it: the tenant it names and Apple's token.
+    public struct Envelope: Sendable {
+        /// The tenant named, nil for the default one.
+        public var tenant: String?
+        var payload: String
+    }
+
     private let provider: IdentityProvider?
     private let configuration: WorkerConfiguration
     private let clock: any WorkerClock
     private let identifiers: Identifiers
+    /// The tenant whose notifications this flow verifies and applies.
+    private let tenant: String
 
-    public init(provider: IdentityProvider?, configuration: WorkerConfiguration, clock: any WorkerClock) {
+    /// - Parameters:
+    ///   - provider: `tenant`'s Sign in with Apple (its audiences); nil when it has none.
+    ///   - configuration: `tenant`'s.
+    public init(
+        provider: IdentityProvider?, configuration: WorkerConfiguration, clock: any WorkerClock,
+        tenant: String = Tenant.defaultName
+    ) {
         self.provider = provider
         self.configuration = configuration
         self.clock = clock
         self.identifiers = Identifiers(clock: clock)
+        self.tenant = tenant
     }
 
-    /// Verifies a notification and says what it asks for.
-    /// - Throws: `Refusal` for what can never be applied; `JOSEError.keySetUnavailable` while
-    ///   Apple's keys cannot be fetched (try again later).
-    public func prepare(_ value: [UInt8]) async throws -> AppleNotification {
-        guard let provider else { throw Refusal(description: "Sign in with Apple is not enabled") }
-        let body: ProviderNotificationData
+    /// Reads a notification's envelope.
+    /// - Throws: `Refusal` when it is not an `auth.provider.notification` with a payload, or names
+    ///   no valid tenant.
+    public static func envelope(_ value: [UInt8]) throws -> Envelope {
+        let event: CloudEvent<ProviderNotificationData>
         do {
-            body = try MessageCoding.decode(CloudEvent<ProviderNotificationData>.self, from: value).data
+            event = try MessageCoding.decode(CloudEvent<ProviderNotificationData>.self, from: value)
         } catch {
             throw Refusal(description: "not an auth.provider.notification with a payload")
         }
+        if let tenant = event.tenant, !Tenant.isValidName(tenant) {
+            throw Refusal(description: "the notification's tenant is not a tenant's name")
+        }
+        return Envelope(tenant: event.tenant == Tenant.defaultName ? nil : event.tenant, payload: event.data.payload)
+    }
+
+    /// Verifies a notification of this flow's tenant and says what it asks for.
+    /// - Throws: `Refusal` for what can never be applied; `JOSEError.keySetUnavailable` while
+    ///   Apple's keys cannot be fetched (try again later).
+    public func prepare(_ value: [UInt8]) async throws -> AppleNotification {
+        try await prepare(try Self.envelope(value))
+    }
+
+    /// Verifies a notification read from its envelope (`envelope(_:)`).
+    public func prepare(_ body: Envelope) async throws -> AppleNotification {
+        guard let provider else { throw Refusal(description: "Sign in with Apple is not enabled") }
         var policy = provider.configuration.claimsPolicy
         policy.requireSubject = false
         let claims: IDTokenClaims
@@ -65,10 +100,11 @@ public struct AppleNotificationFlow: Sendable {
         if case .string(let value)? = claims.members["jti"] { jti = value }
         let digest = SHA256.hash(Array("\(jti)\u{0}\(claims.issuedAt ?? 0)\u{0}\(text)".utf8))
         let now = clock.now()
+        var events = EventFactory(configuration, identifiers: identifiers, now: now)
+        if tenant != Tenant.defaultName { events.tenant = tenant }
         return AppleNotification(
             key: "apple-notification:" + Hex.encode(digest), type: type, subject: subject, email: email,
-            events: EventFactory(configuration, identifiers: identifiers, now: now),
-            rememberedUntil: now + configuration.sessions.idempotencyLifetime, now: now)
+            tenant: tenant, events: events, rememberedUntil: now + configuration.sessions.idempotencyLifetime, now: now)
     }
 }
 
@@ -80,16 +116,19 @@ public struct AppleNotification: Sendable, Equatable {
     /// The Apple user (`sub`) it concerns.
     public let subject: String
     public let email: String?
+    /// The tenant whose users it concerns.
+    public let tenant: String
     let events: EventFactory
     let rememberedUntil: Date
     let now: Date
 
     public static func == (lhs: AppleNotification, rhs: AppleNotification) -> Bool {
         lhs.key == rhs.key && lhs.type == rhs.type && lhs.subject == rhs.subject && lhs.email == rhs.email
+            && lhs.tenant == rhs.tenant
     }
 
     package var prefetch: Prefetch {
-        var prefetch = Prefetch()
+        var prefetch = Prefetch(tenant: tenant)
         prefetch.identities = [IdentityKey(provider: "apple", subject: subject)]
         return prefetch
     }

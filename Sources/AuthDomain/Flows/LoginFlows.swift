@@ -87,7 +87,7 @@ public struct RateLimitGrant: Sendable, Equatable {
 public struct LoginFlows: Sendable {
     package let configuration: WorkerConfiguration
     let accessTokens: any AccessTokenIssuer
-    let providers: IdentityProviders
+    package let providers: IdentityProviders
     let passwords: PasswordService?
     let attempts: any PasswordAttempts
     let clock: any WorkerClock

@@ -403,14 +403,25 @@ extension RequestPipeline {
         let value = job.message.value
         Task(executorPreference: globalConcurrentExecutor) {
             let outcome: PreparationOutcome
-            guard let notifications = self.notifications else {
-                self.board.post(seq, .notificationRefused("Sign in with Apple is not enabled"))
+            let envelope: AppleNotificationFlow.Envelope
+            do {
+                envelope = try AppleNotificationFlow.envelope(value)
+            } catch {
+                self.board.post(seq, .notificationRefused(String(describing: error)))
+                return
+            }
+            guard let notifications = self.notificationFlow(for: envelope.tenant) else {
+                self.board.post(
+                    seq,
+                    .notificationRefused(
+                        envelope.tenant.map { "this deployment serves no tenant \"\($0)\"" }
+                            ?? "Sign in with Apple is not enabled"))
                 return
             }
             do {
                 // Apple's keys unreachable: this notification waits in its own lane; logins go on.
                 let notification = try await self.retrying("verify a provider notification") {
-                    try await notifications.prepare(value)
+                    try await notifications.prepare(envelope)
                 }
                 outcome = .notification(notification)
             } catch is ShutdownDuringRetry {
@@ -422,6 +433,16 @@ extension RequestPipeline {
             }
             self.board.post(seq, outcome)
         }
+    }
+
+    /// The flow that verifies and applies a notification of `tenant` (nil: the default one's),
+    /// with that tenant's Apple audiences; nil for a tenant not served or the default tenant
+    /// without Sign in with Apple.
+    func notificationFlow(for tenant: String?) -> AppleNotificationFlow? {
+        guard let tenant else { return notifications }
+        guard let flows = tenants.flows(for: tenant) else { return nil }
+        return AppleNotificationFlow(
+            provider: flows.providers["apple"], configuration: flows.configuration, clock: clock, tenant: tenant)
     }
 
     /// Moves finished preparations into their jobs.
