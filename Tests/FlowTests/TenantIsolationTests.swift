@@ -36,7 +36,9 @@ import Testing
         return (main, try await harness(tenant: "acme", databaseURL: main.databaseURL))
     }
 
-    func harness(tenant: String, databaseURL: String?) async throws -> FlowHarness {
+    func harness(
+        tenant: String, databaseURL: String?, configure: @escaping (inout WorkerConfiguration) -> Void = { _ in }
+    ) async throws -> FlowHarness {
         let logger = Logger(label: "test", level: .debug, handler: logs)
         let keys = KeySetCache(
             fixed: try JWKSet(json: TestSigner.keySet([Signers.rsa2048])), clock: clock, logger: logger)
@@ -54,6 +56,7 @@ import Testing
             config.emailCodes.signUp = true
             config.passkeys.rpID = "example.com"
             config.passkeys.rpName = "Example"
+            configure(&config)
         }
     }
 
@@ -214,6 +217,24 @@ import Testing
         // And the token is as good as before at its own tenant.
         let live = try #require(try await main.handle(request(.introspect) { $0.accessToken = session.accessToken }))
         #expect(live.result.introspection?.active == true)
+    }
+
+    /// Each tenant's password rules are its own: acme's context words refuse a password built on
+    /// its brand at acme, and the default tenant takes it.
+    @Test func aTenantsPasswordContextWordsAreItsOwn() async throws {
+        let main = try await harness(tenant: TenantScope.defaultName, databaseURL: nil)
+        let acme = try await harness(tenant: "acme", databaseURL: main.databaseURL) {
+            $0.accounts.passwordContextWords = ["Acmecorp"]
+        }
+        func register(_ password: String) -> LoginRequest {
+            request(.register) {
+                $0.email = "pat@example.com"
+                $0.password = password
+            }
+        }
+        await #expect(throws: LoginError(.weakPassword, "")) { try await acme.handle(register("Acmecorp2026!")) }
+        #expect(try await signedIn(main, register("Acmecorp2026!")).user != nil)
+        #expect(try await signedIn(acme, register("acmecorp is my favourite")).user != nil)
     }
 
     @Test func aRequestIDIsEachTenantsOwn() async throws {

@@ -132,9 +132,8 @@ public struct TenantsFile: Sendable, Equatable {
     /// The settings a tenant may set: what its apps and users see and the policies they are held
     /// to. The rest (topics, the database, batching, the key-set cache, password hashing, the
     /// purge) is one for the deployment, and so are, for now: the guests' global ceiling (the
-    /// consume loop reserves it for a whole batch before its requests' tenants are prepared), the
-    /// password policy's context words (one password service), and Sign in with Apple's token
-    /// exchange (`defaultTenantOnly`).
+    /// consume loop reserves it for a whole batch before its requests' tenants are prepared) and
+    /// Sign in with Apple's token exchange (`defaultTenantOnly`).
     ///
     /// Sign in with Apple's token exchange and revocation (`AUTH_APPLE_TEAM_ID`, …) serve the
     /// default tenant only: `apple_tokens` keeps one token a subject until the release after
@@ -146,7 +145,7 @@ public struct TenantsFile: Sendable, Equatable {
             .refreshReuseGraceSeconds, .reauthMaxAgeSeconds, .appleAudiences, .googleAudiences, .googleHostedDomains,
             .oidcProviders, .linkByVerifiedEmail, .loginMaxFailures,
             .loginLockSeconds, .loginLockMaxSeconds, .guestRateLimit, .registerRateLimit,
-            .registerGlobalRateLimit, .passwordChangeEndsSessions, .requireVerifiedEmail,
+            .registerGlobalRateLimit, .passwordContextWords, .passwordChangeEndsSessions, .requireVerifiedEmail,
             .mailKey, .emailCodeTTLSeconds, .emailCodeMaxAttempts, .emailCodeRateLimit, .passwordResetRateLimit,
             .emailCodeSignup, .smsKey, .phoneCodeTTLSeconds, .phoneCodeMaxAttempts, .phoneCodeSignup, .smsCountries,
             .smsNumberRateLimit, .smsPrefixRateLimit, .smsCountryRateLimit, .smsClientRateLimit, .smsIPRateLimit,

@@ -119,7 +119,7 @@ extension LoginFlows {
         }
         let password = data.password ?? ""
         do {
-            try passwords.policy.check(password, email: email)
+            try passwordPolicy.check(password, email: email)
         } catch let weakness as PasswordPolicy.Weakness {
             throw LoginError(.weakPassword, "the password \(weakness.reason)", field: "data.password")
         }

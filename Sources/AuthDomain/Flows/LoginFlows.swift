@@ -2,6 +2,7 @@ import AuthCrypto
 import Foundation
 import JOSE
 import Messages
+import Passwords
 import ServiceKit
 import WebAuthn
 
@@ -104,6 +105,9 @@ public struct LoginFlows: Sendable {
     /// Makes the stand-in credentials `passkey_login_options` lists for an address without
     /// passkeys; nil without a results key to derive it from.
     let passkeyStandIns: PasskeyStandIns?
+    /// What a new password is held to: the password service's policy with this configuration's
+    /// context words (a tenant's own, `AUTH_PASSWORD_CONTEXT_WORDS`).
+    let passwordPolicy: PasswordPolicy
 
     public init(
         configuration: WorkerConfiguration, accessTokens: any AccessTokenIssuer,
@@ -123,6 +127,9 @@ public struct LoginFlows: Sendable {
         secondFactorKeys = FactorKeys(configuration: configuration)
         appleTokenKeys = configuration.appleTokens.isEnabled ? AppleTokenKeys(configuration: configuration) : nil
         passkeyStandIns = configuration.resultsKey.map(PasskeyStandIns.init(resultsKey:))
+        var policy = passwords?.policy ?? PasswordPolicy()
+        policy.contextWords = configuration.accounts.passwordContextWords
+        passwordPolicy = policy
         let passkeys = configuration.passkeys
         relyingParty = passkeys.rpID.map { id in
             RelyingParty(

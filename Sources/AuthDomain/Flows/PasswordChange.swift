@@ -33,7 +33,7 @@ extension LoginFlows {
         guard let credential = attempt.credential, verification.matches else { throw wrong }
         let newPassword = data.newPassword ?? ""
         do {
-            try passwords.policy.check(newPassword, email: email)
+            try passwordPolicy.check(newPassword, email: email)
         } catch let weakness as PasswordPolicy.Weakness {
             throw LoginError(.weakPassword, "the password \(weakness.reason)", field: "data.new_password")
         }

@@ -31,7 +31,7 @@ extension LoginFlows {
         let newPassword = request.data.newPassword ?? ""
         var email: String?
         if case .code(let address, _) = presented.form { email = address }
-        let check = NewPasswordCheck(password: newPassword, policy: passwords.policy, field: "data.new_password")
+        let check = NewPasswordCheck(password: newPassword, policy: passwordPolicy, field: "data.new_password")
         try check.check(email: email)
         let now = clock.now()
         // Each attempt costs a password hash: counted per address (per client for link tokens,
