@@ -126,7 +126,8 @@ extension CommandLineInterface {
             try tenant.validate()
             tenantFlows[name] = LoginFlows(
                 configuration: tenant,
-                accessTokens: try WorkerApplication.makeAccessTokenIssuer(tenant, identifiers: identifiers),
+                accessTokens: try WorkerApplication.makeAccessTokenIssuer(
+                    tenant, identifiers: identifiers, tenant: name),
                 passwords: passwords, attempts: store.attempts(for: name), clock: clock, identifiers: identifiers,
                 logger: logger.child(label: "auth.flows"))
         }

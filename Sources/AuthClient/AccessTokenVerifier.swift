@@ -13,7 +13,7 @@ import StrictJSON
 /// key not in the cached set triggers a refetch, at most once per `refetchInterval`, so key
 /// rotation needs nothing from the gateway.
 ///
-/// Only signature, issuer, audience and expiry are checked: a token of a session that ended
+/// Only signature, issuer, audience, tenant and expiry are checked: a token of a session that ended
 /// stays valid until it expires (15 minutes by default). Ask `AuthClient.introspect` where that
 /// matters, or drop tokens whose `sid` an `auth.session.revoked` event names.
 public actor AccessTokenVerifier {
@@ -26,6 +26,8 @@ public actor AccessTokenVerifier {
         public var isGuest: Bool
         public var issuedAt: Date
         public var expiresAt: Date
+        /// The tenant whose token it is; nil for the default tenant's.
+        public var tenant: String?
 
         /// Whether the token may do `ability` (`*` may do anything).
         public func can(_ ability: String) -> Bool { abilities.contains("*") || abilities.contains(ability) }
@@ -38,6 +40,7 @@ public actor AccessTokenVerifier {
     private let keysURL: URL
     private let issuer: String
     private let audience: String
+    private let tenant: String?
     private let refetchInterval: TimeInterval
     private let clockSkew: TimeInterval
     private var keys: JWKSet?
@@ -46,14 +49,18 @@ public actor AccessTokenVerifier {
 
     /// - Parameters:
     ///   - keysURL: the worker's `/.well-known/jwks.json` (or the discovery document's `jwks_uri`).
-    ///   - issuer, audience: `AUTH_TOKEN_ISSUER` and `AUTH_TOKEN_AUDIENCE` of the worker.
+    ///   - issuer, audience: `AUTH_TOKEN_ISSUER` and `AUTH_TOKEN_AUDIENCE` of the worker (of the
+    ///     tenant's, for a tenant).
+    ///   - tenant: the tenant whose tokens to accept (their `tenant` claim); nil for the default
+    ///     tenant's, which carry none.
     public init(
-        keysURL: URL, issuer: String, audience: String, refetchInterval: TimeInterval = 30,
+        keysURL: URL, issuer: String, audience: String, tenant: String? = nil, refetchInterval: TimeInterval = 30,
         clockSkew: TimeInterval = 30
     ) {
         self.keysURL = keysURL
         self.issuer = issuer
         self.audience = audience
+        self.tenant = tenant == "default" ? nil : tenant
         self.refetchInterval = refetchInterval
         self.clockSkew = clockSkew
     }
@@ -88,12 +95,13 @@ public actor AccessTokenVerifier {
         }
         guard contents.issuer == issuer else { throw Refusal(description: "another issuer") }
         guard contents.audience == audience else { throw Refusal(description: "another audience") }
+        guard contents.tenant == tenant else { throw Refusal(description: "another tenant's") }
         guard contents.expiresAt + clockSkew > now.timeIntervalSince1970 else { throw Refusal(description: "expired") }
         return Claims(
             userID: contents.subject, sessionID: contents.sessionID, tokenID: contents.tokenID,
             abilities: contents.abilities, isGuest: contents.isGuest,
             issuedAt: Date(timeIntervalSince1970: contents.issuedAt),
-            expiresAt: Date(timeIntervalSince1970: contents.expiresAt))
+            expiresAt: Date(timeIntervalSince1970: contents.expiresAt), tenant: contents.tenant)
     }
 
     private func currentKeys(now: Date) async throws -> JWKSet {

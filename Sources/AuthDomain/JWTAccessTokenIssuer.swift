@@ -20,14 +20,20 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
     public var publishedKeys: [SigningKey] { keys + nextKeys }
     private let issuer: String
     private let audience: String
+    /// The `tenant` claim of the tokens it issues and accepts: a tenant's name; nil for the
+    /// default tenant, whose tokens carry none (as before tenants).
+    private let tenant: String?
     /// The public halves of `keys`, made once: what `verify` checks against.
     private let verificationKeys: JWKSet
     /// The current key's protected header, encoded once: the same for every token it signs.
     private let headerSegment: String?
 
     /// Loads every key file named by `AUTH_SIGNING_KEYS`.
+    /// - Parameter tenant: whose tokens these are (its name in their `tenant` claim; none for the
+    ///   default tenant).
     /// - Throws: `ConfigurationError` for a missing, unreadable or unsupported key: never a silent fallback.
-    public init(configuration: WorkerConfiguration) throws {
+    public init(configuration: WorkerConfiguration, tenant: String = Tenant.defaultName) throws {
+        self.tenant = tenant == Tenant.defaultName ? nil : tenant
         guard !configuration.signingKeyPaths.isEmpty else {
             throw ConfigurationError(variable: Setting.signingKeys.name, reason: "is required for jwt access tokens")
         }
@@ -71,7 +77,8 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
         let payload = JWTAccessClaims(
             iss: issuer, aud: audience, sub: claims.userID.lowercasedString, sid: claims.sessionID.lowercasedString,
             jti: claims.tokenID.lowercasedString, iat: Int64(claims.issuedAt.timeIntervalSince1970),
-            exp: Int64(claims.expiresAt.timeIntervalSince1970), abilities: claims.abilities, guest: claims.isGuest)
+            exp: Int64(claims.expiresAt.timeIntervalSince1970), abilities: claims.abilities, guest: claims.isGuest,
+            tenant: tenant)
         let payloadSegment = Base64URL.encode(MessageCoding.encode(payload))
         // The token's bytes in one buffer, sized once: header, payload, then (after signing
         // what is there so far) the signature. The signature's segment is at most 128
@@ -88,12 +95,14 @@ public struct JWTAccessTokenIssuer: AccessTokenIssuer {
     }
 
     /// The claims of an access token this worker issued, when its signature (by any configured
-    /// key), issuer, audience and expiry check out.
+    /// key), issuer, audience, tenant and expiry check out: a token naming another tenant (or a
+    /// tenant's at the default one) is not this issuer's, whatever keys the tenants share.
     public func verify(_ token: String, now: Date) throws -> AccessTokenClaims {
         let jws = try CompactJWS(token)
         try JWSVerifier.verifySignature(jws, keys: verificationKeys, allowed: [.edDSA, .es256])
         let members = try JSONReader.object(jws.payload)
         guard let contents = AccessTokenContents(members), contents.issuer == issuer, contents.audience == audience,
+            contents.tenant == tenant,
             let userID = UUID(uuidString: contents.subject), let sessionID = UUID(uuidString: contents.sessionID),
             let tokenID = UUID(uuidString: contents.tokenID)
         else { throw JOSEError(.invalidClaim, "not an access token of this issuer") }
@@ -130,6 +139,8 @@ struct JWTAccessClaims {
     var exp: Int64
     var abilities: [String]
     var guest: Bool
+    /// A tenant's name; nil (and no member) for the default tenant.
+    var tenant: String?
 }
 
 extension SigningKey {
@@ -161,6 +172,7 @@ extension JWTAccessClaims: JSONWritable {
             out.member("jti", jti)
             out.member("sid", sid)
             out.member("sub", sub)
+            if let tenant { out.member("tenant", tenant) }
         }
     }
 }

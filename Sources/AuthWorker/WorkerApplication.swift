@@ -159,7 +159,8 @@ public struct WorkerApplication: Sendable {
             }
             let flows = LoginFlows(
                 configuration: configuration,
-                accessTokens: try makeAccessTokenIssuer(configuration, identifiers: identifiers), providers: providers,
+                accessTokens: try makeAccessTokenIssuer(configuration, identifiers: identifiers, tenant: tenant),
+                providers: providers,
                 passwords: passwords, attempts: store.attempts(for: tenant), clock: clock, identifiers: identifiers,
                 logger: logger.child(label: "auth.flows"))
             return (flows, providers)
@@ -235,14 +236,15 @@ public struct WorkerApplication: Sendable {
         return documents
     }
 
-    public static func makeAccessTokenIssuer(_ configuration: WorkerConfiguration, identifiers: Identifiers) throws
-        -> any AccessTokenIssuer
-    {
+    /// - Parameter tenant: whose tokens it issues (a JWT of a tenant other than the default names it).
+    public static func makeAccessTokenIssuer(
+        _ configuration: WorkerConfiguration, identifiers: Identifiers, tenant: String = TenantScope.defaultName
+    ) throws -> any AccessTokenIssuer {
         switch configuration.accessTokenFormat {
         case .opaque:
             return OpaqueTokenIssuer(identifiers: identifiers)
         case .jwt:
-            return try JWTAccessTokenIssuer(configuration: configuration)
+            return try JWTAccessTokenIssuer(configuration: configuration, tenant: tenant)
         }
     }
 

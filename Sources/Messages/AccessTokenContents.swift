@@ -16,6 +16,8 @@ public struct AccessTokenContents: Sendable, Equatable {
     public var expiresAt: Double
     public var abilities: [String]
     public var isGuest: Bool
+    /// The tenant whose token it is (`tenant`); nil for the default tenant's, which name none.
+    public var tenant: String?
 
     /// - Returns: nil when a required claim is missing or not of its type.
     public init?(_ members: [String: JSONValue]) {
@@ -37,5 +39,6 @@ public struct AccessTokenContents: Sendable, Equatable {
         }
         isGuest = false
         if case .bool(let value)? = members["guest"] { isGuest = value }
+        if case .string(let value)? = members["tenant"] { tenant = value }
     }
 }

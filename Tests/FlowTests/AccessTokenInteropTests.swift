@@ -1,6 +1,7 @@
 import AuthCrypto
 import Foundation
 import JOSE
+import StrictJSON
 import Testing
 
 @testable import AuthCLI
@@ -70,5 +71,31 @@ import Testing
             try await IndependentJOSE.run(
                 Self.verifier, input: try JWTAccessTokenIssuer.jwks(issuer.keys) + "\n" + parts.joined(separator: "."))
         }
+    }
+
+    /// Two tenants that share the deployment's keys, issuer and audience still have their own
+    /// tokens: a tenant's names it (`tenant`), the default tenant's names none, and each issuer
+    /// accepts its own only.
+    @Test func aTenantsTokenNamesItAndIsNoOtherTenants() throws {
+        let key = try TestKeys.temporaryKeyFile(.es256)
+        var configuration = WorkerConfiguration()
+        configuration.signingKeyPaths = [key.path]
+        let main = try JWTAccessTokenIssuer(configuration: configuration)
+        let acme = try JWTAccessTokenIssuer(configuration: configuration, tenant: "acme")
+        let beta = try JWTAccessTokenIssuer(configuration: configuration, tenant: "beta")
+        let now = Date()
+        let (mainClaims, acmeClaims) = (claims(now), claims(now))
+        let mainToken = try main.issue(mainClaims)
+        let acmeToken = try acme.issue(acmeClaims)
+        func tenantClaim(_ token: String) throws -> JSONValue? {
+            try JSONReader.object(try CompactJWS(token).payload)["tenant"]
+        }
+        #expect(try tenantClaim(mainToken) == nil)
+        #expect(try tenantClaim(acmeToken) == .string("acme"))
+        #expect(try main.verify(mainToken, now: now).userID == mainClaims.userID)
+        #expect(try acme.verify(acmeToken, now: now).userID == acmeClaims.userID)
+        #expect(throws: JOSEError.self) { try main.verify(acmeToken, now: now) }
+        #expect(throws: JOSEError.self) { try acme.verify(mainToken, now: now) }
+        #expect(throws: JOSEError.self) { try beta.verify(acmeToken, now: now) }
     }
 }

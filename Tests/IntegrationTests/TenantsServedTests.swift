@@ -102,9 +102,11 @@ extension ProcessIntegrationTests {
         // Each tenant's issuer and key.
         let acmeToken = try claims(try #require(acmeUser.session?.accessToken))
         #expect(acmeToken.claims["iss"] as? String == "https://auth.acme.example")
+        #expect(acmeToken.claims["tenant"] as? String == "acme", "a tenant's token names it")
         #expect(acmeToken.kid == acme.key.keyID)
         let mainToken = try claims(try #require(mainUser.session?.accessToken))
         #expect(mainToken.claims["iss"] as? String == "https://auth.example.com")
+        #expect(mainToken.claims["tenant"] == nil, "the default tenant's names none, as before")
         #expect(mainToken.kid == main.key.keyID)
         // Each tenant's keys and discovery document, beside the default tenant's.
         let health = "http://127.0.0.1:\(healthPort)"
@@ -182,6 +184,22 @@ extension ProcessIntegrationTests {
         #expect(
             try claims(try #require(betaGuest.session?.accessToken)).claims["iss"] as? String
                 == "https://auth.example.com")
+        // beta shares the deployment's keys and issuer, yet its tokens are its own: a gateway's
+        // verifier for the default tenant refuses them, one for beta takes them.
+        let betaToken = try #require(betaGuest.session?.accessToken)
+        let sharedKeys = try #require(URL(string: health + "/tenants/beta/.well-known/jwks.json"))
+        let forBeta = AccessTokenVerifier(
+            keysURL: sharedKeys, issuer: "https://auth.example.com", audience: "api", tenant: "beta")
+        #expect(try await forBeta.verify(betaToken).tenant == "beta")
+        let forDefault = AccessTokenVerifier(
+            keysURL: try #require(URL(string: health + "/.well-known/jwks.json")), issuer: "https://auth.example.com",
+            audience: "api")
+        do {
+            _ = try await forDefault.verify(betaToken)
+            Issue.record("the default tenant's verifier took beta's token")
+        } catch let refusal as AccessTokenVerifier.Refusal {
+            #expect(refusal.description == "another tenant's")
+        }
         // beta requires reply keys (its own AUTH_REQUIRE_REPLY_KEY); the default tenant does not.
         let unsealed = [try await client("beta", sealing: false), try await client(nil, sealing: false)]
         let betaUnsealed = try await unsealed[0].login(LoginRequestData(method: "guest"))

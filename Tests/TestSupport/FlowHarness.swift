@@ -57,7 +57,8 @@ final class FlowHarness: Sendable {
         let identifiers = Identifiers(clock: clock)
         let issuer: any AccessTokenIssuer =
             configuration.accessTokenFormat == .jwt
-            ? try JWTAccessTokenIssuer(configuration: configuration) : OpaqueTokenIssuer(identifiers: identifiers)
+            ? try JWTAccessTokenIssuer(configuration: configuration, tenant: tenant)
+            : OpaqueTokenIssuer(identifiers: identifiers)
         flows = LoginFlows(
             configuration: configuration, accessTokens: issuer, providers: providers, passwords: passwords,
             attempts: store.attempts(for: tenant), clock: clock, identifiers: identifiers, logger: logger)

@@ -148,8 +148,8 @@ def github_sign_in(gateway):
 
 
 def tenant_sign_in(other_token):
-    """A gateway of another app: its guest's token is its tenant's, signed with its keys, and the
-    first gateway's token is unknown there."""
+    """A gateway of another app: its guest's token is its tenant's (its `tenant` claim), signed with
+    its keys, and the first gateway's token is unknown there."""
     gateway = AuthGateway(tenant=TENANT)
     try:
         signed_in = gateway.call({"method": "guest", "device": {"name": "Python example", "platform": "cli"}})
@@ -158,7 +158,8 @@ def tenant_sign_in(other_token):
         keys = jwk.JWKSet.from_json(urllib.request.urlopen(
             f"{WORKER_URL}/tenants/{TENANT}/.well-known/jwks.json", timeout=5).read())
         claims = json.loads(jwt.JWT(jwt=token, key=keys, algs=["ES256", "EdDSA"],
-                                    check_claims={"iss": TENANT_ISSUER, "aud": AUDIENCE, "exp": None}).claims)
+                                    check_claims={"iss": TENANT_ISSUER, "aud": AUDIENCE, "exp": None,
+                                                  "tenant": TENANT}).claims)
         unknown = gateway.call({"method": "introspect", "access_token": other_token})["introspection"]
         assert unknown == {"active": False}, unknown
         return {"tenant": TENANT, "user": claims["sub"], "iss": claims["iss"], "other_tenants_token_active": False}

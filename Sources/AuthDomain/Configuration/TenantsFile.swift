@@ -131,9 +131,9 @@ public struct TenantsFile: Sendable, Equatable {
 
     /// The settings a tenant may set: what its apps and users see and the policies they are held
     /// to. The rest (topics, the database, batching, the key-set cache, password hashing, the
-    /// purge) is one for the deployment, and so are, for now: the guests' global ceiling (the
-    /// consume loop reserves it for a whole batch before its requests' tenants are prepared) and
-    /// Sign in with Apple's token exchange (`defaultTenantOnly`).
+    /// purge) is one for the deployment, and so is the guests' global ceiling (it guards the
+    /// database every tenant shares; each tenant has its own per-client guest limit). Sign in with
+    /// Apple's token exchange is the default tenant's alone for now (`defaultTenantOnly`).
     ///
     /// Sign in with Apple's token exchange and revocation (`AUTH_APPLE_TEAM_ID`, …) serve the
     /// default tenant only: `apple_tokens` keeps one token a subject until the release after
