@@ -15,12 +15,12 @@ extension PostgresStore {
                 request: request, digest: [], replyKey: nil, prepared: try await flows.prepare(request))
         } catch {
             if let audit = AuditEntry.refused(request, error: error, at: now) {
-                try await transaction { unit in try unit.recordAudit(audit) }
+                try await transaction(tenant: audit.tenant) { unit in try unit.recordAudit(audit) }
             }
             return try Self.refusal(error, request: request)
         }
         let outcome = try await runBatch(
-            [prepared], prefetch: prepared.prefetch,
+            [prepared], prefetch: prepared.prefetch, tenant: { $0.tenant },
             onRefusal: { item, error, unit in try item.recordRefusal(error, in: unit, at: now) }
         ) { item, unit in try item.writeAnswer(unit, at: now) }
         switch outcome.first {

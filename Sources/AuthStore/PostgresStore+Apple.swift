@@ -155,7 +155,7 @@ extension PostgresStore {
 
     /// A user's audit trail, oldest first (`auth-worker users audit`).
     public func auditTrail(
-        userID: UUID, since: Date?, tenant: String = TenantScope.defaultName
+        userID: UUID, since: Date?, tenant: String
     ) async throws -> [AuditEntry] {
         try await pool.withConnection { connection in
             try connection.query(

@@ -8,7 +8,7 @@ extension PostgresStore {
 
     /// `tenant`'s guests created before `cutoff` that never gained an identity, oldest first.
     public func staleGuests(
-        createdBefore cutoff: Date, limit: Int, tenant: String = TenantScope.defaultName
+        createdBefore cutoff: Date, limit: Int, tenant: String
     ) async throws -> [UUID] {
         try await pool.withConnection { connection in
             try connection.query(
@@ -24,7 +24,7 @@ extension PostgresStore {
 
     /// What `auth-worker users show` prints: the user, identities and sessions, never a secret.
     /// `tenant`'s users only.
-    public func userReport(_ idOrEmail: String, tenant: String = TenantScope.defaultName) async throws -> UserReport? {
+    public func userReport(_ idOrEmail: String, tenant: String) async throws -> UserReport? {
         try await pool.withConnection { try UserReport.load(idOrEmail, tenant: tenant, connection: $0) }
     }
 

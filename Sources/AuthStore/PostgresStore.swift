@@ -180,7 +180,7 @@ public final class PostgresStore: Sendable {
     /// Runs `body` in a transaction of its own (a notification, an operator command), as
     /// `tenant`'s: it reads and writes that tenant's rows only.
     public func transaction<Output: Sendable>(
-        tenant: String = TenantScope.defaultName, _ body: @escaping @Sendable (any UnitOfWork) throws -> Output
+        tenant: String, _ body: @escaping @Sendable (any UnitOfWork) throws -> Output
     ) async throws -> Output {
         let outcomes = try await runBatch([0], prefetch: Prefetch(), tenant: { _ in tenant }) { _, unit in
             try body(unit)

@@ -218,7 +218,7 @@ import Testing
             id, reason: "operator", store: harness.store, configuration: harness.configuration, clock: clock)
         #expect(deleted != nil)
         #expect(try await harness.count("users") == 0)
-        let trail = try await harness.store.auditTrail(userID: id, since: nil)
+        let trail = try await harness.store.auditTrail(userID: id, since: nil, tenant: "default")
         #expect(trail.map(\.action) == ["guest", "user_deleted"])
         #expect(trail.last?.actor == "operator" && trail.last?.outcome == "operator")
     }

@@ -317,10 +317,12 @@ import Testing
         #expect(
             try await store.userDetails(try #require(UUID(uuidString: acmeUser)), tenant: "default", at: clock.now())
                 == nil)
-        #expect(try await store.userReport(acmeUser) == nil)
-        #expect(try await store.userReport("same@example.com")?.userID?.lowercasedString == mainUser)
+        #expect(try await store.userReport(acmeUser, tenant: "default") == nil)
+        #expect(try await store.userReport("same@example.com", tenant: "default")?.userID?.lowercasedString == mainUser)
         clock.advance(by: 86_400)
-        #expect(try await store.staleGuests(createdBefore: clock.now(), limit: 10).isEmpty, "acme's guest is acme's")
+        #expect(
+            try await store.staleGuests(createdBefore: clock.now(), limit: 10, tenant: "default").isEmpty,
+            "acme's guest is acme's")
         // And acme's, asked as acme's.
         #expect(
             ids(try await store.searchUsers("001.console", tenant: "acme", offset: 0, limit: 50).users) == [acmeUser])
