@@ -60,7 +60,7 @@ public actor AccessTokenVerifier {
         self.keysURL = keysURL
         self.issuer = issuer
         self.audience = audience
-        self.tenant = tenant == "default" ? nil : tenant
+        self.tenant = tenant == Tenant.defaultName ? nil : tenant
         self.refetchInterval = refetchInterval
         self.clockSkew = clockSkew
     }
